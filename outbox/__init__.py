@@ -1,0 +1,13 @@
+"""outbox: a transactional outbox, relay and SQL job queue.
+
+Record a job intent in your own database transaction with ``record()``; a relay moves
+committed intents into the queue; workers run them at least once.
+"""
+
+from outbox.errors import PermanentFailure
+from outbox.job import Job
+from outbox.record import record, record_async
+
+__version__ = "0.1.0"
+
+__all__ = ["Job", "PermanentFailure", "__version__", "record", "record_async"]

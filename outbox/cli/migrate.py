@@ -1,0 +1,36 @@
+"""``outbox migrate``: create or upgrade the tables, or print their DDL."""
+
+from __future__ import annotations
+
+import click
+
+from outbox.cli.context import CliContext, pass_cli
+from outbox.db.dialect import DIALECTS
+from outbox.schemas import LATEST, migrate, render_sql
+
+
+@click.command("migrate")
+@click.option("--sql", "print_sql", is_flag=True, help="Print the DDL instead of applying it.")
+@click.option(
+    "--dialect",
+    type=click.Choice(sorted(DIALECTS)),
+    help="With --sql: the dialect to print (default: the database URL's).",
+)
+@pass_cli
+def migrate_command(cli: CliContext, print_sql: bool, dialect: str | None) -> None:
+    """Create or upgrade the outbox tables. Idempotent; safe to run from two processes."""
+    if dialect and not print_sql:
+        raise click.UsageError("--dialect goes with --sql")
+    if print_sql:
+        click.echo(render_sql(DIALECTS[dialect] if dialect else cli.database().dialect), nl=False)
+        return
+    db = cli.database()
+    with db.connect() as conn:
+        applied = migrate(conn)
+    if applied:
+        click.echo(f"migrated {db.describe()} to version {LATEST} (applied {applied})")
+    else:
+        click.echo(f"{db.describe()} is up to date (version {LATEST})")
+
+
+commands = [migrate_command]

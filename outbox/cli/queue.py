@@ -1,0 +1,5 @@
+"""`outbox queue` commands (being built)."""
+
+import click
+
+commands: list[click.Command] = []

@@ -1,0 +1,5 @@
+"""`outbox relay` commands (being built)."""
+
+import click
+
+commands: list[click.Command] = []

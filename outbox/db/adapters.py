@@ -1,0 +1,226 @@
+"""The caller's connection, whatever kind it is, as one small interface.
+
+``record()`` and ``push()`` write on the caller's own connection, inside the caller's
+transaction. This module recognises each supported kind, refuses one whose write would
+commit on its own (autocommit outside an explicit transaction) or that is closed, and
+runs named statements on it. It never opens a connection of its own.
+
+Supported: SQLAlchemy ``Connection`` / ``Session`` (sync) and ``AsyncConnection`` /
+``AsyncSession``; psycopg 3 ``Connection`` / ``AsyncConnection``; ``sqlite3.Connection``;
+PyMySQL ``Connection``. Kinds are told apart by module name so the optional drivers are
+imported only when the caller uses them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from outbox.db.dialect import SQLITE, Dialect, dialect_named
+from outbox.db.sql import Statement
+from outbox.errors import NoActiveTransaction, UnsupportedConnection
+
+Row = tuple[Any, ...]
+_PYMYSQL_IN_TRANS = 1  # SERVER_STATUS_IN_TRANS
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A caller's connection, ready to run our named statements."""
+
+    dialect: Dialect
+    run: Callable[[Statement, Mapping[str, Any]], list[Row]]
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncTarget:
+    dialect: Dialect
+    run: Callable[[Statement, Mapping[str, Any]], Awaitable[list[Row]]]
+
+
+def _module(obj: object) -> str:
+    return type(obj).__module__
+
+
+@cache
+def _text(sql: str) -> Any:
+    from sqlalchemy import text
+
+    return text(sql)
+
+
+def adapt(conn: object) -> Target:
+    """Recognise a sync connection and check that a write would join a transaction."""
+    if isinstance(conn, sqlite3.Connection):
+        _check_dbapi(conn)
+        return Target(SQLITE, _run_sqlite(conn))
+    mod = _module(conn)
+    if mod.startswith("sqlalchemy."):
+        sa_conn = _sa_connection(conn)
+        dialect = dialect_named(sa_conn.dialect.name)
+        _check_dbapi(sa_conn.connection.dbapi_connection)
+
+        def run_sa(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
+            result = sa_conn.execute(_text(stmt.named), params)
+            return [tuple(r) for r in result.fetchall()] if result.returns_rows else []
+
+        return Target(dialect, run_sa)
+    if mod.startswith("psycopg") and hasattr(conn, "pgconn"):
+        _check_dbapi(conn)
+        return Target(dialect_named("postgresql"), _run_dbapi(conn))
+    if mod.startswith("pymysql"):
+        _check_dbapi(conn)
+        return Target(dialect_named("mysql"), _run_dbapi(conn))
+    raise UnsupportedConnection(_unsupported(conn))
+
+
+async def adapt_async(conn: object) -> AsyncTarget:
+    """Recognise an async connection and check that a write would join a transaction."""
+    mod = _module(conn)
+    if mod.startswith("sqlalchemy."):
+        sa_conn = await _sa_async_connection(conn)
+        dialect = dialect_named(sa_conn.dialect.name)
+        raw = await sa_conn.get_raw_connection()
+        _check_dbapi(raw.dbapi_connection)
+
+        async def run_sa(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
+            result = await sa_conn.execute(_text(stmt.named), params)
+            return [tuple(r) for r in result.fetchall()] if result.returns_rows else []
+
+        return AsyncTarget(dialect, run_sa)
+    if mod.startswith("psycopg") and hasattr(conn, "pgconn"):
+        _check_dbapi(conn)
+
+        async def run_pg(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
+            cur = await conn.execute(stmt.driver, params)  # type: ignore[attr-defined]
+            return list(await cur.fetchall()) if cur.description else []
+
+        return AsyncTarget(dialect_named("postgresql"), run_pg)
+    raise UnsupportedConnection(_unsupported(conn, is_async=True))
+
+
+def _sa_connection(conn: Any) -> Any:
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.orm import Session
+
+    if isinstance(conn, Session):
+        conn = conn.connection()
+    if not isinstance(conn, Connection):
+        raise UnsupportedConnection(_unsupported(conn))
+    if conn.closed or conn.invalidated:
+        raise NoActiveTransaction("the SQLAlchemy connection is closed")
+    return conn
+
+
+async def _sa_async_connection(conn: Any) -> Any:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+    if isinstance(conn, AsyncSession):
+        conn = await conn.connection()
+    if not isinstance(conn, AsyncConnection):
+        raise UnsupportedConnection(_unsupported(conn, is_async=True))
+    if conn.closed or conn.invalidated:
+        raise NoActiveTransaction("the SQLAlchemy connection is closed")
+    return conn
+
+
+def _check_dbapi(raw: Any) -> None:
+    """Raise ``NoActiveTransaction`` when a write on ``raw`` would commit on its own."""
+    driver = getattr(raw, "driver_connection", None)  # SQLAlchemy's async adapters
+    if driver is not None and driver is not raw:
+        if getattr(raw, "autocommit", False) is True and not _driver_in_transaction(driver):
+            raise NoActiveTransaction(_AUTOCOMMIT)
+        if _module(driver).startswith(("psycopg", "aiosqlite")):
+            _check_dbapi(driver)
+        return
+    if isinstance(raw, sqlite3.Connection) or _module(raw).startswith("aiosqlite"):
+        _check_sqlite(raw)
+        return
+    mod = _module(raw)
+    if mod.startswith("psycopg"):
+        from psycopg.pq import TransactionStatus
+
+        if raw.closed:
+            raise NoActiveTransaction("the psycopg connection is closed")
+        status = raw.info.transaction_status
+        if status == TransactionStatus.INERROR:
+            raise NoActiveTransaction(
+                "the connection's transaction has failed; roll it back and start again"
+            )
+        if raw.autocommit and status == TransactionStatus.IDLE:
+            raise NoActiveTransaction(_AUTOCOMMIT)
+        return
+    if mod.startswith("pymysql"):
+        if not raw.open:
+            raise NoActiveTransaction("the PyMySQL connection is closed")
+        if raw.get_autocommit() and not raw.server_status & _PYMYSQL_IN_TRANS:
+            raise NoActiveTransaction(_AUTOCOMMIT)
+
+
+def _check_sqlite(raw: Any) -> None:
+    try:
+        in_tx = raw.in_transaction
+    except sqlite3.ProgrammingError:
+        raise NoActiveTransaction("the sqlite3 connection is closed") from None
+    if isinstance(raw, sqlite3.Connection):
+        try:
+            raw.total_changes  # noqa: B018 - raises on a closed connection
+        except sqlite3.ProgrammingError:
+            raise NoActiveTransaction("the sqlite3 connection is closed") from None
+    if in_tx:
+        return
+    if getattr(raw, "autocommit", None) is True or raw.isolation_level is None:
+        raise NoActiveTransaction(_AUTOCOMMIT)
+
+
+def _driver_in_transaction(driver: Any) -> bool:
+    mod = _module(driver)
+    if mod.startswith("psycopg"):
+        from psycopg.pq import TransactionStatus
+
+        return bool(driver.info.transaction_status == TransactionStatus.INTRANS)
+    if mod.startswith("asyncpg"):
+        return bool(driver.is_in_transaction())
+    return bool(getattr(driver, "in_transaction", False))
+
+
+def _run_sqlite(conn: sqlite3.Connection) -> Callable[[Statement, Mapping[str, Any]], list[Row]]:
+    def run(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
+        cur = conn.execute(stmt.driver, params)
+        try:
+            return cur.fetchall() if cur.description else []
+        finally:
+            cur.close()
+
+    return run
+
+
+def _run_dbapi(conn: Any) -> Callable[[Statement, Mapping[str, Any]], list[Row]]:
+    def run(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
+        cur = conn.cursor()
+        try:
+            cur.execute(stmt.driver, params)
+            return list(cur.fetchall()) if cur.description else []
+        finally:
+            cur.close()
+
+    return run
+
+
+_AUTOCOMMIT = (
+    "the connection is in autocommit mode outside a transaction, so the intent would "
+    "commit on its own; begin a transaction first"
+)
+
+
+def _unsupported(conn: object, is_async: bool = False) -> str:
+    kinds = (
+        "SQLAlchemy AsyncConnection/AsyncSession or psycopg AsyncConnection"
+        if is_async
+        else "SQLAlchemy Connection/Session, psycopg Connection, sqlite3.Connection "
+        "or PyMySQL Connection"
+    )
+    return f"cannot write on a {type(conn).__module__}.{type(conn).__name__}; expected a {kinds}"

@@ -1,0 +1,294 @@
+"""Our own database connections: the relay's, the worker's, the CLI's.
+
+``Database`` turns a URL into connections; ``Connection`` runs named statements and
+owns the one transaction-and-retry loop (``transact``) that every internal,
+database-only transaction of the project goes through.
+
+Connections sit in autocommit mode outside ``transaction()``: a lone read commits at
+once instead of leaving a session idle in a transaction. ``transaction()`` opens an
+explicit one (``BEGIN IMMEDIATE`` on SQLite, so the writer lock is taken up front and
+a busy database shows up at BEGIN, where retrying is safe).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import orjson
+import structlog
+from sqlalchemy.engine import URL, make_url
+
+from outbox.db.dialect import MYSQL, POSTGRESQL, SQLITE, Dialect
+from outbox.db.errors import is_retryable
+from outbox.db.sql import Statement, queries
+from outbox.errors import ConfigurationError, DatabaseError, OutboxError
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+
+MAX_ATTEMPTS = 4
+RETRY_BASE_S = 0.02
+RETRY_CAP_S = 0.5
+SQLITE_BUSY_TIMEOUT_MS = 5_000
+ACCEPTED_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb")
+
+log = structlog.get_logger("outbox.db")
+
+
+def _sqlite_sha256(text: str | None) -> str | None:
+    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Connection:
+    """One raw DB-API connection with its dialect's named statements."""
+
+    def __init__(self, raw: Any, dialect: Dialect) -> None:
+        self.raw = raw
+        self.dialect = dialect
+        self._sql = queries(dialect)
+        self._in_tx = False
+
+    def statement(self, name: str) -> Statement:
+        try:
+            return self._sql[name]
+        except KeyError:
+            raise KeyError(f"no query {name!r} for {self.dialect.name}") from None
+
+    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        """Run the named statement; return its rows (empty when it returns none)."""
+        cur = self._run(self.statement(name).driver, params)
+        try:
+            return list(cur.fetchall()) if cur.description else []
+        finally:
+            cur.close()
+
+    def execute_count(self, name: str, params: Mapping[str, Any] | None = None) -> int:
+        """Run the named statement; return how many rows it changed."""
+        cur = self._run(self.statement(name).driver, params)
+        try:
+            return int(cur.rowcount)
+        finally:
+            cur.close()
+
+    def execute_sql(
+        self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None
+    ) -> list[Row]:
+        """Run driver-style SQL that is not a named statement (DDL, probes)."""
+        cur = self.raw.cursor()
+        try:
+            if params is None:
+                cur.execute(sql)
+            else:
+                cur.execute(sql, params)
+            return list(cur.fetchall()) if cur.description else []
+        finally:
+            cur.close()
+
+    def _run(self, sql: str, params: Mapping[str, Any] | None) -> Any:
+        cur = self.raw.cursor()
+        if params is None:
+            cur.execute(sql)
+        else:
+            cur.execute(sql, self._adapt(params))
+        return cur
+
+    def _adapt(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        # SQLite has no arrays: lists travel as JSON text, read back with json_each().
+        if self.dialect is SQLITE and any(isinstance(v, (list, tuple)) for v in params.values()):
+            return {
+                k: orjson.dumps(v).decode() if isinstance(v, (list, tuple)) else v
+                for k, v in params.items()
+            }
+        return params
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """One explicit transaction: commit on success, roll back on any exception."""
+        if self._in_tx:
+            raise RuntimeError("transactions do not nest")
+        self._begin()
+        self._in_tx = True
+        try:
+            yield self
+        except BaseException:
+            self._in_tx = False
+            self._rollback_quietly()
+            raise
+        self._in_tx = False
+        self._commit()
+
+    def transact(self, fn: Callable[[Connection], T], *, operation: str) -> T:
+        """Run ``fn`` in a transaction, retrying confirmed deadlocks and BUSY.
+
+        At most ``MAX_ATTEMPTS`` in all, each after a rollback and a fully jittered
+        exponential pause. Anything else, including a connection lost during COMMIT,
+        propagates as ``DatabaseError``: the next run reads the durable state.
+        """
+        attempt = 1
+        while True:
+            try:
+                with self.transaction():
+                    return fn(self)
+            except OutboxError:
+                raise
+            except Exception as exc:
+                if not is_retryable(exc) or attempt >= MAX_ATTEMPTS:
+                    raise translate(exc, operation) from exc
+                pause = random.uniform(0, min(RETRY_CAP_S, RETRY_BASE_S * 2**attempt))
+                log.warning(
+                    "db.retry",
+                    operation=operation,
+                    attempt=attempt,
+                    error=type(exc).__name__,
+                    pause_ms=round(pause * 1000, 1),
+                )
+                time.sleep(pause)
+                attempt += 1
+
+    def _begin(self) -> None:
+        if self.dialect is SQLITE:
+            self.raw.execute("BEGIN IMMEDIATE")
+        elif self.dialect is MYSQL:
+            self.raw.begin()
+        else:
+            self.raw.execute("BEGIN")
+
+    def _commit(self) -> None:
+        if self.dialect is SQLITE or self.dialect is POSTGRESQL:
+            self.raw.execute("COMMIT")
+        else:
+            self.raw.commit()
+
+    def _rollback_quietly(self) -> None:
+        try:
+            if self.dialect is MYSQL:
+                self.raw.rollback()
+            else:
+                self.raw.execute("ROLLBACK")
+        except Exception:  # the connection may be gone; the database rolls back for us
+            log.debug("db.rollback_failed")
+
+    def close(self) -> None:
+        try:
+            self.raw.close()
+        except Exception:
+            log.debug("db.close_failed")
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def translate(exc: BaseException, operation: str) -> DatabaseError:
+    """A ``DatabaseError`` naming the operation and the driver's error class and code.
+
+    The driver's own message is left on ``__cause__``: it can quote row values.
+    """
+    code = getattr(exc, "sqlstate", None) or getattr(exc, "sqlite_errorname", None)
+    if code is None and type(exc).__module__.startswith("pymysql") and exc.args:
+        code = exc.args[0]
+    suffix = f" ({code})" if code else ""
+    return DatabaseError(f"{operation} failed: {type(exc).__name__}{suffix}")
+
+
+class Database:
+    """Where the data lives, parsed from a URL; hands out ``Connection`` objects.
+
+    Accepted: ``sqlite:///path.db`` (``sqlite://`` is in memory),
+    ``postgresql://user:pw@host:port/db`` (psycopg 3), ``mysql://`` or ``mariadb://``
+    (PyMySQL). A ``+driver`` suffix is accepted and ignored.
+    """
+
+    def __init__(self, url: str, *, sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
+        self.url = parse_url(url)
+        self.dialect = _dialect_of(self.url)
+        self.sqlite_busy_timeout_ms = sqlite_busy_timeout_ms
+
+    def describe(self) -> str:
+        """The URL with any password hidden, for messages and logs."""
+        return self.url.render_as_string(hide_password=True)
+
+    def connect(self) -> Connection:
+        try:
+            raw = self._connect_raw()
+        except OutboxError:
+            raise
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DatabaseError(f"cannot connect to {self.describe()}: {first}") from exc
+        return Connection(raw, self.dialect)
+
+    def _connect_raw(self) -> Any:
+        u = self.url
+        if self.dialect is SQLITE:
+            path = u.database or ":memory:"
+            raw = sqlite3.connect(
+                path,
+                isolation_level=None,
+                timeout=self.sqlite_busy_timeout_ms / 1000,
+                check_same_thread=False,
+            )
+            raw.execute("PRAGMA journal_mode=WAL")
+            raw.execute(f"PRAGMA busy_timeout={int(self.sqlite_busy_timeout_ms)}")
+            raw.create_function("outbox_sha256", 1, _sqlite_sha256, deterministic=True)
+            return raw
+        if self.dialect is POSTGRESQL:
+            import psycopg
+
+            params: dict[str, Any] = {k: str(v) for k, v in u.query.items()}
+            params.setdefault("application_name", "outbox")
+            return psycopg.connect(
+                host=u.host or None,
+                port=u.port,
+                user=u.username,
+                password=u.password,
+                dbname=u.database,
+                autocommit=True,
+                **params,
+            )
+        import pymysql
+
+        raw = pymysql.connect(
+            host=u.host or "localhost",
+            port=u.port or 3306,
+            user=u.username or "root",
+            password=u.password or "",
+            database=u.database,
+            autocommit=True,
+            charset="utf8mb4",
+        )
+        # Gap locks under REPEATABLE READ turn concurrent claims into deadlocks.
+        with raw.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        return raw
+
+
+def parse_url(url: str) -> URL:
+    try:
+        return make_url(url)
+    except Exception as exc:
+        raise ConfigurationError(
+            "cannot parse the database URL; expected e.g. sqlite:///outbox.db or "
+            "postgresql://user@host/db"
+        ) from exc
+
+
+def _dialect_of(url: URL) -> Dialect:
+    scheme = url.drivername.split("+", 1)[0]
+    if scheme == "sqlite":
+        return SQLITE
+    if scheme in ("postgresql", "postgres"):
+        return POSTGRESQL
+    if scheme in ("mysql", "mariadb"):
+        return MYSQL
+    raise ConfigurationError(
+        f"unsupported database URL scheme {scheme!r}; accepted: {', '.join(ACCEPTED_SCHEMES)}"
+    )

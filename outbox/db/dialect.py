@@ -1,0 +1,39 @@
+"""The three SQL dialects and what each can do.
+
+Code asks a capability (``supports_skip_locked``) rather than testing a dialect's name,
+so a fourth dialect means one new entry here, not a hunt through the code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+DialectName = Literal["sqlite", "postgresql", "mysql"]
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    name: DialectName
+    supports_skip_locked: bool
+    supports_listen: bool
+    supports_returning: bool
+    transactional_ddl: bool
+    # The driver's parameter style: "named" (:name) or "pyformat" (%(name)s).
+    paramstyle: Literal["named", "pyformat"]
+
+
+SQLITE = Dialect("sqlite", False, False, True, True, "named")
+POSTGRESQL = Dialect("postgresql", True, True, True, True, "pyformat")
+MYSQL = Dialect("mysql", True, False, False, False, "pyformat")
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (SQLITE, POSTGRESQL, MYSQL)}
+
+
+def dialect_named(name: str) -> Dialect:
+    """The dialect for a SQLAlchemy-style name (``mariadb`` is ``mysql``)."""
+    key = "mysql" if name == "mariadb" else name
+    try:
+        return DIALECTS[key]
+    except KeyError:
+        raise ValueError(f"unknown dialect {name!r}; expected one of {sorted(DIALECTS)}") from None

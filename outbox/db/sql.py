@@ -1,0 +1,59 @@
+"""Named SQL, one folder per dialect: ``outbox/schemas/<dialect>/*.sql``.
+
+Each file holds statements headed by ``-- name: NAME``; comment lines after the header
+say what the statement is for. Statements use ``:name`` placeholders; ``Queries``
+converts them once, at load, to the driver's own style, so the hot path does no
+string work. Only ``outbox.db`` reads these files.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from outbox.db.dialect import Dialect
+
+_HEADER = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
+_PLACEHOLDER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    name: str
+    named: str  # with :name placeholders (sqlite3, SQLAlchemy text())
+    driver: str  # in the dialect's driver paramstyle
+
+
+def to_pyformat(sql: str) -> str:
+    """``:name`` → ``%(name)s``, doubling literal ``%`` first."""
+    return _PLACEHOLDER.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+def parse(text: str, dialect: Dialect) -> dict[str, Statement]:
+    """Split one ``.sql`` file into its named statements."""
+    out: dict[str, Statement] = {}
+    parts = _HEADER.split(text)
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
+        sql = "\n".join(lines).strip().rstrip(";").strip()
+        if name in out:
+            raise ValueError(f"query {name!r} is defined twice")
+        driver = sql if dialect.paramstyle == "named" else to_pyformat(sql)
+        out[name] = Statement(name, sql, driver)
+    return out
+
+
+@cache
+def queries(dialect: Dialect) -> dict[str, Statement]:
+    """Every named statement of ``dialect``, from all of its ``.sql`` files."""
+    folder = resources.files("outbox.schemas") / dialect.name
+    out: dict[str, Statement] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".sql"):
+            for name, stmt in parse(entry.read_text(encoding="utf-8"), dialect).items():
+                if name in out:
+                    raise ValueError(f"query {name!r} is defined twice for {dialect.name}")
+                out[name] = stmt
+    return out

@@ -1,0 +1,79 @@
+"""The errors `outbox` raises.
+
+One root, so an application can catch everything of ours in one place::
+
+    OutboxError
+     ├── InvalidKey            (also ValueError)  the idempotency key breaks a rule
+     ├── InvalidJob            (also ValueError)  name, queue, payload or limits break a rule
+     ├── IdempotencyConflict                      the key was used for another job
+     ├── NoActiveTransaction                      the write would commit on its own, or the
+     │                                            connection is closed
+     ├── RetryTransaction                         the database aborted the caller's transaction
+     │                                            (deadlock / serialisation failure); run it again
+     ├── UnsupportedConnection                    record() was given something it cannot write on
+     ├── ConfigurationError                       a database URL or setting we cannot use
+     ├── DatabaseError                            a database operation failed (driver error kept
+     │                                            as __cause__)
+     └── PermanentFailure                         raised by a handler: dead-letter at once
+
+Input errors are ``ValueError`` too; state errors are not. Messages name what is wrong and
+never repeat a payload.
+"""
+
+from __future__ import annotations
+
+
+class OutboxError(Exception):
+    """Root of every error raised by outbox."""
+
+
+class InvalidKey(OutboxError, ValueError):
+    """The idempotency key is not 1-200 bytes of printable ASCII, or uses a reserved prefix."""
+
+
+class InvalidJob(OutboxError, ValueError):
+    """The job's name, queue, payload or limits break a rule."""
+
+
+class IdempotencyConflict(OutboxError):
+    """The key was already recorded for a different job.
+
+    The caller should let its business transaction roll back.
+    """
+
+    def __init__(self, message_id: str) -> None:
+        self.message_id = message_id
+        super().__init__(
+            f"the key is already recorded (message {message_id}) with a different job; "
+            "roll the transaction back"
+        )
+
+
+class NoActiveTransaction(OutboxError):
+    """The connection would commit the write on its own, or it is closed."""
+
+
+class RetryTransaction(OutboxError):
+    """The database aborted the caller's transaction (deadlock or serialisation failure).
+
+    Nothing of the transaction was kept: run the whole transaction again.
+    """
+
+
+class UnsupportedConnection(OutboxError, TypeError):
+    """record() was given an object that is not a supported connection."""
+
+
+class ConfigurationError(OutboxError):
+    """A database URL or setting that outbox cannot use."""
+
+
+class PermanentFailure(OutboxError):
+    """Raised by a job handler: the job cannot succeed, dead-letter it without retrying."""
+
+
+class DatabaseError(OutboxError):
+    """A database operation failed for a reason that is not safe to retry here.
+
+    The driver's exception is kept as ``__cause__``; the message names the operation.
+    """

@@ -1,0 +1,214 @@
+"""The job value type: validation, normalisation, key digest and fingerprint.
+
+Everything here is pure (no database), so the same rules hold whichever connection
+records a job, and the relay can re-check a stored row with the very same functions.
+
+Fingerprint layout (version 1), chosen so SQL can recompute it
+(PostgreSQL ``sha256()``, MariaDB ``SHA2(..., 256)``, SQLite through a registered
+function)::
+
+    hex(sha256(utf8("v1" LF job_name LF queue LF max_attempts LF available_at LF payload)))
+
+- ``LF`` is one byte 0x0A; names cannot contain it (see ``NAME_PATTERN``).
+- ``max_attempts``: decimal digits, or empty when ``None``.
+- ``available_at``: the *given* availability as decimal integer milliseconds since the
+  UNIX epoch, or empty when immediate (0). It is what the outbox row stores.
+- ``payload``: the canonical JSON text (``canonical_json``), exactly as stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from outbox.errors import InvalidJob, InvalidKey
+
+MAX_PAYLOAD_BYTES = 65_535
+MAX_DEPTH = 64
+MAX_KEY_BYTES = 200
+MAX_ATTEMPTS_LIMIT = 1_000
+RESERVED_KEY_PREFIX = "schedule:"
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+_KEY_PATTERN = re.compile(r"[\x20-\x7e]{1,200}")
+_JSON_SCALARS = (str, int, float, type(None))
+_MAX_INT = 2**63 - 1
+_MIN_INT = -(2**63)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What to run: a registered handler ``name``, its JSON ``payload`` and its ``queue``.
+
+    ``max_attempts=None`` defers to the registry's setting for the name when the job runs.
+    The payload is validated when the job is recorded or pushed, not here, so a ``Job``
+    can be built before the caller knows whether it will be used.
+    """
+
+    name: str
+    payload: Any = None
+    queue: str = "default"
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NormalJob:
+    """A validated job: names checked, payload as canonical JSON text."""
+
+    name: str
+    queue: str
+    payload_json: str
+    max_attempts: int | None
+
+
+def check_name(value: object, what: str) -> str:
+    """Return ``value`` if it is a valid job or queue name, else raise ``InvalidJob``."""
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
+        raise InvalidJob(
+            f"{what} must be 1-200 characters of A-Z a-z 0-9 _ . : - (got {_describe(value)})"
+        )
+    return value
+
+
+def check_max_attempts(value: object) -> int | None:
+    """Return a valid ``max_attempts`` (``None`` or 1..1000), else raise ``InvalidJob``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidJob(f"max_attempts must be an int or None (got {type(value).__name__})")
+    if not 1 <= value <= MAX_ATTEMPTS_LIMIT:
+        raise InvalidJob(f"max_attempts must be between 1 and {MAX_ATTEMPTS_LIMIT} (got {value})")
+    return value
+
+
+def normalise(job: Job) -> NormalJob:
+    """Validate ``job`` and return it with its payload as canonical JSON text."""
+    if not isinstance(job, Job):
+        raise InvalidJob(f"expected an outbox.Job (got {type(job).__name__})")
+    return NormalJob(
+        name=check_name(job.name, "job name"),
+        queue=check_name(job.queue, "queue name"),
+        payload_json=canonical_json(job.payload),
+        max_attempts=check_max_attempts(job.max_attempts),
+    )
+
+
+def canonical_json(payload: Any) -> str:
+    """Encode ``payload`` as canonical JSON: object keys sorted, tuples as arrays.
+
+    Only JSON values are accepted (dict with str keys, list, tuple, str, int, float, bool,
+    None); everything orjson would quietly convert (datetimes, dataclasses, NaN as null)
+    is refused, so what is stored is exactly what the caller meant.
+    """
+    _check_value(payload, depth=0)
+    try:
+        encoded = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError as exc:
+        raise InvalidJob(f"payload cannot be encoded as JSON: {exc}") from exc
+    if len(encoded) > MAX_PAYLOAD_BYTES:
+        raise InvalidJob(
+            f"payload is {len(encoded)} bytes as JSON; the limit is {MAX_PAYLOAD_BYTES}"
+        )
+    return encoded.decode()
+
+
+def _check_value(value: Any, depth: int) -> None:
+    if isinstance(value, (dict, list, tuple)):
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise InvalidJob(f"payload nests deeper than {MAX_DEPTH} arrays/objects")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise InvalidJob(
+                        f"payload object keys must be strings (got {type(key).__name__})"
+                    )
+                _check_value(item, depth)
+        else:
+            for item in value:
+                _check_value(item, depth)
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidJob("payload contains NaN or Infinity, which JSON cannot represent")
+        return
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not _MIN_INT <= value <= _MAX_INT:
+            raise InvalidJob("payload contains an integer outside the 64-bit range")
+        return
+    if not isinstance(value, _JSON_SCALARS):
+        raise InvalidJob(f"payload contains a {type(value).__name__}, which is not a JSON value")
+
+
+def key_digest(key: object) -> str:
+    """Validate an idempotency key; return its SHA-256 digest (hex), all that is stored."""
+    if not isinstance(key, str) or not _KEY_PATTERN.fullmatch(key):
+        raise InvalidKey(
+            "key must be 1-200 bytes of printable ASCII (0x20-0x7E)"
+            f" (got {_describe(key, show=False)})"
+        )
+    if key.startswith(RESERVED_KEY_PREFIX):
+        raise InvalidKey(f"the key prefix {RESERVED_KEY_PREFIX!r} is reserved for the scheduler")
+    return hashlib.sha256(key.encode("ascii")).hexdigest()
+
+
+def scheduler_key_digest(key: str) -> str:
+    """Digest for the scheduler's own ``schedule:`` keys, which record() refuses."""
+    if not key.startswith(RESERVED_KEY_PREFIX) or not _KEY_PATTERN.fullmatch(key):
+        raise InvalidKey("scheduler keys start with 'schedule:' and are printable ASCII")
+    return hashlib.sha256(key.encode("ascii")).hexdigest()
+
+
+def availability_ms(available_at: object) -> int | None:
+    """The given availability as integer UNIX milliseconds, ``None`` meaning immediate.
+
+    Accepts UNIX seconds (int or float) or an aware ``datetime``; 0 means now.
+    """
+    if isinstance(available_at, datetime):
+        if available_at.tzinfo is None or available_at.utcoffset() is None:
+            raise InvalidJob("available_at must be an aware datetime (it has no time zone)")
+        seconds = available_at.timestamp()
+    elif isinstance(available_at, (int, float)) and not isinstance(available_at, bool):
+        seconds = float(available_at)
+        if not math.isfinite(seconds):
+            raise InvalidJob("available_at must be a finite number of UNIX seconds")
+    else:
+        raise InvalidJob(
+            "available_at must be UNIX seconds (int/float) or an aware datetime"
+            f" (got {type(available_at).__name__})"
+        )
+    if seconds < 0:
+        raise InvalidJob("available_at must not be negative (0 means now)")
+    if seconds > 253_402_300_799:  # 9999-12-31T23:59:59Z
+        raise InvalidJob("available_at is after the year 9999")
+    ms = round(seconds * 1000)
+    return ms or None
+
+
+def fingerprint(job: NormalJob, available_at_ms: int | None) -> str:
+    """SHA-256 (hex) over the layout in the module docstring."""
+    parts = (
+        "v1",
+        job.name,
+        job.queue,
+        "" if job.max_attempts is None else str(job.max_attempts),
+        "" if available_at_ms is None else str(available_at_ms),
+        job.payload_json,
+    )
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _describe(value: object, show: bool = True) -> str:
+    if not isinstance(value, str):
+        return type(value).__name__
+    if not value:
+        return "an empty string"
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if show and size <= 60 and value.isprintable():
+        return repr(value)
+    return f"a {size}-byte string"

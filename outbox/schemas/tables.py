@@ -1,0 +1,134 @@
+"""The tables, defined once and rendered per dialect.
+
+This is the single source of truth for the schema: migrations and
+``outbox migrate --sql`` compile these definitions with SQLAlchemy for SQLite,
+PostgreSQL and MariaDB/MySQL, so the three dialects cannot drift apart.
+
+Every time column is BIGINT milliseconds since the UNIX epoch, written from the
+database's own clock (except ``outbox_messages.available_at``, which keeps the
+producer's value as given so the fingerprint can be recomputed from the row). One
+integer type compares, indexes and round-trips identically in all three databases.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+
+metadata = MetaData()
+
+# SQLite only makes INTEGER PRIMARY KEY an alias of the rowid; it is 64-bit there anyway.
+_Id = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def _id() -> Column[int]:
+    """BIGINT identity (PostgreSQL), AUTO_INCREMENT (MariaDB), rowid alias (SQLite)."""
+    return Column("id", _Id, Identity(), primary_key=True, autoincrement=True)
+
+
+def _name(column: str, nullable: bool = False) -> Column[str]:
+    return Column(column, String(200), nullable=nullable)
+
+
+messages = Table(
+    "outbox_messages",
+    metadata,
+    _id(),
+    Column("message_id", String(36), nullable=False, unique=True),
+    Column("key_digest", String(64), nullable=False, unique=True),
+    Column("fingerprint", String(64), nullable=False),
+    _name("job_name"),
+    _name("queue"),
+    Column("payload", Text, nullable=True),
+    Column("max_attempts", Integer, nullable=True),
+    Column("available_at", BigInteger, nullable=True),
+    Column("state", String(16), nullable=False, server_default="pending"),
+    Column("created_at", BigInteger, nullable=False),
+    Column("published_at", BigInteger, nullable=True),
+    Column("failed_at", BigInteger, nullable=True),
+    Column("failure_reason", String(64), nullable=True),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
+# The relay scans pending rows oldest first; prune scans published rows by age.
+# Partial indexes where the dialect has them; MariaDB gets the composite equivalent.
+Index(
+    "outbox_messages_pending",
+    messages.c.id,
+    postgresql_where=text("state = 'pending'"),
+    sqlite_where=text("state = 'pending'"),
+).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]
+Index("outbox_messages_state_id", messages.c.state, messages.c.id).ddl_if(dialect="mysql")
+Index(
+    "outbox_messages_published",
+    messages.c.published_at,
+    postgresql_where=text("state = 'published'"),
+    sqlite_where=text("state = 'published'"),
+).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]
+Index("outbox_messages_state_published", messages.c.state, messages.c.published_at).ddl_if(
+    dialect="mysql"
+)
+
+jobs = Table(
+    "outbox_jobs",
+    metadata,
+    _id(),
+    Column("message_id", String(36), nullable=False, unique=True),
+    _name("queue"),
+    _name("job_name"),
+    Column("payload", Text, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=True),
+    Column("available_at", BigInteger, nullable=False),
+    Column("reserved_at", BigInteger, nullable=True),
+    Column("reserved_by", String(200), nullable=True),
+    Column("lease_expires_at", BigInteger, nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("last_error", String(200), nullable=True),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
+# The claim: due jobs of one queue, FIFO by id.
+Index("outbox_jobs_claim", jobs.c.queue, jobs.c.available_at, jobs.c.id)
+
+failed_jobs = Table(
+    "outbox_failed_jobs",
+    metadata,
+    _id(),
+    Column("message_id", String(36), nullable=False, unique=True),
+    _name("queue"),
+    _name("job_name"),
+    Column("payload", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=True),
+    Column("exception_class", String(200), nullable=False),
+    Column("exception_message", Text, nullable=True),
+    Column("exception_trace", Text, nullable=True),
+    Column("failed_at", BigInteger, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
+Index("outbox_failed_jobs_queue", failed_jobs.c.queue, failed_jobs.c.id)
+
+schema_version = Table(
+    "outbox_schema_version",
+    metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("description", String(200), nullable=False),
+    Column("applied_at", BigInteger, nullable=False),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)

@@ -1,0 +1,69 @@
+"""Write protocols shared by the sync and async entry points, free of I/O.
+
+Each function here is a generator: it yields ``(statement name, params)`` and receives
+the rows. ``drive`` and ``drive_async`` run it on a connection. One copy of the logic
+serves ``record`` and ``record_async``, ``push`` and its async twin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from typing import Any
+
+from outbox.db.adapters import AsyncTarget, Target
+from outbox.db.errors import is_retryable
+from outbox.errors import DatabaseError, OutboxError, RetryTransaction
+
+Row = tuple[Any, ...]
+Steps = Generator[tuple[str, Mapping[str, Any]], list[Row], str]
+
+
+def drive(steps: Steps, target: Target, operation: str) -> str:
+    """Run ``steps`` on a sync connection."""
+    from outbox.db.sql import queries
+
+    sql = queries(target.dialect)
+    try:
+        name, params = next(steps)
+        while True:
+            try:
+                rows = target.run(sql[name], params)
+            except OutboxError:
+                raise
+            except Exception as exc:
+                raise _translate(exc, operation) from exc
+            name, params = steps.send(rows)
+    except StopIteration as done:
+        return str(done.value)
+
+
+async def drive_async(steps: Steps, target: AsyncTarget, operation: str) -> str:
+    """Run ``steps`` on an async connection."""
+    from outbox.db.sql import queries
+
+    sql = queries(target.dialect)
+    try:
+        name, params = next(steps)
+        while True:
+            try:
+                rows = await target.run(sql[name], params)
+            except OutboxError:
+                raise
+            except Exception as exc:
+                raise _translate(exc, operation) from exc
+            name, params = steps.send(rows)
+    except StopIteration as done:
+        return str(done.value)
+
+
+def _translate(exc: Exception, operation: str) -> OutboxError:
+    """A deadlock or serialisation failure means the caller's transaction is gone."""
+    if is_retryable(exc):
+        return RetryTransaction(
+            f"{operation}: the database aborted the transaction ({type(exc).__name__}); "
+            "run the whole transaction again"
+        )
+    from outbox.db.connection import translate
+
+    err: DatabaseError = translate(exc, operation)
+    return err

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Start PostgreSQL, MariaDB and NATS on loopback if they are down, then wait until each
+# answers. Safe to run when they are already up.
+set -euo pipefail
+
+wait_for() {  # name, probe command...
+  local name=$1; shift
+  for _ in $(seq 1 60); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 1
+  done
+  echo "services: $name did not come up" >&2
+  return 1
+}
+
+tcp_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+fi
+wait_for postgresql pg_isready -q -h 127.0.0.1 -p 5432
+
+if ! mariadb-admin -h 127.0.0.1 -uroot ping >/dev/null 2>&1; then
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd || true
+fi
+wait_for mariadb mariadb-admin -h 127.0.0.1 -uroot ping
+
+if ! tcp_open 4222; then
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || true
+fi
+wait_for nats tcp_open 4222

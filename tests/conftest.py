@@ -1,0 +1,75 @@
+"""Shared fixtures: one suite runs against every backend.
+
+``db_url`` is an empty database of its own for each test, on each backend in
+``tests.backends.BACKENDS``; ``database`` is the same, migrated; ``conn`` is an
+internal ``outbox.db.Connection`` to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from outbox.db.connection import Connection, Database
+from outbox.schemas import migrate
+from tests import backends
+
+
+@pytest.fixture(scope="session")
+def _servers() -> Iterator[dict[str, Any]]:
+    runs: dict[str, Any] = {}
+    if "postgresql" in backends.BACKENDS:
+        runs["postgresql"] = backends.PgRun()
+    if "mysql" in backends.BACKENDS:
+        runs["mysql"] = backends.MysqlRun()
+    yield runs
+    for run in runs.values():
+        run.close()
+
+
+@pytest.fixture(params=backends.BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def db_url(backend: str, _servers: dict[str, Any], tmp_path: Path) -> Iterator[str]:
+    """An empty database, not yet migrated."""
+    if backend == "sqlite":
+        yield backends.sqlite_url(tmp_path)
+        return
+    run = _servers[backend]
+    url = run.new_url()
+    yield url
+    run.drop_url(url)
+
+
+@pytest.fixture
+def database(db_url: str) -> Database:
+    """A migrated database."""
+    db = Database(db_url)
+    with db.connect() as c:
+        migrate(c)
+    return db
+
+
+@pytest.fixture
+def conn(database: Database) -> Iterator[Connection]:
+    """An internal connection (autocommit outside ``transaction()``)."""
+    c = database.connect()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def app_conn(database: Database, db_url: str) -> Iterator[Any]:
+    """A plain DB-API connection as an application opens it, to the migrated database."""
+    c = backends.raw_connect(db_url)
+    yield c
+    try:
+        c.rollback()
+    finally:
+        c.close()
