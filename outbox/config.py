@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-
 _OFF = ("0", "false", "no", "off")
 
 

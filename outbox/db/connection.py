@@ -12,8 +12,10 @@ a busy database shows up at BEGIN, where retrying is safe).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -43,6 +45,18 @@ log = structlog.get_logger("outbox.db")
 
 def _sqlite_sha256(text: str | None) -> str | None:
     return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def _sqlite_regexp(pattern: str | None, value: str | None) -> bool | None:
+    """SQLite's ``x REGEXP y`` calls ``regexp(y, x)``; it ships no implementation."""
+    if pattern is None or value is None:
+        return None
+    return _compiled(pattern).search(value) is not None
 
 
 class Connection:
@@ -238,7 +252,9 @@ class Database:
             )
             raw.execute("PRAGMA journal_mode=WAL")
             raw.execute(f"PRAGMA busy_timeout={int(self.sqlite_busy_timeout_ms)}")
+            # SQLite lacks these; the relay verifies rows in SQL with them.
             raw.create_function("outbox_sha256", 1, _sqlite_sha256, deterministic=True)
+            raw.create_function("regexp", 2, _sqlite_regexp, deterministic=True)
             return raw
         if self.dialect is POSTGRESQL:
             import psycopg
