@@ -6,8 +6,9 @@ committed intents into the queue; workers run them at least once.
 
 from outbox.errors import PermanentFailure
 from outbox.job import Job
+from outbox.queue.registry import Registry
 from outbox.record import record, record_async
 
 __version__ = "0.1.0"
 
-__all__ = ["Job", "PermanentFailure", "__version__", "record", "record_async"]
+__all__ = ["Job", "PermanentFailure", "Registry", "__version__", "record", "record_async"]

@@ -2,24 +2,49 @@
 
 Time-ordered ids keep the unique index on ``message_id`` append-mostly, so inserts touch
 the right edge of the B-tree instead of random pages. Python 3.11 has no ``uuid.uuid7``.
+
+Within one process ids are strictly increasing (RFC 9562 method 1): the 12-bit
+``rand_a`` field is a counter that starts at a random value below 2048 each millisecond
+and counts up for ids made in the same millisecond; a clock that steps backwards keeps
+the last timestamp. Across processes ids order by millisecond only; the 62 random bits of
+``rand_b`` keep them unique.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 
+_COUNTER_MAX = 0xFFF
+_lock = threading.Lock()
+_last_ms = -1
+_last_counter = 0
+
+
+def _next_stamp() -> tuple[int, int]:
+    """The (millisecond, counter) pair for the next id, never repeating or going back."""
+    global _last_ms, _last_counter
+    now = time.time_ns() // 1_000_000
+    with _lock:
+        if now > _last_ms:
+            _last_ms, _last_counter = now, int.from_bytes(os.urandom(2), "big") & 0x7FF
+        elif _last_counter < _COUNTER_MAX:
+            _last_counter += 1
+        else:  # 4096 ids in one millisecond: borrow the next one
+            _last_ms, _last_counter = _last_ms + 1, 0
+        return _last_ms, _last_counter
+
 
 def new_message_id() -> str:
-    """A new UUIDv7 string: 48-bit millisecond timestamp, then 74 random bits."""
-    ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
+    """A new UUIDv7 string: 48-bit millisecond timestamp, 12-bit counter, 62 random bits."""
+    ms, counter = _next_stamp()
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76  # version
-    value |= ((rand >> 62) & 0xFFF) << 64  # rand_a, 12 bits
+    value |= counter << 64  # rand_a
     value |= 0b10 << 62  # variant
-    value |= rand & ((1 << 62) - 1)  # rand_b, 62 bits
+    value |= int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)  # rand_b
     return str(uuid.UUID(int=value))
 
 

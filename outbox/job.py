@@ -139,7 +139,7 @@ def _check_value(value: Any, depth: int) -> None:
         return
     if isinstance(value, int) and not isinstance(value, bool):
         if not _MIN_INT <= value <= _MAX_INT:
-            raise InvalidJob("payload contains an integer outside the 64-bit range")
+            raise InvalidJob("payload contains an integer outside the signed 64-bit range")
         return
     if not isinstance(value, _JSON_SCALARS):
         raise InvalidJob(f"payload contains a {type(value).__name__}, which is not a JSON value")
@@ -147,14 +147,29 @@ def _check_value(value: Any, depth: int) -> None:
 
 def key_digest(key: object) -> str:
     """Validate an idempotency key; return its SHA-256 digest (hex), all that is stored."""
-    if not isinstance(key, str) or not _KEY_PATTERN.fullmatch(key):
-        raise InvalidKey(
-            "key must be 1-200 bytes of printable ASCII (0x20-0x7E)"
-            f" (got {_describe(key, show=False)})"
-        )
+    if not isinstance(key, str):
+        raise InvalidKey(f"key must be a str (got {type(key).__name__})")
+    problem = _key_problem(key)
+    if problem is not None:
+        raise InvalidKey(problem)
     if key.startswith(RESERVED_KEY_PREFIX):
         raise InvalidKey(f"the key prefix {RESERVED_KEY_PREFIX!r} is reserved for the scheduler")
     return hashlib.sha256(key.encode("ascii")).hexdigest()
+
+
+def _key_problem(key: str) -> str | None:
+    """What is wrong with ``key``, said without repeating it (it may be long or odd)."""
+    if _KEY_PATTERN.fullmatch(key):
+        return None
+    if not key:
+        return "key is empty; it must be 1-200 bytes of printable ASCII (0x20-0x7E)"
+    for index, char in enumerate(key):
+        if not " " <= char <= "~":
+            return (
+                f"key has a character outside printable ASCII (0x20-0x7E) at index {index}"
+                f" (U+{ord(char):04X})"
+            )
+    return f"key is {len(key)} bytes; the limit is {MAX_KEY_BYTES}"
 
 
 def scheduler_key_digest(key: str) -> str:

@@ -70,7 +70,7 @@ def record_steps(intent: Intent, *, returning: bool, notify: bool) -> Steps:
         # serialisation failure itself: the winner's row is outside our snapshot.
         raise RetryTransaction(
             "record: the key was taken by a concurrent transaction this snapshot cannot "
-            "see; run the whole transaction again"
+            "see; roll the transaction back and run all of it again"
         )
     message_id, stored_fp = str(found[0][0]), found[0][1]
     if message_id == intent.message_id or stored_fp == intent.fingerprint:

@@ -57,11 +57,15 @@ async def drive_async(steps: Steps, target: AsyncTarget, operation: str) -> str:
 
 
 def _translate(exc: Exception, operation: str) -> OutboxError:
-    """A deadlock or serialisation failure means the caller's transaction is gone."""
+    """A deadlock, serialisation failure or busy database dooms the caller's transaction.
+
+    Not every such error has rolled it back already (SQLite BUSY and a MariaDB lock wait
+    timeout undo only the statement), so the message asks for the rollback explicitly.
+    """
     if is_retryable(exc):
         return RetryTransaction(
-            f"{operation}: the database aborted the transaction ({type(exc).__name__}); "
-            "run the whole transaction again"
+            f"{operation}: the database refused the write ({type(exc).__name__}); "
+            "roll the transaction back and run all of it again"
         )
     from outbox.db.connection import translate
 

@@ -5,9 +5,10 @@ transaction. This module recognises each supported kind, refuses one whose write
 commit on its own (autocommit outside an explicit transaction) or that is closed, and
 runs named statements on it. It never opens a connection of its own.
 
-Supported: SQLAlchemy ``Connection`` / ``Session`` (sync) and ``AsyncConnection`` /
-``AsyncSession``; psycopg 3 ``Connection`` / ``AsyncConnection``; ``sqlite3.Connection``;
-PyMySQL ``Connection``. Kinds are told apart by module name so the optional drivers are
+Supported: SQLAlchemy ``Connection`` / ``Session`` / ``scoped_session`` (sync) and
+``AsyncConnection`` / ``AsyncSession`` / ``async_scoped_session``; psycopg 3
+``Connection`` / ``AsyncConnection``; ``sqlite3.Connection``; PyMySQL ``Connection``.
+Kinds are told apart by module name so the optional drivers are
 imported only when the caller uses them.
 """
 
@@ -68,10 +69,10 @@ def adapt(conn: object) -> Target:
             return [tuple(r) for r in result.fetchall()] if result.returns_rows else []
 
         return Target(dialect, run_sa)
-    if mod.startswith("psycopg") and hasattr(conn, "pgconn"):
+    if mod.startswith("psycopg") and _is_psycopg(conn, is_async=False):
         _check_dbapi(conn)
         return Target(dialect_named("postgresql"), _run_dbapi(conn))
-    if mod.startswith("pymysql"):
+    if mod.startswith("pymysql") and _is_pymysql(conn):
         _check_dbapi(conn)
         return Target(dialect_named("mysql"), _run_dbapi(conn))
     raise UnsupportedConnection(_unsupported(conn))
@@ -91,7 +92,7 @@ async def adapt_async(conn: object) -> AsyncTarget:
             return [tuple(r) for r in result.fetchall()] if result.returns_rows else []
 
         return AsyncTarget(dialect, run_sa)
-    if mod.startswith("psycopg") and hasattr(conn, "pgconn"):
+    if mod.startswith("psycopg") and _is_psycopg(conn, is_async=True):
         _check_dbapi(conn)
 
         async def run_pg(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
@@ -102,10 +103,38 @@ async def adapt_async(conn: object) -> AsyncTarget:
     raise UnsupportedConnection(_unsupported(conn, is_async=True))
 
 
+def _is_psycopg(conn: object, *, is_async: bool) -> bool:
+    """A psycopg connection of the wanted kind; the other kind is refused by name.
+
+    A sync call on an ``AsyncConnection`` would only create coroutines that never run
+    (and report nothing found); an async call on a ``Connection`` would run the
+    statement and then fail to await it.
+    """
+    import psycopg
+
+    wanted, other = psycopg.Connection, psycopg.AsyncConnection
+    if is_async:
+        wanted, other = other, wanted  # type: ignore[assignment]
+    if isinstance(conn, other):
+        use = "record()/push()" if is_async else "record_async()/push_async()"
+        raise UnsupportedConnection(
+            f"a psycopg {type(conn).__name__} is {'sync' if is_async else 'async'}; use {use}"
+        )
+    return isinstance(conn, wanted)
+
+
+def _is_pymysql(conn: object) -> bool:
+    from pymysql.connections import Connection
+
+    return isinstance(conn, Connection)
+
+
 def _sa_connection(conn: Any) -> Any:
     from sqlalchemy.engine import Connection
-    from sqlalchemy.orm import Session
+    from sqlalchemy.orm import Session, scoped_session
 
+    if isinstance(conn, scoped_session):  # e.g. Flask-SQLAlchemy's db.session
+        conn = conn()
     if isinstance(conn, Session):
         conn = conn.connection()
     if not isinstance(conn, Connection):
@@ -116,8 +145,10 @@ def _sa_connection(conn: Any) -> Any:
 
 
 async def _sa_async_connection(conn: Any) -> Any:
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
 
+    if isinstance(conn, async_scoped_session):
+        conn = conn()
     if isinstance(conn, AsyncSession):
         conn = await conn.connection()
     if not isinstance(conn, AsyncConnection):

@@ -21,3 +21,102 @@ WITH ins AS (
     RETURNING message_id
 )
 SELECT message_id, pg_notify('outbox_jobs', '') FROM ins;
+
+-- name: queue_now
+-- The database's clock in milliseconds: every job time is compared against it.
+SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+
+-- name: job_claim
+-- Up to :limit due, unheld jobs of one queue, oldest due first, in one statement.
+-- SKIP LOCKED lets concurrent workers take disjoint batches; the clock is read once
+-- (an InitPlan), so the comparison is an index condition on outbox_jobs_claim.
+WITH clock AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms),
+picked AS (
+    SELECT id FROM outbox_jobs
+    WHERE queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT ms FROM clock)
+    ORDER BY available_at, id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox_jobs j
+SET reserved_by = :worker, reserved_at = clock.ms, lease_expires_at = clock.ms + :lease_ms,
+    attempts = j.attempts + 1
+FROM picked, clock
+WHERE j.id = picked.id
+RETURNING j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts, j.max_attempts,
+          j.created_at, j.available_at;
+
+-- name: job_ack
+-- Delete finished jobs, each only while this worker still holds that attempt.
+DELETE FROM outbox_jobs j
+USING unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[])) AS f(id, attempts)
+WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker
+RETURNING j.id;
+
+-- name: job_heartbeat
+-- Renew the leases of every job this worker holds, in one statement.
+UPDATE outbox_jobs j
+SET lease_expires_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint + :lease_ms
+FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[])) AS f(id, attempts)
+WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker;
+
+-- name: job_release_unspent
+-- Give held jobs back without spending their attempt (never started, or unknown name).
+-- A zero delay keeps each job's place in the queue.
+UPDATE outbox_jobs j
+SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL,
+    attempts = j.attempts - 1,
+    available_at = CASE WHEN CAST(:delay_ms AS bigint) > 0
+        THEN (extract(epoch FROM clock_timestamp()) * 1000)::bigint + :delay_ms
+        ELSE j.available_at END,
+    last_error = COALESCE(CAST(:error AS varchar), j.last_error)
+FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[])) AS f(id, attempts)
+WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker;
+
+-- name: job_release
+-- A failed attempt goes back to the queue after :delay_ms; compare-and-set on the holder.
+UPDATE outbox_jobs
+SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL, last_error = :error,
+    available_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint + :delay_ms
+WHERE id = :id AND reserved_by = :holder AND attempts = :attempts;
+
+-- name: job_dead_take
+-- First half of dead-lettering: remove the row while :holder still holds this attempt.
+DELETE FROM outbox_jobs
+WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
+RETURNING message_id, queue, job_name, payload, attempts, max_attempts;
+
+-- name: job_dead_insert
+-- Second half, in the same transaction: the dead letter keeps class, message and trace.
+INSERT INTO outbox_failed_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, exception_class,
+     exception_message, exception_trace, failed_at)
+VALUES
+    (:message_id, :queue, :job_name, :payload, :attempts, :max_attempts, :exception_class,
+     :exception_message, :exception_trace,
+     (extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+
+-- name: job_reap_scan
+-- Held jobs whose lease has expired (their worker died or stalled).
+SELECT id, attempts, max_attempts, reserved_by, job_name
+FROM outbox_jobs
+WHERE reserved_by IS NOT NULL
+  AND lease_expires_at < (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+ORDER BY lease_expires_at
+LIMIT :limit;
+
+-- name: job_reap_release
+-- Back to the queue, only if the lease is still expired and held by the same attempt:
+-- a job acknowledged or renewed since the scan is left alone.
+UPDATE outbox_jobs
+SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL, last_error = :error,
+    available_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
+  AND lease_expires_at < (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+
+-- name: job_reap_take
+-- Dead-letter an expired job at its attempt limit: as job_dead_take, lease still expired.
+DELETE FROM outbox_jobs
+WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
+  AND lease_expires_at < (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+RETURNING message_id, queue, job_name, payload, attempts, max_attempts;

@@ -1,0 +1,164 @@
+"""The table on stdout, ``results/latest.json`` and the PNG chart."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from bench.core import Result, Target
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:,.2f}"
+
+
+def table(results: list[Result]) -> str:
+    lines = []
+    width = max((len(r.case) for r in results), default=20)
+    head = f"{'case':<{width}}  {'unit':<9} {'min':>10} {'median':>10} {'max':>10}  n"
+    scenario = None
+    for r in results:
+        if r.scenario != scenario:
+            scenario = r.scenario
+            lines += ["", f"== {scenario}", head, "-" * len(head)]
+        d = r.as_dict()
+        extra = f"  ({r.note})" if r.note else ""
+        lines.append(
+            f"{r.case:<{width}}  {r.unit:<9} {_fmt(d['min']):>10} "
+            f"{_fmt(d['median']):>10} {_fmt(d['max']):>10}  {len(r.samples)}{extra}"
+        )
+    return "\n".join(lines)
+
+
+def targets_table(targets: list[Target]) -> str:
+    lines = ["", "== targets (ratios of medians, same run)"]
+    for t in targets:
+        verdict = (
+            "info" if math.isinf(t.bound) else {True: "MET", False: "MISSED", None: "n/a"}[t.met]
+        )
+        bound = "" if math.isinf(t.bound) else f" {t.op} {t.bound:g}"
+        value = "-" if t.ratio is None else f"{t.ratio:.2f}"
+        lines.append(f"[{verdict:>6}] {t.label}: {value}{bound}   {t.detail}")
+    return "\n".join(lines)
+
+
+def write_json(
+    path: Path, meta: dict[str, Any], results: list[Result], targets: list[Target], notes: list[str]
+) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "meta": meta,
+        "results": [r.as_dict() for r in results],
+        "targets": [t.as_dict() for t in targets],
+        "notes": notes,
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def _colour(case: str) -> str:
+    if "outbox" in case or "record()" in case:
+        return "#1f77b4"
+    if case.startswith("raw") or " raw " in case:
+        return "#2ca02c"
+    if "plain" in case:
+        return "#2ca02c"
+    return "#ff7f0e"
+
+
+def chart(path: Path, results: list[Result], targets: list[Target], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        if r.samples:
+            groups.setdefault(f"{r.scenario} ({r.unit})", []).append(r)
+    panels = [*groups.items()]
+    n = len(panels) + (1 if targets else 0)
+    heights = [max(1.6, 0.32 * len(rs) + 0.8) for _, rs in panels]
+    if targets:
+        heights.append(max(1.6, 0.32 * len(targets) + 0.8))
+    fig, axes = plt.subplots(
+        n, 1, figsize=(11, sum(heights) + 1), gridspec_kw={"height_ratios": heights}, squeeze=False
+    )
+    for ax, (name, rs) in zip(axes[:, 0], panels, strict=False):
+        _bars(ax, name, rs)
+    if targets:
+        _target_panel(axes[-1, 0], targets)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _bars(ax: Any, name: str, rs: list[Result]) -> None:
+    med = [r.median or 0.0 for r in rs]
+    lo = [m - min(r.samples) for m, r in zip(med, rs, strict=True)]
+    hi = [max(r.samples) - m for m, r in zip(med, rs, strict=True)]
+    y = list(range(len(rs)))
+    ax.barh(y, med, xerr=[lo, hi], color=[_colour(r.case) for r in rs], capsize=3)
+    ax.set_yticks(y, [r.case for r in rs], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_title(
+        f"{name}: median, whiskers min-max "
+        f"({'higher' if rs[0].higher_is_better else 'lower'} is better)",
+        fontsize=9,
+    )
+    ax.tick_params(axis="x", labelsize=7)
+    for yi, m in zip(y, med, strict=True):
+        ax.text(m, yi, f" {_fmt(m)}", va="center", fontsize=7)
+
+
+def _target_panel(ax: Any, targets: list[Target]) -> None:
+    shown = [t for t in targets if t.ratio is not None and not math.isinf(t.bound)]
+    y = list(range(len(shown)))
+    score = [
+        (t.ratio or 0) / t.bound if t.op == ">=" else t.bound / (t.ratio or 1e-9) for t in shown
+    ]
+    ax.barh(y, score, color=["#2ca02c" if t.met else "#d62728" for t in shown])
+    ax.axvline(1.0, color="black", lw=1)
+    ax.set_yticks(y, [f"{t.label} ({t.ratio:.2f})" for t in shown], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_title("targets: value / bound (>= 1 means met)", fontsize=9)
+    ax.tick_params(axis="x", labelsize=7)
+
+
+def markdown(doc: dict[str, Any], chart_path: str) -> str:
+    """The README's Performance section body, rendered from a results document."""
+    meta, m = doc["meta"], doc["meta"]["machine"]
+    out = [
+        f"Measured {meta['when']} with `{meta['command']}` ({meta['rounds']} interleaved "
+        f"rounds, {meta['seconds']:.0f} s) on {m.get('cpus')} CPUs "
+        f"({m.get('cpu', 'unknown CPU')}), {m.get('memory_gib')} GiB, Python "
+        f"{m.get('python')}, PostgreSQL {m.get('postgresql')} with default settings; "
+        "client and server share the machine.",
+        "",
+        f"![benchmark chart]({chart_path})",
+        "",
+        "| scenario | case | unit | min | median | max |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for r in doc["results"]:
+        note = f" ({r['note']})" if r.get("note") else ""
+        out.append(
+            f"| {r['scenario']} | {r['case']}{note} | {r['unit']} | {_fmt(r['min'])} | "
+            f"{_fmt(r['median'])} | {_fmt(r['max'])} |"
+        )
+    out += ["", "| target | value | bound | met |", "| --- | ---: | --- | --- |"]
+    for t in doc["targets"]:
+        bound = "-" if t["bound"] in (None, float("inf")) else f"{t['op']} {t['bound']:g}"
+        met = "info" if bound == "-" else {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
+        value = "-" if t["value"] is None else f"{t['value']:.2f}"
+        out.append(f"| {t['label']} | {value} | {bound} | {met} |")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,177 @@
+"""latency: commit → handler start with an idle relay + worker, and under background load.
+
+The producer commits one probe every interval: a direct ``push`` (commit → worker), or
+a ``record()`` (commit → relay → worker), alternately. Percentiles per round; the
+relay is the CLI a user runs (``outbox relay --watch``), the worker a ``Worker`` in its
+own process; both wake on LISTEN/NOTIFY.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench import servers
+from bench.core import Case, Target
+from bench.data import QUEUE, connect
+from bench.plan import Ctx, Plan
+from bench.procs import ROOT
+from bench.w_latency import PROBE
+from bench.w_outbox import missing
+
+NAME = "latency"
+_seq = itertools.count(1)
+LOAD_PER_S = 1_000
+
+
+class Rig:
+    """The long-running relay and worker (and, when asked, the load generator)."""
+
+    def __init__(self, url: str, sink: Path) -> None:
+        self.url, self.sink = url, sink
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.load: subprocess.Popen[bytes] | None = None
+        self.offset = 0
+        self.seen: dict[int, float] = {}
+
+    def _spawn(self, *args: str) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, PYTHONPATH=str(ROOT), BENCH_LATENCY_FILE=str(self.sink))
+        return subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def start(self) -> None:
+        if self.procs:
+            return
+        cli = ["-m", "outbox", "--database-url", self.url, "--log-level", "warning"]
+        self.procs.append(self._spawn(*cli, "relay", "--watch"))
+        # The worker through its Python API (the `outbox worker` CLI runs the same loop).
+        self.procs.append(
+            self._spawn("-m", "bench.w_outbox", self.url, "bench.w_latency:APP", "8", "10", "0")
+        )
+        self.probe("push", warmup=True)
+
+    def set_load(self, on: bool) -> None:
+        if on and self.load is None:
+            self.load = self._spawn("-m", "bench.w_latency", self.url, str(LOAD_PER_S))
+            time.sleep(1.0)
+        elif not on and self.load is not None:
+            self.load.terminate()
+            self.load.wait()
+            self.load = None
+
+    def probe(self, kind: str, warmup: bool = False) -> float:
+        """Commit one probe; return commit → handler start in ms."""
+        from bench.w_record import app_connect
+        from outbox import Job, record
+        from outbox.queue import push
+
+        if not hasattr(self, "conn"):
+            self.conn, _ = app_connect(self.url)
+        seq = next(_seq)
+        job = Job(PROBE, {"seq": seq, "pad": "x" * 150}, queue=QUEUE)
+        if kind == "push":
+            push(self.conn, job)
+        else:
+            record(self.conn, f"latency:{seq}:{time.time_ns()}", job)
+        self.conn.commit()
+        committed = time.monotonic()
+        return (self._started(seq, 30.0 if warmup else 10.0) - committed) * 1000
+
+    def _started(self, seq: int, timeout: float) -> float:
+        """The handler's start instant, read from its sink (the poll's delay is not counted)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.sink.exists():
+                with self.sink.open() as f:
+                    f.seek(self.offset)
+                    text = f.read()
+                done, _, _ = text.rpartition("\n")
+                self.offset += len(done) + 1 if done else 0
+                for line in done.splitlines():
+                    s, t = line.split()
+                    self.seen[int(s)] = float(t)
+            if seq in self.seen:
+                return self.seen.pop(seq)
+            time.sleep(0.002)
+        raise TimeoutError(f"probe {seq} never started")
+
+    def stop(self) -> None:
+        self.set_load(False)
+        for p in self.procs:
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.procs.clear()
+
+
+def _case(rig: Rig, kind: str, loaded: bool, samples: int, gap_s: float) -> Case:
+    path = "push → handler" if kind == "push" else "record() → relay → handler"
+    label = f"{'loaded' if loaded else 'idle'}: {path}"
+
+    def measure() -> dict[str, float]:
+        rig.start()
+        rig.set_load(loaded)
+        out = []
+        for _ in range(samples):
+            out.append(rig.probe(kind))
+            time.sleep(gap_s)
+        rig.set_load(False)
+        q = statistics.quantiles(out, n=100, method="inclusive")
+        return {"p50": q[49], "p90": q[89], "p99": q[98]}
+
+    return Case(label, measure, unit="ms", higher_is_better=False, pending=missing("worker"))
+
+
+def plan(ctx: Ctx) -> Plan:
+    url = servers.fresh("postgresql", "outbox_bench_latency")
+    connect(url).close()
+    sink = servers.WORK / "latency.log"
+    sink.unlink(missing_ok=True)
+    rig = Rig(url, sink)
+    samples, gap = (200, 0.1) if not ctx.quick else (30, 0.05)
+    p = Plan(after=[rig.stop])
+    for loaded in (False, True):
+        for kind in ("push", "record"):
+            p.cases.append(_case(rig, kind, loaded, samples, gap))
+    p.targets = [
+        Target(
+            "idle push → handler start p50 <= 3 ms",
+            f"{NAME}: idle: push → handler p50",
+            None,
+            "<=",
+            3.0,
+        ),
+        Target(
+            "idle record() → relay → handler p50 <= 5 ms",
+            f"{NAME}: idle: record() → relay → handler p50",
+            None,
+            "<=",
+            5.0,
+        ),
+        Target(
+            "idle record() → relay → handler p99 <= 15 ms",
+            f"{NAME}: idle: record() → relay → handler p99",
+            None,
+            "<=",
+            15.0,
+        ),
+    ]
+    p.notes.append(
+        f"latency: {samples} probes per case per round, one every "
+        f"{gap * 1000:.0f} ms; load = {LOAD_PER_S:,} pushed jobs/s"
+    )
+    return p

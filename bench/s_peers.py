@@ -1,0 +1,228 @@
+"""peers: the same drain and enqueue workloads through pgqueuer, procrastinate and oban-py.
+
+Each system has its own database on the same server; every case is interleaved with
+ours round by round. Slow peers drain fewer jobs per sample (their rate is what counts).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import subprocess
+from collections.abc import Callable
+
+from bench import oban_env, procs, servers, w_pgqueuer, w_procrastinate, w_record
+from bench.core import Case, Target
+from bench.plan import PY, Ctx, Plan, rate
+from bench.procs import Spec
+from bench.s_worker import worker_case
+from bench.w_outbox import missing
+
+NAME = "peers"
+SINGLES = 3_000  # enqueue-one-at-a-time samples: a few seconds for every system
+_tag = itertools.count()
+
+
+def _drain(label: str, prepare: Callable[[], None], specs: list[Spec]) -> Case:
+    def measure() -> float:
+        prepare()
+        o = procs.run(specs)
+        return rate(o.total(), o.elapsed_s)
+
+    return Case(label, measure)
+
+
+def _enqueue(label: str, spec: Spec, before: Callable[[], None] | None = None) -> Case:
+    def measure() -> float:
+        if before:
+            before()
+        o = procs.run([spec])
+        return rate(o.total(), o.elapsed_s)
+
+    return Case(label, measure)
+
+
+def _pgqueuer(ctx: Ctx, n: int) -> list[Case]:
+    url = servers.fresh("postgresql", "pgqueuer_bench")
+    settings = [("asyncpg", 100, 1), ("asyncpg", 100, 2)]
+    if not ctx.quick:
+        settings += [("asyncpg", 10, 1), ("psycopg", 100, 1), ("psycopg", 10, 1)]
+    out = []
+    for driver, batch, k in settings:
+        spec = Spec("bench.w_pgqueuer:drain", {"url": url, "batch": batch, "driver": driver})
+        # Its psycopg driver drains an order of magnitude slower here: fewer jobs.
+        size = n if driver == "asyncpg" else n // 5
+        out.append(
+            _drain(
+                f"drain: pgqueuer {driver}, batch {batch}, {k} proc",
+                functools.partial(w_pgqueuer.prepare, url, size),
+                [spec] * k,
+            )
+        )
+    for mode in ("list",) if ctx.quick else ("single", "list"):
+        m = SINGLES if mode == "single" else n
+        out.append(
+            _enqueue(
+                f"enqueue {mode}: pgqueuer",
+                Spec("bench.w_pgqueuer:enqueue", {"url": url, "n": m, "mode": mode}),
+            )
+        )
+    return out
+
+
+def _procrastinate(ctx: Ctx, n: int) -> list[Case]:
+    url = servers.fresh("postgresql", "procrastinate_bench")
+    out = []
+    for c in (50,) if ctx.quick else (1, 50):
+        spec = Spec("bench.w_procrastinate:drain", {"url": url, "concurrency": c})
+        out.append(
+            _drain(
+                f"drain: procrastinate, concurrency {c}, 1 proc",
+                functools.partial(w_procrastinate.prepare, url, n),
+                [spec],
+            )
+        )
+    if not ctx.quick:
+        for mode in ("single", "list"):
+            out.append(
+                _enqueue(
+                    f"enqueue {mode}: procrastinate",
+                    Spec("bench.w_procrastinate:enqueue", {"url": url, "n": SINGLES, "mode": mode}),
+                )
+            )
+    return out
+
+
+def _oban(ctx: Ctx, n: int) -> tuple[list[Case], str | None]:
+    try:
+        py = oban_env.ensure()
+    except subprocess.CalledProcessError as exc:
+        return [], f"oban-py skipped: making its environment failed ({exc.cmd[-1]})"
+    if py is None:
+        return [], "oban-py skipped: it needs Python >= 3.12 and none was found"
+    url = servers.fresh("postgresql", "oban_bench")
+    out = []
+    for limit in (100,) if ctx.quick else (10, 100):
+
+        def prepare(url: str = url, py: str = py) -> None:
+            procs.run_one("bench.w_oban:prepare", python=py, url=url, n=n)
+
+        spec = Spec("bench.w_oban:drain", {"url": url, "limit": limit, "n": n}, py)
+        out.append(_drain(f"drain: oban-py, limit {limit}, 1 proc", prepare, [spec]))
+    if not ctx.quick:
+        for mode in ("single", "list"):
+            out.append(
+                _enqueue(
+                    f"enqueue {mode}: oban-py",
+                    Spec(
+                        "bench.w_oban:enqueue",
+                        {"url": url, "n": SINGLES if mode == "single" else n, "mode": mode},
+                        py,
+                    ),
+                )
+            )
+    return out, None
+
+
+def _ours(ctx: Ctx, n: int) -> list[Case]:
+    url = servers.fresh("postgresql", "outbox_bench_peers")
+    rec_url = servers.fresh("postgresql", "outbox_bench_peers_rec")
+    out = [
+        worker_case(url, n, k, 16, 100, f"drain: outbox worker, concurrency 16, {k} proc")
+        for k in (1, 2)
+    ]
+    modes = [("record_batch", "list", min(n, 20_000))]
+    if not ctx.quick:
+        modes.insert(0, ("record_single", "single", SINGLES))
+    for mode, kind, m in modes:
+        out.append(
+            _enqueue(
+                f"enqueue {kind}: outbox record()" + (" x100 per txn" if kind == "list" else ""),
+                Spec(
+                    "bench.w_record:producer",
+                    {"url": rec_url, "n": m, "mode": mode, "tag": f"p{next(_tag)}"},
+                    PY,
+                ),
+                before=lambda: w_record.prepare(rec_url),
+            )
+        )
+    return out
+
+
+def plan(ctx: Ctx) -> Plan:
+    n = ctx.size(50_000, 10_000)
+    p = Plan()
+    p.cases += _ours(ctx, n)
+    p.cases += _pgqueuer(ctx, n)
+    p.cases += _procrastinate(ctx, ctx.size(3_000, 300))
+    oban, note = _oban(ctx, ctx.size(10_000, 2_000))
+    p.cases += oban
+    if note:
+        p.notes.append(note)
+    p.targets += _targets(p.cases)
+    p.notes.append(
+        f"peers: outbox and pgqueuer drain {n:,} jobs per sample; procrastinate "
+        f"{ctx.size(3_000, 300):,}; oban-py {ctx.size(10_000, 2_000):,}"
+    )
+    return p
+
+
+def _targets(cases: list[Case]) -> list[Target]:
+    names = [f"{NAME}: {c.name}" for c in cases]
+
+    def pick(*words: str) -> list[str]:
+        return [x for x in names if all(w in x for w in words)]
+
+    peers_drain_1 = [x for x in pick("drain:", "1 proc") if "outbox" not in x]
+    ts = [
+        Target(
+            "drain, 1 proc >= 2x pgqueuer's best 1-proc setting",
+            pick("outbox worker", "1 proc"),
+            pick("pgqueuer", "1 proc"),
+            ">=",
+            2.0,
+        ),
+        Target(
+            "drain, 2 procs >= 1.5x pgqueuer 2 procs",
+            pick("outbox worker", "2 proc"),
+            pick("pgqueuer", "2 proc"),
+            ">=",
+            1.5,
+        ),
+        Target(
+            "drain, 1 proc: ours / best peer",
+            pick("outbox worker", "1 proc"),
+            peers_drain_1,
+            ">=",
+            1.0,
+        ),
+        Target(
+            "batch recording >= 1.3x pgqueuer list enqueue",
+            pick("enqueue list: outbox"),
+            pick("enqueue list: pgqueuer"),
+            ">=",
+            1.3,
+        ),
+        Target(
+            "enqueue list: ours / best peer",
+            pick("enqueue list: outbox"),
+            [x for x in pick("enqueue list:") if "outbox" not in x],
+            ">=",
+            1.0,
+        ),
+    ]
+    single = pick("enqueue single: outbox")
+    if single:
+        ts.append(
+            Target(
+                "enqueue single: ours / best peer",
+                single,
+                [x for x in pick("enqueue single:") if "outbox" not in x],
+                ">=",
+                1.0,
+            )
+        )
+    if missing("worker"):
+        for t in ts[:3]:
+            t.detail = "pending product"
+    return ts

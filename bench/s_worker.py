@@ -1,0 +1,79 @@
+"""worker: drain pre-queued jobs, jobs/s, by processes/concurrency/prefetch, beside raw SQL."""
+
+from __future__ import annotations
+
+from bench import data, procs, servers
+from bench.core import Case, Target
+from bench.plan import Ctx, Plan, rate
+from bench.procs import Spec
+from bench.w_outbox import missing
+
+NAME = "worker"
+
+
+def _remaining(url: str) -> int:
+    conn = data.connect(url, migrate=False)
+    try:
+        return int(conn.execute_sql("SELECT count(*) FROM outbox_jobs")[0][0])
+    finally:
+        conn.close()
+
+
+def _preload(url: str, n: int) -> None:
+    conn = data.connect(url)
+    data.clear(conn)
+    data.load_jobs(conn, n)
+    data.analyze(conn)
+    conn.close()
+
+
+def worker_case(url: str, n: int, procs_n: int, conc: int, prefetch: int, label: str) -> Case:
+    def measure() -> float:
+        _preload(url, n)
+        spec = Spec(
+            "bench.w_outbox:worker", {"url": url, "concurrency": conc, "prefetch": prefetch}
+        )
+        o = procs.run([spec] * procs_n)
+        return rate(n - _remaining(url), o.elapsed_s)
+
+    return Case(label, measure, pending=missing("worker"))
+
+
+def label(procs_n: int, conc: int, prefetch: int) -> str:
+    return f"outbox worker, {procs_n} proc, concurrency {conc}, prefetch {prefetch}"
+
+
+def raw_case(url: str, n: int) -> Case:
+    def measure() -> float:
+        _preload(url, n)
+        o = procs.run_one("bench.w_raw:claim_delete", url=url, batch=100, queue=data.QUEUE)
+        return rate(o.total(), o.elapsed_s)
+
+    return Case("raw claim+delete, batches of 100", measure)
+
+
+SETTINGS_FULL = [(1, 1, 100), (1, 16, 100), (1, 64, 100), (1, 16, 1), (1, 16, 1_000), (2, 16, 100)]
+SETTINGS_QUICK = [(1, 16, 100), (2, 16, 100)]
+
+
+def plan(ctx: Ctx) -> Plan:
+    n = ctx.size(50_000, 10_000)
+    url = servers.fresh(ctx.backend, "outbox_bench_worker")
+    p = Plan()
+    for s in SETTINGS_QUICK if ctx.quick else SETTINGS_FULL:
+        p.cases.append(worker_case(url, n, *s, label(*s)))
+    if ctx.backend == "postgresql":
+        raw_url = servers.fresh(ctx.backend, "outbox_bench_rawclaim")
+        p.cases.append(raw_case(raw_url, n))
+        ours = [f"{NAME}: {c.name}" for c in p.cases if c.name.startswith("outbox worker, 1 ")]
+        p.targets.append(
+            Target(
+                "worker, best 1-process setting >= 0.5x raw claim+delete",
+                ours,
+                [f"{NAME}: raw claim+delete, batches of 100"],
+                ">=",
+                0.5,
+            )
+        )
+    p.notes.append(f"worker: {n:,} queued jobs per sample, no-op handler")
+    return p

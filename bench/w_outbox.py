@@ -1,0 +1,106 @@
+"""Our workloads: the relay handing off preloaded intents, the worker draining jobs."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from bench.data import JOB_NAME, QUEUE
+
+
+def missing(feature: str) -> str | None:
+    """``None`` when the product has ``feature`` (``relay``/``worker``); else why not."""
+    names = {"relay": ("outbox.relay", "Relay"), "worker": ("outbox.queue", "Worker")}
+    module, attr = names[feature]
+    try:
+        if hasattr(importlib.import_module(module), attr):
+            return None
+    except ImportError:
+        pass
+    return "pending product"
+
+
+def relay(url: str, batch: int) -> Callable[[], dict[str, Any]]:
+    from outbox.db.connection import Database
+    from outbox.relay import Relay, RelayConfig
+
+    r = Relay(Database(url), RelayConfig(batch_size=batch))
+    r._connection()  # connect before GO: connecting is not what is measured
+
+    def work() -> dict[str, Any]:
+        totals = r.run()
+        r.close()
+        return {"count": totals.handed_off}
+
+    return work
+
+
+def registry() -> Any:
+    """The benchmark's app: one no-op handler (``--app bench.w_outbox:APP``)."""
+    from outbox import Registry
+
+    reg = Registry()
+
+    @reg.job(JOB_NAME)
+    def noop(payload: Any, ctx: Any) -> None:
+        return None
+
+    return reg
+
+
+def worker(url: str, concurrency: int, prefetch: int) -> Callable[[], dict[str, Any]]:
+    from outbox.db.connection import Database
+    from outbox.queue import Worker, WorkerConfig
+
+    w = Worker(
+        Database(url),
+        registry(),
+        WorkerConfig(
+            queues={QUEUE: None}, concurrency=concurrency, prefetch=prefetch, stop_when_empty=True
+        ),
+    )
+
+    def work() -> dict[str, Any]:
+        result = w.run()
+        return {"count": _count(result)}
+
+    return work
+
+
+def _count(result: Any) -> int:
+    return int(result.succeeded)
+
+
+def serve(url: str, app: str, concurrency: int, prefetch: int, until_empty: bool) -> None:
+    """A worker process until SIGTERM (or until empty), as ``outbox worker`` would run it."""
+    from outbox.db.connection import Database
+    from outbox.queue import Worker, WorkerConfig
+
+    module, _, attr = app.partition(":")
+    reg = getattr(importlib.import_module(module), attr)
+    w = Worker(
+        Database(url),
+        reg,
+        WorkerConfig(
+            queues={QUEUE: None},
+            concurrency=concurrency,
+            prefetch=prefetch,
+            stop_when_empty=until_empty,
+        ),
+    )
+    with w.signals_handled():
+        w.run()
+
+
+def __getattr__(name: str) -> Any:
+    # ``--app bench.w_outbox:APP`` for the CLI worker; built on first use.
+    if name == "APP":
+        return registry()
+    raise AttributeError(name)
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1")

@@ -1,0 +1,71 @@
+"""Raw-SQL baselines on the outbox's own tables: what the database alone can do.
+
+The raw move deletes intents and inserts queue rows in one statement per batch (no
+verification, no tombstones); the raw claim deletes due jobs 100 at a time and reads
+their payloads into Python. Both run on their own database with the same schema and
+indexes as ours, so the difference is what our relay and worker add.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bench.data import connect
+
+MOVE = """
+WITH batch AS (
+    SELECT id FROM outbox_messages WHERE state = 'pending' ORDER BY id LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), moved AS (
+    DELETE FROM outbox_messages m USING batch b WHERE m.id = b.id
+    RETURNING m.message_id, m.queue, m.job_name, m.payload, m.max_attempts
+)
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
+SELECT message_id, queue, job_name, payload, 0, max_attempts,
+       (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+       (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+FROM moved
+"""
+
+CLAIM_DELETE = """
+DELETE FROM outbox_jobs WHERE id IN (
+    SELECT id FROM outbox_jobs
+    WHERE queue = %(queue)s
+      AND available_at <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+    ORDER BY id LIMIT %(n)s FOR UPDATE SKIP LOCKED
+) RETURNING id, job_name, payload
+"""
+
+
+def move(url: str, batch: int) -> Callable[[], dict[str, Any]]:
+    conn = connect(url, migrate=False)
+
+    def work() -> dict[str, Any]:
+        total = 0
+        while True:
+            with conn.raw.cursor() as cur:  # autocommit: one statement, one transaction
+                cur.execute(MOVE, {"n": batch})
+                moved = cur.rowcount
+            if moved <= 0:
+                return {"count": total}
+            total += moved
+
+    return work
+
+
+def claim_delete(url: str, batch: int, queue: str) -> Callable[[], dict[str, Any]]:
+    conn = connect(url, migrate=False)
+
+    def work() -> dict[str, Any]:
+        total = 0
+        while True:
+            with conn.raw.cursor() as cur:
+                cur.execute(CLAIM_DELETE, {"n": batch, "queue": queue})
+                rows = cur.fetchall()
+            if not rows:
+                return {"count": total}
+            total += len(rows)
+
+    return work

@@ -1,0 +1,146 @@
+"""Producer transactions: ``record()`` beside the same bytes into a plain table.
+
+Each workload opens a connection the way an application does (DB-API defaults, an
+implicit transaction) and commits ``n`` producer transactions. The plain variant
+inserts the business row plus the key, job name, queue and JSON payload into a table
+with no constraints beyond its primary key: the floor for writing the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from bench.data import JOB_NAME, QUEUE, connect, payload
+
+NOW_MS = {
+    "postgresql": "(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+    "mysql": "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
+    "sqlite": "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+}
+SERIAL = {
+    "postgresql": "bigserial PRIMARY KEY",
+    "mysql": "BIGINT AUTO_INCREMENT PRIMARY KEY",
+    "sqlite": "INTEGER PRIMARY KEY",
+}
+MODES = (
+    "plain",
+    "byhand",
+    "record",
+    "record_notify",
+    "raw_single",
+    "record_single",
+    "record_batch",
+)
+BATCH = 100
+
+
+def prepare(url: str) -> None:
+    """Fresh outbox tables plus the business and plain tables."""
+    conn = connect(url)
+    d = conn.dialect.name
+    for table in ("bench_business", "bench_plain", "outbox_messages"):
+        conn.execute_sql(
+            f"DROP TABLE IF EXISTS {table}"
+            if table != "outbox_messages"
+            else "DELETE FROM outbox_messages"
+        )
+    conn.execute_sql(
+        f"CREATE TABLE bench_business (id {SERIAL[d]}, note_id BIGINT NOT NULL, "
+        "title VARCHAR(200) NOT NULL, updated_at BIGINT NOT NULL)"
+    )
+    conn.execute_sql(
+        f"CREATE TABLE bench_plain (id {SERIAL[d]}, message_id VARCHAR(36) NOT NULL, "
+        "idem_key VARCHAR(200) NOT NULL, job_name VARCHAR(200) NOT NULL, "
+        "queue VARCHAR(200) NOT NULL, payload TEXT NOT NULL, created_at BIGINT NOT NULL)"
+    )
+    conn.close()
+
+
+def app_connect(url: str) -> tuple[Any, str]:
+    """A connection as an application opens it: implicit transactions, driver defaults."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    scheme = u.drivername.split("+", 1)[0]
+    if scheme == "sqlite":
+        return sqlite3.connect(u.database or ":memory:"), "sqlite"
+    if scheme.startswith("postgres"):
+        import psycopg
+
+        return psycopg.connect(url), "postgresql"
+    import pymysql
+
+    return pymysql.connect(
+        host=u.host,
+        port=u.port or 3306,
+        user=u.username,
+        password=u.password or "",
+        database=u.database,
+        charset="utf8mb4",
+    ), "mysql"
+
+
+def _by_hand_sql(dialect: str, mark: str) -> str:
+    """record()'s row written by hand: the schema's cost without our Python work."""
+    head = (
+        "INSERT INTO outbox_messages (message_id, key_digest, fingerprint, job_name, queue, "
+        f"payload, max_attempts, available_at, state, created_at) VALUES ({mark}, {mark}, "
+        f"{mark}, {mark}, {mark}, {mark}, NULL, NULL, 'pending', {NOW_MS[dialect]})"
+    )
+    if dialect == "mysql":
+        return head + " ON DUPLICATE KEY UPDATE id = id"
+    return head + " ON CONFLICT (key_digest) DO NOTHING RETURNING message_id"
+
+
+def producer(url: str, n: int, mode: str, tag: str) -> Callable[[], dict[str, Any]]:
+    """``n`` producer transactions in ``mode``; the count is of intents written."""
+    from outbox import Job, record
+    from outbox.config import configure
+
+    configure(notify=mode == "record_notify")
+    conn, d = app_connect(url)
+    mark = "?" if d == "sqlite" else "%s"
+    business = (
+        f"INSERT INTO bench_business (note_id, title, updated_at) "
+        f"VALUES ({mark}, {mark}, {NOW_MS[d]})"
+    )
+    plain = (
+        f"INSERT INTO bench_plain (message_id, idem_key, job_name, queue, payload, "
+        f"created_at) VALUES ({mark}, {mark}, {mark}, {mark}, {mark}, {NOW_MS[d]})"
+    )
+
+    by_hand = _by_hand_sql(d, mark)
+
+    def one(cur: Any, i: int) -> None:
+        if mode in ("plain", "raw_single"):
+            body = orjson.dumps(payload(i), option=orjson.OPT_SORT_KEYS).decode()
+            cur.execute(plain, (str(uuid.uuid4()), f"bench:{tag}:{i}", JOB_NAME, QUEUE, body))
+        elif mode == "byhand":
+            body = orjson.dumps(payload(i), option=orjson.OPT_SORT_KEYS).decode()
+            digest = hashlib.sha256(f"bench:{tag}:{i}".encode()).hexdigest()
+            cur.execute(by_hand, (str(uuid.uuid4()), digest, digest, JOB_NAME, QUEUE, body))
+            if cur.description:
+                cur.fetchall()
+        else:
+            record(conn, f"bench:{tag}:{i}", Job(JOB_NAME, payload(i), queue=QUEUE))
+
+    def work() -> dict[str, Any]:
+        cur = conn.cursor()
+        per_txn = BATCH if mode == "record_batch" else 1
+        for t in range(n // per_txn):
+            if mode in ("plain", "byhand", "record", "record_notify"):
+                cur.execute(business, (t, f"note {t}"))
+            for k in range(per_txn):
+                one(cur, t * per_txn + k)
+            conn.commit()
+        cur.close()
+        conn.close()
+        return {"count": (n // per_txn) * per_txn}
+
+    return work

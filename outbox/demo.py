@@ -1,0 +1,149 @@
+"""``outbox demo``: the whole product in one command, on a real database.
+
+Simulated application transactions write a business row and ``record()`` a job intent
+in the same transaction; some roll back, some ask for a later time, some fail once, one
+always fails. The relay hands the committed intents to the queue, a worker runs them
+until the demo's queue is empty, and the summary says what happened to each kind —
+and checks it: no rolled-back intent ran, every committed one ran or is a dead letter.
+
+Each run uses a queue and keys of its own, so running it twice on one database is fine.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import create_engine, text
+
+from outbox.db.connection import Database
+from outbox.job import Job
+from outbox.queue.backoff import Backoff
+from outbox.queue.context import JobContext
+from outbox.queue.registry import Registry
+from outbox.queue.worker import Worker, WorkerConfig, WorkerStats
+from outbox.record import record
+from outbox.relay import Relay
+from outbox.schemas import migrate
+
+ROLLBACK_EVERY = 10
+DELAY_EVERY = 15
+FLAKY_EVERY = 7
+DELAY_S = 2.0
+POISON_ATTEMPTS = 3
+DEMO_BACKOFF = Backoff(base=0.2, cap=1.0)
+_DRIVERS = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql", "sqlite": "sqlite"}
+
+
+@dataclass
+class Tally:
+    """What the simulated application did, and what the handlers saw."""
+
+    committed: set[int] = field(default_factory=set)
+    rolled_back: set[int] = field(default_factory=set)
+    delayed: set[int] = field(default_factory=set)
+    ran: set[int] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def demo_registry(tally: Tally) -> Registry:
+    registry = Registry()
+
+    @registry.job("demo.index_note", backoff=DEMO_BACKOFF)
+    def index_note(payload: dict[str, Any], ctx: JobContext) -> None:
+        if payload.get("flaky") and ctx.attempt == 1:
+            raise ConnectionError("search index briefly unavailable")
+        with tally.lock:
+            tally.ran.add(int(payload["note_id"]))
+
+    @registry.job("demo.poison", max_attempts=POISON_ATTEMPTS, backoff=DEMO_BACKOFF)
+    def poison(payload: Any, ctx: JobContext) -> None:
+        raise ValueError("this job can never succeed")
+
+    return registry
+
+
+def _simulate(database: Database, queue: str, run: str, intents: int, tally: Tally) -> None:
+    engine = create_engine(database.url.set(drivername=_DRIVERS[database.dialect.name]))
+    with engine.begin() as conn:
+        conn.execute(
+            text("CREATE TABLE IF NOT EXISTS demo_notes (run VARCHAR(32), note_id INTEGER)")
+        )
+    for i in range(intents):
+        try:
+            with engine.begin() as conn:
+                conn.execute(text("INSERT INTO demo_notes VALUES (:run, :i)"), {"run": run, "i": i})
+                at = time.time() + DELAY_S if i % DELAY_EVERY == 1 else 0
+                job = Job("demo.index_note", {"note_id": i, "flaky": i % FLAKY_EVERY == 3}, queue)
+                record(conn, f"demo:{run}:note:{i}", job, available_at=at)
+                if i % ROLLBACK_EVERY == 5:
+                    raise _UserCancelled
+        except _UserCancelled:
+            tally.rolled_back.add(i)
+            continue
+        tally.committed.add(i)
+        if at:
+            tally.delayed.add(i)
+    with engine.begin() as conn:
+        record(conn, f"demo:{run}:poison", Job("demo.poison", {"why": "always fails"}, queue))
+    engine.dispose()
+
+
+class _UserCancelled(Exception):
+    """The simulated user cancels: the transaction rolls back, intent and all."""
+
+
+def _drain(database: Database, registry: Registry, queue: str) -> WorkerStats:
+    """Run a worker until the demo's queue is empty (delayed and retried jobs included)."""
+    config = WorkerConfig(queues={queue: 4}, prefetch=50, sleep=0.1, lease=10, listen=False)
+    worker = Worker(database, registry, config)
+    thread = threading.Thread(target=worker.run, name="outbox-demo-worker")
+    thread.start()
+    with database.connect() as conn:
+        while conn.execute_sql(f"SELECT COUNT(*) FROM outbox_jobs WHERE queue = '{queue}'")[0][0]:
+            time.sleep(0.1)
+    worker.stop()
+    thread.join()
+    return worker.stats
+
+
+def run_demo(database: Database, *, intents: int, echo: Callable[[str], None]) -> Tally:
+    run = secrets.token_hex(4)
+    queue = f"demo-{run}"
+    tally = Tally()
+    with database.connect() as conn:
+        migrate(conn)
+    echo(f"outbox demo on {database.describe()} (queue {queue})")
+    began = time.monotonic()
+    _simulate(database, queue, run, intents, tally)
+    echo(f"  {intents} application transactions: {len(tally.committed)} committed with an intent,")
+    echo(f"      {len(tally.rolled_back)} rolled back (their intents vanished with them),")
+    echo("      and one poison job that always fails")
+    totals = Relay(database).run()
+    echo(f"  relay handed off      {totals.handed_off:>4} intents to the queue")
+    stats = _drain(database, demo_registry(tally), queue)
+    _summary(tally, stats, echo)
+    echo(f"  done in {time.monotonic() - began:.1f} s. Try: outbox queue failed; outbox status")
+    return tally
+
+
+def _summary(tally: Tally, stats: WorkerStats, echo: Callable[[str], None]) -> None:
+    ran_rolled_back = tally.ran & tally.rolled_back
+    missing = tally.committed - tally.ran
+    echo(f"  succeeded             {stats.succeeded:>4} jobs")
+    echo(
+        f"      of which delayed  {len(tally.delayed):>4} "
+        f"(ran after their time, {DELAY_S:.0f} s on)"
+    )
+    echo(f"  retried               {stats.retried:>4} failed attempts, run again after a backoff")
+    echo(f"  dead-lettered         {stats.dead:>4} (demo.poison, after {POISON_ATTEMPTS} attempts)")
+    echo(f"  rolled back, never run {len(tally.rolled_back):>3}")
+    verdict = "OK" if not ran_rolled_back and not missing else "MISMATCH"
+    echo(
+        f"  check: {verdict} — rolled-back intents that ran: {len(ran_rolled_back)}, "
+        f"committed intents that did not run: {len(missing)}"
+    )

@@ -1,0 +1,82 @@
+"""The worker's settings (``WorkerConfig``) and what a run did (``WorkerStats``)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass, field
+
+from outbox.errors import ConfigurationError
+from outbox.job import NAME_PATTERN
+
+
+def new_worker_id() -> str:
+    """Host, pid and a random part: unique to this process's lifetime, never reused."""
+    return f"{socket.gethostname()[:120]}:{os.getpid()}:{secrets.token_hex(6)}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """How a worker runs. Every field has a default.
+
+    - ``queues``: queue name → concurrency cap (``None``: ``concurrency``). Default
+      ``{"default": None}``.
+    - ``concurrency`` (1): the cap of queues given without one.
+    - ``prefetch`` (10): jobs claimed per round trip, and held beyond those running.
+    - ``lease`` (30 s): how long a claim lasts without a heartbeat; beats every third.
+    - ``sleep`` (1 s): idle poll interval (PostgreSQL also wakes on NOTIFY).
+    - ``stop_when_empty`` (False): exit when nothing is claimable now.
+    - ``max_jobs`` / ``max_time`` (None): stop claiming after that many jobs / seconds.
+    - ``grace`` (30 s): how long a graceful stop waits for running jobs.
+    - ``reap_every`` (None: half the lease): the reaper's period.
+    - ``listen`` (True): use LISTEN/NOTIFY where the database has it.
+    """
+
+    queues: dict[str, int | None] = field(default_factory=lambda: {"default": None})
+    concurrency: int = 1
+    prefetch: int = 10
+    lease: float = 30.0
+    sleep: float = 1.0
+    stop_when_empty: bool = False
+    max_jobs: int | None = None
+    max_time: float | None = None
+    grace: float = 30.0
+    reap_every: float | None = None
+    listen: bool = True
+
+    def caps(self) -> dict[str, int]:
+        return {q: (n or self.concurrency) for q, n in self.queues.items()}
+
+    def check(self) -> None:
+        if not self.queues:
+            raise ConfigurationError("a worker needs at least one queue")
+        for q, n in self.queues.items():
+            if not NAME_PATTERN.fullmatch(q):
+                raise ConfigurationError(f"queue name {q!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
+            if n is not None and n < 1:
+                raise ConfigurationError(f"queue {q!r}: the concurrency cap must be at least 1")
+        if self.concurrency < 1 or self.prefetch < 1:
+            raise ConfigurationError("concurrency and prefetch must be at least 1")
+        if self.lease < 0.3 or self.sleep <= 0 or self.grace < 0:
+            raise ConfigurationError("lease must be >= 0.3 s, sleep > 0 and grace >= 0")
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """What one run did. ``retried``: failed attempts sent back with backoff."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+    released: int = 0
+    unknown: int = 0
+    lost: int = 0
+    timed_out: int = 0
+    reaped: int = 0
+    graceful: bool = True
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.retried + self.dead

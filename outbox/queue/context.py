@@ -1,0 +1,72 @@
+"""``JobContext``: what a handler learns about the job it runs (its second argument)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from outbox.db.connection import Connection
+
+
+class JobContext:
+    """The running job.
+
+    ``message_id``, ``job_name``, ``queue``, ``attempt`` (1 on the first run),
+    ``max_attempts``, ``enqueued_at`` (aware UTC datetime, the database's clock),
+    ``log`` (a structlog logger bound to the job's id, name and attempt) and, for
+    transactional handlers, ``connection``: the worker's ``outbox.db.Connection`` with
+    the job's transaction open (``connection.raw`` is the DB-API connection). Do not
+    commit or roll back on it; return to commit, raise to roll back.
+    """
+
+    __slots__ = (
+        "_log",
+        "attempt",
+        "connection",
+        "enqueued_at_ms",
+        "job_name",
+        "max_attempts",
+        "message_id",
+        "queue",
+    )
+
+    def __init__(
+        self,
+        *,
+        message_id: str,
+        job_name: str,
+        queue: str,
+        attempt: int,
+        max_attempts: int,
+        enqueued_at_ms: int,
+        connection: Connection | None = None,
+    ) -> None:
+        self.message_id = message_id
+        self.job_name = job_name
+        self.queue = queue
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.enqueued_at_ms = enqueued_at_ms
+        self.connection = connection
+        self._log: Any = None
+
+    @property
+    def enqueued_at(self) -> datetime:
+        return datetime.fromtimestamp(self.enqueued_at_ms / 1000, tz=UTC)
+
+    @property
+    def log(self) -> Any:
+        """Bound on first use: most handlers never log, and binding costs."""
+        if self._log is None:
+            self._log = structlog.get_logger("outbox.job").bind(
+                message_id=self.message_id, job=self.job_name, attempt=self.attempt
+            )
+        return self._log
+
+    def __repr__(self) -> str:
+        return (
+            f"JobContext(message_id={self.message_id!r}, job_name={self.job_name!r}, "
+            f"queue={self.queue!r}, attempt={self.attempt}/{self.max_attempts})"
+        )

@@ -1,0 +1,349 @@
+"""Running one job's handler and turning what happened into an ``Outcome``.
+
+Sync handlers run on a fixed set of threads per queue that take jobs straight from
+the queue's local buffer, so a busy worker hands jobs over without waking the
+dispatcher for each one. Async handlers run as tasks on one event-loop thread, bounded
+by a semaphore per queue. Either way the outcome goes onto one results queue that the
+dispatcher drains in batches (acknowledgements are one DELETE per batch).
+
+A ``TypeError`` or ``ValueError`` raised *by the call itself* (the handler does not
+accept ``(payload, ctx)``, or the payload does not fit the dataclass its first
+parameter is annotated with) is a permanent failure: running it again cannot help.
+The same errors raised inside the handler are ordinary failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import threading
+import traceback
+import typing
+from collections.abc import Callable
+from enum import Enum
+from queue import Empty, SimpleQueue
+from typing import Any
+
+import orjson
+
+from outbox.db.connection import Connection, Database
+from outbox.db.errors import is_retryable
+from outbox.errors import OutboxError, PermanentFailure
+from outbox.queue import ops
+from outbox.queue.context import JobContext
+from outbox.queue.ops import ClaimedJob, Failure
+from outbox.queue.registry import Handler, Registry
+
+
+class JobTimeout(Exception):
+    """The handler ran past its job's ``timeout``."""
+
+
+class Kind(Enum):
+    DONE = "done"  # ran; acknowledge it
+    ACKED = "acked"  # transactional: acknowledged in the handler's own commit
+    FAILED = "failed"
+    PERMANENT = "permanent"
+    LOST = "lost"  # transactional: the lease was gone at commit time; rolled back
+    UNSTARTED = "unstarted"  # taken from the buffer after stop was asked
+
+
+@dataclasses.dataclass(slots=True)
+class Outcome:
+    kind: Kind
+    job: ClaimedJob
+    failure: Failure | None = None
+
+
+class _HandlerRaised(OutboxError):
+    """Carries a handler's exception through ``Connection.transact`` untouched."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class _LeaseLost(OutboxError):
+    pass
+
+
+def class_name(exc: BaseException) -> str:
+    cls = type(exc)
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+
+
+def failure_of(exc: BaseException) -> Failure:
+    trace = "".join(traceback.format_exception(exc))
+    return Failure(class_name(exc), str(exc), trace)
+
+
+def _binder(fn: Callable[..., Any]) -> Callable[[Any], Any] | None:
+    """A converter from decoded JSON to the dataclass the payload parameter names."""
+    try:
+        hints = typing.get_type_hints(fn)
+        first = next(iter(inspect.signature(fn).parameters))
+    except Exception:
+        return None
+    cls = hints.get(first)
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        return None
+    make: Callable[..., Any] = cls
+
+    def bind(payload: Any) -> Any:
+        return make(**payload) if isinstance(payload, dict) else make(payload)
+
+    return bind
+
+
+class Runner:
+    """Calls handlers; shared by the sync threads and the async loop."""
+
+    def __init__(self, registry: Registry, worker_id: str, database: Database) -> None:
+        self.registry = registry
+        self.worker_id = worker_id
+        self.database = database
+        self._binders = {n: _binder(h.fn) for n in registry if (h := registry.get(n))}
+        self._local = threading.local()
+
+    def _prepare(self, job: ClaimedJob, handler: Handler, conn: Connection | None) -> Any:
+        """Decode and bind the payload; a failure here is permanent."""
+        payload = orjson.loads(job.payload)
+        binder = self._binders.get(job.job_name)
+        if binder is not None:
+            payload = binder(payload)
+        return payload
+
+    def _ctx(self, job: ClaimedJob, handler: Handler, conn: Connection | None) -> JobContext:
+        return JobContext(
+            message_id=job.message_id,
+            job_name=job.job_name,
+            queue=job.queue,
+            attempt=job.attempts,
+            max_attempts=job.max_attempts or handler.max_attempts,
+            enqueued_at_ms=job.created_at,
+            connection=conn,
+        )
+
+    def run_sync(self, job: ClaimedJob, handler: Handler) -> Outcome:
+        try:
+            payload = self._prepare(job, handler, None)
+        except Exception as exc:
+            return Outcome(Kind.PERMANENT, job, failure_of(exc))
+        if handler.transactional:
+            return self._run_transactional(job, handler, payload)
+        try:
+            handler.fn(payload, self._ctx(job, handler, None))
+        except Exception as exc:
+            return _failed(job, exc)
+        return Outcome(Kind.DONE, job)
+
+    def _run_transactional(self, job: ClaimedJob, handler: Handler, payload: Any) -> Outcome:
+        conn = self._thread_connection()
+
+        def body(c: Connection) -> None:
+            try:
+                handler.fn(payload, self._ctx(job, handler, c))
+            except Exception as exc:
+                if is_retryable(exc):
+                    raise
+                raise _HandlerRaised(exc) from exc
+            if not ops.ack_in_transaction(c, self.worker_id, job):
+                raise _LeaseLost()
+
+        try:
+            conn.transact(body, operation="transactional job")
+        except _HandlerRaised as raised:
+            return _failed(job, raised.exc)
+        except _LeaseLost:
+            return Outcome(Kind.LOST, job)
+        except Exception as exc:
+            self.close_thread_connection()
+            return _failed(job, exc)
+        return Outcome(Kind.ACKED, job)
+
+    def _thread_connection(self) -> Connection:
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self.database.connect()
+        return conn
+
+    def close_thread_connection(self) -> None:
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    async def run_async(self, job: ClaimedJob, handler: Handler) -> Outcome:
+        try:
+            payload = self._prepare(job, handler, None)
+            coro = handler.fn(payload, self._ctx(job, handler, None))
+        except Exception as exc:
+            return Outcome(Kind.PERMANENT, job, failure_of(exc))
+        try:
+            if handler.timeout is None:
+                await coro
+            else:
+                try:
+                    async with asyncio.timeout(handler.timeout):
+                        await coro
+                except TimeoutError as exc:
+                    raise JobTimeout(
+                        f"the handler ran past its {handler.timeout} s timeout"
+                    ) from exc
+        except Exception as exc:
+            return _failed(job, exc)
+        return Outcome(Kind.DONE, job)
+
+
+def _failed(job: ClaimedJob, exc: BaseException) -> Outcome:
+    if isinstance(exc, PermanentFailure) or _raised_by_the_call(exc):
+        return Outcome(Kind.PERMANENT, job, failure_of(exc))
+    return Outcome(Kind.FAILED, job, failure_of(exc))
+
+
+def _raised_by_the_call(exc: BaseException) -> bool:
+    """A TypeError/ValueError whose traceback never entered the handler's frame."""
+    if not isinstance(exc, (TypeError, ValueError)) or isinstance(exc, OutboxError):
+        return False
+    tb = exc.__traceback__
+    return tb is not None and tb.tb_next is None
+
+
+STOP = object()
+
+
+class SyncPool:
+    """``size`` daemon threads taking jobs of one queue from ``inbox``."""
+
+    def __init__(
+        self,
+        name: str,
+        size: int,
+        runner: Runner,
+        results: SimpleQueue[Any],
+        stopping: threading.Event,
+        started: Callable[[ClaimedJob], None],
+    ) -> None:
+        self.inbox: SimpleQueue[Any] = SimpleQueue()
+        self._runner = runner
+        self._results = results
+        self._stopping = stopping
+        self._started = started
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"outbox-{name}-{i}", daemon=True)
+            for i in range(size)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _loop(self) -> None:
+        get, put, runner = self.inbox.get, self._results.put, self._runner
+        while True:
+            item = get()
+            if item is STOP:
+                runner.close_thread_connection()
+                return
+            job, handler = item
+            if self._stopping.is_set():
+                put(Outcome(Kind.UNSTARTED, job))
+                continue
+            if handler.timeout is not None:
+                self._started(job)
+            put(runner.run_sync(job, handler))
+
+    def drain(self) -> list[tuple[ClaimedJob, Handler]]:
+        """Take every job no thread has started yet (for a graceful stop)."""
+        out: list[tuple[ClaimedJob, Handler]] = []
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except Empty:
+                return out
+            if item is not STOP:
+                out.append(item)
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self.inbox.put(STOP)
+
+
+class AsyncPool:
+    """One event loop thread; each queue's tasks bounded by its own semaphore."""
+
+    def __init__(
+        self,
+        caps: dict[str, int],
+        runner: Runner,
+        results: SimpleQueue[Any],
+        stopping: threading.Event,
+    ) -> None:
+        self._runner = runner
+        self._results = results
+        self._stopping = stopping
+        self._loop = asyncio.new_event_loop()
+        self._caps = caps
+        self._sems: dict[str, asyncio.Semaphore] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._waiting: set[asyncio.Task[None]] = set()
+        self._thread = threading.Thread(target=self._run, name="outbox-async", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._sems = {q: asyncio.Semaphore(n) for q, n in self._caps.items()}
+        self._loop.run_forever()
+
+    def submit(self, jobs: list[tuple[ClaimedJob, Handler]]) -> None:
+        """Hand a whole batch over with one wake-up of the loop."""
+        self._loop.call_soon_threadsafe(self._start, jobs)
+
+    def _start(self, jobs: list[tuple[ClaimedJob, Handler]]) -> None:
+        for job, handler in jobs:
+            task = self._loop.create_task(self._one(job, handler))
+            self._tasks.add(task)
+            self._waiting.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _one(self, job: ClaimedJob, handler: Handler) -> None:
+        sem = self._sems[job.queue]
+        try:
+            await sem.acquire()
+        except asyncio.CancelledError:
+            self._results.put(Outcome(Kind.UNSTARTED, job))
+            return
+        task = asyncio.current_task()
+        if task is not None:
+            self._waiting.discard(task)
+        try:
+            if self._stopping.is_set():
+                self._results.put(Outcome(Kind.UNSTARTED, job))
+                return
+            self._results.put(await self._runner.run_async(job, handler))
+        finally:
+            sem.release()
+
+    def release_waiting(self) -> None:
+        """Graceful stop: tasks still waiting for a slot report themselves unstarted."""
+
+        def cancel_waiting() -> None:
+            for t in list(self._waiting):
+                t.cancel()
+
+        self._loop.call_soon_threadsafe(cancel_waiting)
+
+    def cancel_all(self) -> None:
+        """Second signal or grace over: cancel running tasks (their leases expire)."""
+
+        def cancel() -> None:
+            for t in list(self._tasks):
+                t.cancel()
+
+        self._loop.call_soon_threadsafe(cancel)
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()

@@ -1,0 +1,115 @@
+"""Job handlers by name: ``Registry`` and the ``@registry.job(...)`` decorator.
+
+A handler is a sync or async function ``(payload, ctx)``. Its settings travel with it:
+``max_attempts`` (used when the job was recorded without one; default 3), ``backoff``,
+``timeout`` (seconds) and ``transactional``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from outbox.errors import ConfigurationError
+from outbox.job import MAX_ATTEMPTS_LIMIT, NAME_PATTERN
+from outbox.queue.backoff import DEFAULT_BACKOFF, Backoff
+
+DEFAULT_MAX_ATTEMPTS = 3
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    name: str
+    fn: Callable[..., Any]
+    is_async: bool
+    max_attempts: int
+    backoff: Backoff
+    timeout: float | None
+    transactional: bool
+
+
+class Registry:
+    """Maps job names to handlers. Workers are started with one (``--app MODULE:ATTR``)."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+
+    def job(
+        self,
+        name: str,
+        *,
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
+        timeout: float | None = None,
+        transactional: bool = False,
+    ) -> Callable[[F], F]:
+        """Register the decorated function as the handler of job ``name``.
+
+        ``transactional=True``: the handler runs inside a transaction on the worker's
+        database whose commit also deletes the job (exactly-once effects there); it must
+        be a sync function and gets the connection as ``ctx.connection``.
+        """
+        _check_settings(name, max_attempts, timeout)
+
+        def register(fn: F) -> F:
+            is_async = inspect.iscoroutinefunction(fn)
+            if transactional and is_async:
+                raise ConfigurationError(
+                    f"job {name!r}: transactional handlers must be sync functions "
+                    "(they run on a database connection of the worker's thread)"
+                )
+            if name in self._handlers:
+                raise ConfigurationError(f"job {name!r} is already registered")
+            self._handlers[name] = Handler(
+                name=name,
+                fn=fn,
+                is_async=is_async,
+                max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS,
+                backoff=backoff or DEFAULT_BACKOFF,
+                timeout=timeout,
+                transactional=transactional,
+            )
+            return fn
+
+        return register
+
+    def get(self, name: str) -> Handler | None:
+        return self._handlers.get(name)
+
+    def max_attempts(self, name: str, recorded: int | None) -> int:
+        """The attempt limit of one job: as recorded with it, else the handler's."""
+        if recorded is not None:
+            return recorded
+        handler = self._handlers.get(name)
+        return handler.max_attempts if handler else DEFAULT_MAX_ATTEMPTS
+
+    @property
+    def has_async(self) -> bool:
+        return any(h.is_async for h in self._handlers.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._handlers
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._handlers)
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+
+def _check_settings(name: str, max_attempts: int | None, timeout: float | None) -> None:
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise ConfigurationError(f"job name {name!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise ConfigurationError(
+            f"job {name!r}: max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}"
+        )
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ConfigurationError(f"job {name!r}: timeout must be a positive number of seconds")

@@ -1,0 +1,166 @@
+"""The worker's side of the database: every queue write a worker makes, and its counts.
+
+``Settler`` owns the worker's one connection (opened on first use, dropped and reopened
+after a database error) and turns outcomes into compare-and-set writes: batched
+acknowledgements, retries with backoff, dead letters, releases, heartbeats and the
+reaper. A write that finds the job no longer held by this attempt is logged as a lost
+lease and changes nothing. A database error is logged by class and paused on; the
+jobs it concerned stay leased and come back through the reaper if need be.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from outbox.db.connection import Connection, Database
+from outbox.errors import DatabaseError
+from outbox.queue import ops
+from outbox.queue.config import WorkerStats
+from outbox.queue.ops import ClaimedJob, Failure
+from outbox.queue.registry import Registry
+
+UNKNOWN_JOB = "UnknownJob"
+UNKNOWN_DELAY_MS = 60_000
+
+
+class Settler:
+    def __init__(
+        self,
+        database: Database,
+        registry: Registry,
+        worker_id: str,
+        lease_ms: int,
+        stats: WorkerStats,
+        log: Any,
+        pause_s: float,
+    ) -> None:
+        self.database = database
+        self.registry = registry
+        self.worker_id = worker_id
+        self.lease_ms = lease_ms
+        self.stats = stats
+        self.log = log
+        self.pause_s = pause_s
+        self._conn: Connection | None = None
+
+    def claim(self, queue: str, limit: int) -> list[ClaimedJob]:
+        try:
+            jobs = ops.claim(self._connection(), queue, limit, self.worker_id, self.lease_ms)
+        except DatabaseError as exc:
+            self._trouble("claim", exc)
+            return []
+        self.stats.claimed += len(jobs)
+        return jobs
+
+    def ack(self, jobs: Sequence[ClaimedJob]) -> None:
+        try:
+            acked = ops.ack(self._connection(), self.worker_id, jobs)
+        except DatabaseError as exc:
+            self._trouble("ack", exc)
+            return
+        self.stats.succeeded += len(acked)
+        if len(acked) < len(jobs):
+            self.lost([j for j in jobs if j.id not in acked], "ack")
+
+    def fail(self, job: ClaimedJob, failure: Failure, *, permanent: bool) -> None:
+        """Retry after the handler's backoff, or dead-letter at the limit / if permanent."""
+        limit = self.registry.max_attempts(job.job_name, job.max_attempts)
+        conn = self._connection()
+        try:
+            if permanent or job.attempts >= limit:
+                ok = ops.dead_letter(conn, self.worker_id, job, failure)
+                self.stats.dead += int(ok)
+                event = "job.dead"
+            else:
+                handler = self.registry.get(job.job_name)
+                delay_ms = handler.backoff.delay_ms(job.attempts) if handler else UNKNOWN_DELAY_MS
+                ok = ops.release(conn, self.worker_id, job, delay_ms, failure.exception_class)
+                self.stats.retried += int(ok)
+                event = "job.retry"
+        except DatabaseError as exc:
+            self._trouble("fail", exc)
+            return
+        if not ok:
+            self.lost([job], "fail")
+            return
+        self.log.warning(
+            event,
+            message_id=job.message_id,
+            job=job.job_name,
+            attempt=job.attempts,
+            max_attempts=limit,
+            error=failure.exception_class,
+        )
+
+    def release_unspent(self, jobs: Sequence[ClaimedJob]) -> None:
+        try:
+            self.stats.released += ops.release_unspent(self._connection(), self.worker_id, jobs)
+        except DatabaseError as exc:
+            self._trouble("release", exc)
+
+    def release_unknown(self, jobs: Sequence[ClaimedJob]) -> None:
+        """No handler here: back to the queue, attempt refunded, loudly (never lost)."""
+        for job in jobs:
+            self.log.error(
+                "job.unknown_name",
+                message_id=job.message_id,
+                job=job.job_name,
+                queue=job.queue,
+                retry_in_s=UNKNOWN_DELAY_MS / 1000,
+            )
+        try:
+            ops.release_unspent(
+                self._connection(),
+                self.worker_id,
+                jobs,
+                delay_ms=UNKNOWN_DELAY_MS,
+                error=UNKNOWN_JOB,
+            )
+        except DatabaseError as exc:
+            self._trouble("release", exc)
+            return
+        self.stats.unknown += len(jobs)
+
+    def heartbeat(self, jobs: Sequence[ClaimedJob]) -> None:
+        if not jobs:
+            return
+        try:
+            ops.heartbeat(self._connection(), self.worker_id, jobs, self.lease_ms)
+        except DatabaseError as exc:
+            self._trouble("heartbeat", exc)
+
+    def reap(self) -> None:
+        try:
+            result = ops.reap(self._connection(), self.registry.max_attempts)
+        except DatabaseError as exc:
+            self._trouble("reap", exc)
+            return
+        if result.requeued or result.dead:
+            self.stats.reaped += result.requeued + result.dead
+            self.log.warning("queue.reaped", requeued=result.requeued, dead=result.dead)
+
+    def lost(self, jobs: Sequence[ClaimedJob], during: str) -> None:
+        self.stats.lost += len(jobs)
+        for job in jobs:
+            self.log.warning(
+                "job.lease_lost", message_id=job.message_id, job=job.job_name, during=during
+            )
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connection(self) -> Connection:
+        if self._conn is None:
+            self._conn = self.database.connect()
+        return self._conn
+
+    def _trouble(self, during: str, exc: DatabaseError) -> None:
+        """Log the error class, drop the connection, pause; leases cover what is held."""
+        cause = type(exc.__cause__).__name__ if exc.__cause__ else type(exc).__name__
+        self.log.error("worker.database_error", during=during, error=cause)
+        self.close()
+        time.sleep(self.pause_s)

@@ -1,0 +1,411 @@
+"""The worker: claims batches, runs handlers, acknowledges in batches, stops gracefully.
+
+One dispatcher thread owns the worker's database connection and does all queue I/O:
+claims (one round trip per batch), acknowledgements (one DELETE for every job that
+finished since the last one), heartbeats (one UPDATE for every held job), failures and
+the reaper. Handlers never touch that connection, so the dispatcher stays responsive
+however long they run, and leases are renewed on time.
+
+Per queue, a worker holds at most ``cap + prefetch`` jobs: up to ``cap`` running and up
+to ``prefetch`` claimed ahead, fetched ``prefetch`` at a time when no more than ``cap``
+remain. Sync handlers run on ``cap`` threads per queue, async handlers as tasks on one
+event loop (at most ``cap`` at a time per queue).
+
+Timeouts: an async handler is cancelled at its ``timeout``. A sync handler cannot be
+interrupted: at its timeout the attempt is recorded as failed (``JobTimeout``) and the
+job released or dead-lettered as any failure, while the thread keeps running the
+handler to its end with its result ignored and its slot occupied. The job may then run
+elsewhere while the old call is still going: give such handlers idempotent effects.
+
+Stopping: ``stop()`` (SIGTERM/SIGINT in the CLI) ends claiming, hands unstarted jobs
+back without spending an attempt, and waits up to ``grace`` seconds for running jobs.
+``stop(now=True)`` (a second signal) returns at once; leases of jobs still running then
+expire and the reaper returns them to the queue.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from queue import Empty, SimpleQueue
+from typing import Any
+
+import structlog
+
+from outbox.db.connection import Database
+from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
+from outbox.queue.execute import AsyncPool, JobTimeout, Kind, Outcome, Runner, SyncPool, failure_of
+from outbox.queue.listen import Listener
+from outbox.queue.ops import ClaimedJob
+from outbox.queue.registry import Registry
+from outbox.queue.settle import UNKNOWN_JOB, Settler
+
+__all__ = ["UNKNOWN_JOB", "Worker", "WorkerConfig", "WorkerStats"]
+
+log = structlog.get_logger("outbox.worker")
+
+WAKE = object()
+ACK_DELAY_S = 0.05
+
+
+class Worker:
+    """Runs jobs of ``registry`` from ``config.queues`` until stopped or a limit is hit."""
+
+    def __init__(
+        self, database: Database, registry: Registry, config: WorkerConfig | None = None
+    ) -> None:
+        self.database = database
+        self.registry = registry
+        self.config = config or WorkerConfig()
+        self.config.check()
+        self.worker_id = new_worker_id()
+        self.stats = WorkerStats()
+        self._caps = self.config.caps()
+        self._lease_ms = round(self.config.lease * 1000)
+        self._results: SimpleQueue[Any] = SimpleQueue()
+        self._stopping = threading.Event()
+        self._stop_requests = 0
+        self._stop_reason: str | None = None
+        self._sync_pools: dict[str, SyncPool] = {}
+        self._async_pool: AsyncPool | None = None
+        self._ack_since = 0.0
+        self._held: dict[int, ClaimedJob] = {}
+        self._held_per_queue = dict.fromkeys(self._caps, 0)
+        self._started: dict[int, float] = {}
+        self._abandoned: set[int] = set()
+        self._to_ack: list[ClaimedJob] = []
+        self._dry: dict[str, float] = {}
+        self._stop_deadline: float | None = None
+        self._log = log.bind(worker=self.worker_id)
+        self._db = Settler(
+            database,
+            registry,
+            self.worker_id,
+            self._lease_ms,
+            self.stats,
+            self._log,
+            min(self.config.sleep, 1.0),
+        )
+
+    # -- control ------------------------------------------------------------------
+
+    def stop(self, *, now: bool = False) -> None:
+        """Ask the worker to stop; a second call (or ``now``) stops at once.
+
+        Safe from a signal handler: it only bumps a counter and puts a wake-up on a
+        ``SimpleQueue`` (whose ``put`` is reentrant); the loop does the rest.
+        """
+        self._stop_requests += 2 if now else 1
+        self._results.put(WAKE)
+
+    def wake(self) -> None:
+        self._dry.clear()
+        self._results.put(WAKE)
+
+    @contextmanager
+    def signals_handled(self) -> Iterator[None]:
+        """SIGTERM/SIGINT: first stops gracefully, second at once. Main thread only."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            self.stop()
+
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    # -- the loop -----------------------------------------------------------------
+
+    def run(self) -> WorkerStats:
+        """Run until stopped, empty (``stop_when_empty``) or a limit; return the stats."""
+        runner = Runner(self.registry, self.worker_id, self.database)
+        self._sync_pools = {
+            q: SyncPool(q, n, runner, self._results, self._stopping, self._mark_started)
+            for q, n in self._caps.items()
+        }
+        if self.registry.has_async:
+            self._async_pool = AsyncPool(self._caps, runner, self._results, self._stopping)
+        listener = self._start_listener()
+        self._log.info("worker.started", queues=self._caps, prefetch=self.config.prefetch)
+        try:
+            self._loop()
+        finally:
+            self._shutdown(listener)
+        return self.stats
+
+    def _start_listener(self) -> Listener | None:
+        if not (self.config.listen and self.database.dialect.supports_listen):
+            return None
+        return Listener(self.database, "outbox_jobs", self.wake)
+
+    def _loop(self) -> None:
+        cfg = self.config
+        began = time.monotonic()
+        next_beat = began + cfg.lease / 3
+        reap_every = cfg.reap_every or max(cfg.lease / 2, 0.05)
+        next_reap = began
+        while self._stop_requests < 2:
+            now = time.monotonic()
+            if self._stop_requests:
+                self._begin_stop("signal")
+            if cfg.max_time is not None and now - began >= cfg.max_time:
+                self._begin_stop("max_time")
+            if now >= next_reap:
+                self._db.reap()
+                next_reap = now + reap_every
+            if now >= next_beat:
+                self._db.heartbeat(list(self._held.values()))
+                next_beat = now + cfg.lease / 3
+            self._check_timeouts(now)
+            if self._stop_reason:
+                if self._stop_step(now):
+                    return
+            elif self._should_exit_empty(self._claim_round()):
+                return
+            self._wait(min(next_beat, next_reap) - time.monotonic())
+            self._collect()
+
+    def _claim_round(self) -> int:
+        """Claim for every queue that has room; hand the jobs to their runners."""
+        claimed = 0
+        now = time.monotonic()
+        for queue, cap in self._caps.items():
+            while self._held_per_queue[queue] <= cap and self._dry.get(queue, 0) <= now:
+                room = cap + self.config.prefetch - self._held_per_queue[queue]
+                limit = self._within_max_jobs(min(self.config.prefetch, room))
+                if limit <= 0:
+                    break
+                jobs = self._claim(queue, limit)
+                claimed += len(jobs)
+                self._dispatch(jobs, self._sync_pools[queue])
+                if len(jobs) < limit:
+                    self._dry[queue] = now + self.config.sleep
+                    break
+        return claimed
+
+    def _within_max_jobs(self, limit: int) -> int:
+        if self.config.max_jobs is None:
+            return limit
+        remaining = self.config.max_jobs - self.stats.claimed
+        if remaining <= 0:
+            self._begin_stop("max_jobs")
+        return min(limit, remaining)
+
+    def _claim(self, queue: str, limit: int) -> list[ClaimedJob]:
+        self._flush_acks()
+        jobs = self._db.claim(queue, limit)
+        for job in jobs:
+            self._held[job.id] = job
+        self._held_per_queue[queue] += len(jobs)
+        return jobs
+
+    def _dispatch(self, jobs: list[ClaimedJob], pool: SyncPool) -> None:
+        async_pool = self._async_pool
+        to_async = []
+        unknown = []
+        for job in jobs:
+            handler = self.registry.get(job.job_name)
+            if handler is None:
+                unknown.append(job)
+            elif handler.is_async and async_pool is not None:
+                to_async.append((job, handler))
+            else:
+                pool.inbox.put((job, handler))
+        if to_async and async_pool is not None:
+            async_pool.submit(to_async)
+        if unknown:
+            for job in unknown:
+                self._forget(job)
+            self._db.release_unknown(unknown)
+
+    def _should_exit_empty(self, claimed: int) -> bool:
+        if not self.config.stop_when_empty or claimed or self._held or self._at_max_jobs():
+            return False
+        self._dry.clear()  # confirm with a fresh claim: nothing claimable *now*
+        return self._claim_round() == 0 and not self._held
+
+    def _wait(self, until_timer: float) -> None:
+        """Block until an outcome, a wake-up or the next timer, whichever is first."""
+        if not self._should_block():
+            return
+        timeout = min(until_timer, self._next_dry() - time.monotonic(), 60.0)
+        if self._started:
+            timeout = min(timeout, 0.1)  # sync handlers with a timeout are watched
+        if self._stop_deadline is not None:
+            timeout = min(timeout, self._stop_deadline - time.monotonic())
+        if self._to_ack:
+            timeout = min(timeout, ACK_DELAY_S)
+        timeout = max(timeout, 0.0)
+        try:
+            item = self._results.get(timeout=timeout)
+        except Empty:
+            return
+        self._handle(item)
+
+    def _should_block(self) -> bool:
+        if self._stop_reason or self._stop_requests:
+            return bool(self._held)
+        if not self._held and (self.config.stop_when_empty or self._at_max_jobs()):
+            return False
+        now = time.monotonic()
+        return not any(
+            self._held_per_queue[q] <= cap and self._dry.get(q, 0) <= now
+            for q, cap in self._caps.items()
+        )
+
+    def _at_max_jobs(self) -> bool:
+        return self.config.max_jobs is not None and self.stats.claimed >= self.config.max_jobs
+
+    def _next_dry(self) -> float:
+        return min(self._dry.values(), default=time.monotonic() + self.config.sleep)
+
+    def _collect(self) -> None:
+        get = self._results.get_nowait
+        while True:
+            try:
+                item = get()
+            except Empty:
+                break
+            self._handle(item)
+        if not self._to_ack:
+            return
+        if (
+            len(self._to_ack) >= self.config.prefetch
+            or len(self._held) == len(self._to_ack)
+            or time.monotonic() - self._ack_since >= ACK_DELAY_S
+        ):
+            self._flush_acks()
+
+    def _handle(self, item: Any) -> None:
+        if item is WAKE:
+            return
+        outcome: Outcome = item
+        job = outcome.job
+        self._started.pop(job.id, None)
+        if job.id in self._abandoned:
+            self._abandoned.discard(job.id)
+            return
+        if outcome.kind is Kind.DONE:
+            if not self._to_ack:
+                self._ack_since = time.monotonic()
+            self._to_ack.append(job)
+            return
+        self._forget(job)
+        if outcome.kind is Kind.ACKED:
+            self.stats.succeeded += 1
+        elif outcome.kind is Kind.LOST:
+            self._db.lost([job], "transactional commit")
+        elif outcome.kind is Kind.UNSTARTED:
+            self._release_unspent([job])
+        else:
+            self._fail(job, outcome)
+
+    def _forget(self, job: ClaimedJob) -> None:
+        if self._held.pop(job.id, None) is not None:
+            self._held_per_queue[job.queue] -= 1
+
+    # -- acknowledgements, failures, releases -------------------------------------
+
+    def _flush_acks(self) -> None:
+        if not self._to_ack:
+            return
+        jobs, self._to_ack = self._to_ack, []
+        for job in jobs:
+            self._forget(job)
+        self._db.ack(jobs)
+
+    def _fail(self, job: ClaimedJob, outcome: Outcome) -> None:
+        failure = outcome.failure or failure_of(RuntimeError("unknown failure"))
+        self._db.fail(job, failure, permanent=outcome.kind is Kind.PERMANENT)
+
+    def _release_unspent(self, jobs: list[ClaimedJob]) -> None:
+        for job in jobs:
+            self._forget(job)
+        self._db.release_unspent(jobs)
+
+    # -- leases -------------------------------------------------------------------
+
+    def _mark_started(self, job: ClaimedJob) -> None:
+        self._started[job.id] = time.monotonic()
+
+    def _check_timeouts(self, now: float) -> None:
+        for job_id, began in list(self._started.items()):
+            job = self._held.get(job_id)
+            handler = self.registry.get(job.job_name) if job else None
+            if job is None or handler is None or handler.timeout is None:
+                continue
+            if now - began >= handler.timeout:
+                self._started.pop(job_id, None)
+                self._abandoned.add(job_id)
+                self.stats.timed_out += 1
+                self._forget(job)
+                exc = JobTimeout(f"the handler ran past its {handler.timeout} s timeout")
+                self._fail(job, Outcome(Kind.FAILED, job, failure_of(exc)))
+
+    # -- stopping -----------------------------------------------------------------
+
+    def _begin_stop(self, reason: str) -> None:
+        """Stop claiming. Jobs held under ``max_jobs`` all run (they are the quota);
+        a signal or ``max_time`` hands back the ones not started and starts the grace."""
+        if self._stopping.is_set() or (reason == "max_jobs" and self._stop_reason):
+            return
+        self._log.info("worker.stopping", reason=reason, held=len(self._held))
+        self._stop_reason = reason
+        if reason != "max_jobs":
+            self._stopping.set()
+            self._stop_deadline = time.monotonic() + self.config.grace
+            self._release_buffered()
+
+    def _stop_step(self, now: float) -> bool:
+        """One step of a graceful stop; True once nothing is left running."""
+        self._flush_acks()
+        if not self._held:
+            return True
+        if self._stop_deadline is not None and now >= self._stop_deadline:
+            self.stats.graceful = False
+            self._log.warning("worker.grace_expired", running=len(self._held))
+            return True
+        return False
+
+    def _release_buffered(self) -> None:
+        """Jobs claimed but not started go back now, their attempt given back."""
+        waiting: list[ClaimedJob] = []
+        for pool in self._sync_pools.values():
+            waiting.extend(job for job, _ in pool.drain())
+        if waiting:
+            self._release_unspent(waiting)
+        if self._async_pool is not None:
+            self._async_pool.release_waiting()
+
+    def _shutdown(self, listener: Listener | None) -> None:
+        self._stopping.set()
+        if self._stop_requests >= 2 or not self.stats.graceful:
+            self.stats.graceful = False
+            if self._async_pool is not None:
+                self._async_pool.cancel_all()
+        for pool in self._sync_pools.values():
+            pool.close()
+        if self._async_pool is not None:
+            self._async_pool.close()
+        if listener is not None:
+            listener.close()
+        self._db.close()
+        how = "stopped gracefully" if self.stats.graceful else "stopped with jobs unfinished"
+        self._log.info(
+            "worker.stopped",
+            outcome=how,
+            claimed=self.stats.claimed,
+            succeeded=self.stats.succeeded,
+            retried=self.stats.retried,
+            dead=self.stats.dead,
+            released=self.stats.released,
+            lost=self.stats.lost,
+        )

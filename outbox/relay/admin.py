@@ -1,0 +1,220 @@
+"""Operator actions on the outbox: status, the quarantine list, retry and prune.
+
+Nothing here returns or logs a payload: status and lists carry ids, counts, reason
+codes and times only. ``retry`` reads a payload to re-verify it, inside the database
+transaction that requeues it, and never echoes it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, TypeVar
+
+import structlog
+
+from outbox.db.connection import Connection, translate
+from outbox.errors import InvalidJob, OutboxError
+from outbox.ids import is_message_id
+from outbox.relay.verify import StoredIntent, reason_for, refingerprint
+
+log = structlog.get_logger("outbox.relay")
+
+DAY_MS = 86_400_000
+PRUNE_BATCH = 500
+T = TypeVar("T")
+
+
+class InvalidMessageId(OutboxError, ValueError):
+    """The text given is not a message id (a UUID in its canonical form)."""
+
+
+class MessageNotFound(OutboxError):
+    """No outbox intent has this message id."""
+
+
+class RetryRefused(OutboxError):
+    """The intent cannot go back to pending: it is not quarantined, or it does not verify."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxCounts:
+    pending: int = 0
+    published: int = 0
+    failed: int = 0
+    oldest_pending_age_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    ready: int = 0
+    delayed: int = 0
+    reserved: int = 0
+    dead: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Counts by state, the oldest pending intent's age, and per-queue job counts."""
+
+    outbox: OutboxCounts
+    queues: dict[str, QueueCounts] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "outbox": asdict(self.outbox),
+            "queues": {name: asdict(q) for name, q in sorted(self.queues.items())},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FailedIntent:
+    message_id: str
+    reason: str | None
+    created_at_ms: int
+    failed_at_ms: int | None
+
+
+def status(conn: Connection) -> Status:
+    """Read the counts; every age comes from the database's clock."""
+    return _read(conn, _status, "status")
+
+
+def _status(conn: Connection) -> Status:
+    by_state = {str(s): int(n) for s, n in conn.execute("status_state_counts")}
+    oldest, now_ms = conn.execute("status_oldest_pending")[0]
+    age = None if oldest is None else round(max(0, int(now_ms) - int(oldest)) / 1000, 3)
+    counts = OutboxCounts(
+        pending=by_state.get("pending", 0),
+        published=by_state.get("published", 0),
+        failed=by_state.get("failed", 0),
+        oldest_pending_age_s=age,
+    )
+    queues: dict[str, dict[str, int]] = {}
+    for name, ready, delayed, reserved in conn.execute("status_queue_counts"):
+        queues[str(name)] = {"ready": int(ready), "delayed": int(delayed)}
+        queues[str(name)]["reserved"] = int(reserved)
+    for name, dead in conn.execute("status_dead_counts"):
+        queues.setdefault(str(name), {})["dead"] = int(dead)
+    return Status(counts, {name: QueueCounts(**q) for name, q in queues.items()})
+
+
+def pending_count(conn: Connection) -> int:
+    return _read(conn, lambda c: int(c.execute("status_pending_count")[0][0]), "status")
+
+
+def failed(conn: Connection, limit: int = 50) -> list[FailedIntent]:
+    """Quarantined intents, oldest first: id, reason code and times, never the payload."""
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    rows = _read(conn, lambda c: c.execute("failed_list", {"limit": limit}), "failed")
+    return [FailedIntent(str(m), r, int(c), None if f is None else int(f)) for m, r, c, f in rows]
+
+
+def retry(
+    conn: Connection, message_id: str, *, accept_current: bool = False
+) -> Literal["requeued", "accepted"]:
+    """Return a quarantined intent to pending once it verifies again.
+
+    With ``accept_current`` the row's present contents are accepted: the payload is
+    rewritten canonically and the fingerprint recomputed. Its names and JSON must still
+    be valid. A producer replaying the original job under the same key afterwards gets
+    ``IdempotencyConflict`` if the contents differ from what it recorded.
+    """
+    if not isinstance(message_id, str) or not is_message_id(message_id):
+        raise InvalidMessageId(
+            "not a message id: expected a UUID like 01890a5d-ac96-774b-bcce-b302099a8057"
+        )
+    return conn.transact(lambda c: _retry(c, message_id, accept_current), operation="retry")
+
+
+def _retry(
+    conn: Connection, message_id: str, accept_current: bool
+) -> Literal["requeued", "accepted"]:
+    rows = conn.execute("retry_lookup", {"message_id": message_id})
+    if not rows:
+        raise MessageNotFound(f"no outbox message {message_id}")
+    row_id, _, state, *columns = rows[0]
+    if state != "failed":
+        raise RetryRefused(f"message {message_id} is {state}, not failed; only failed ones retry")
+    intent = StoredIntent(row_id, message_id, *columns)
+    if not accept_current:
+        reason = reason_for(intent)
+        if reason is not None:
+            raise RetryRefused(
+                f"message {message_id} still does not verify ({reason}); repair the row, or "
+                "pass --accept-current to accept its current contents and re-fingerprint it"
+            )
+        conn.execute_count("retry_requeue", {"id": row_id})
+        log.info("relay.retry", message_id=message_id, accepted=False)
+        return "requeued"
+    try:
+        payload, fingerprint = refingerprint(intent)
+    except InvalidJob as exc:
+        raise RetryRefused(f"message {message_id} cannot be accepted: {exc}") from None
+    params = {"id": row_id, "payload": payload, "fingerprint": fingerprint}
+    conn.execute_count("retry_accept", params)
+    log.info("relay.retry", message_id=message_id, accepted=True)
+    return "accepted"
+
+
+def prune(
+    conn: Connection,
+    days: int,
+    limit: int = 1_000,
+    *,
+    batch: int = PRUNE_BATCH,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Delete at most ``limit`` published tombstones published ``days`` or more days ago.
+
+    Oldest first, ``batch`` rows per short transaction so no lock is held for long.
+    Pending and failed intents are never touched. Deleting a tombstone ends
+    deduplication for its key: recording the same key again creates a new intent.
+    """
+    if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+        raise ValueError("days must be a whole number >= 0")
+    if limit < 1 or batch < 1:
+        raise ValueError("limit and batch must be at least 1")
+    deleted = 0
+    while deleted < limit:
+        want = min(batch, limit - deleted)
+        n = _prune_batch(conn, days * DAY_MS, want)
+        deleted += n
+        log.info("prune.batch", deleted=n)
+        if progress is not None:
+            progress(n)
+        if n < want:
+            break
+    return deleted
+
+
+def _prune_batch(conn: Connection, age_ms: int, size: int) -> int:
+    params = {"age_ms": age_ms, "batch": size}
+    return conn.transact(lambda c: c.execute_count("prune_batch", params), operation="prune")
+
+
+def _read(conn: Connection, fn: Callable[[Connection], T], operation: str) -> T:
+    """Run a read outside any transaction, with driver errors translated like transact's."""
+    try:
+        return fn(conn)
+    except OutboxError:
+        raise
+    except Exception as exc:
+        raise translate(exc, operation) from exc
+
+
+__all__ = [
+    "FailedIntent",
+    "InvalidMessageId",
+    "MessageNotFound",
+    "OutboxCounts",
+    "QueueCounts",
+    "RetryRefused",
+    "Status",
+    "failed",
+    "pending_count",
+    "prune",
+    "retry",
+    "status",
+]

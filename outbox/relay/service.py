@@ -1,0 +1,227 @@
+"""The relay service: ``run_once`` (one batch), ``run`` (drain) and ``watch`` (forever).
+
+The loop only schedules; every batch is ``handoff.handoff`` in one transaction, so a
+relay killed at any instant loses nothing (the open batch rolls back and its rows stay
+pending) and hands nothing off twice. Any number of relays may run at once.
+
+``watch`` schedules like this: a full batch → the next one at once; a partial batch →
+wait ``poll_interval``; an empty one → wait, doubling up to ``max_poll_interval``
+while idle. On PostgreSQL the wait ends early when ``record()``'s NOTIFY arrives on
+``outbox_relay`` (unless ``listen=False``: poll-only). A database error is logged by
+class name, the connection is dropped and reopened, and the relay carries on after a
+backoff; ``run`` and ``run_once`` instead raise it to the caller.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from outbox.db.connection import Connection, Database
+from outbox.errors import ConfigurationError, DatabaseError
+from outbox.relay.handoff import BatchResult, handoff
+from outbox.relay.listen import ListenWaiter, PollWaiter, Waiter
+
+log = structlog.get_logger("outbox.relay")
+
+MAX_BATCH_SIZE = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class RelayConfig:
+    """How a relay works. Every field has a default; all times are seconds.
+
+    - ``batch_size`` (500): intents per batch, i.e. per transaction (1..10,000).
+    - ``poll_interval`` (0.5): ``watch``'s wait after a partial batch; the idle wait
+      starts here.
+    - ``max_poll_interval`` (5.0): the longest idle wait between polls.
+    - ``notify`` (True): on PostgreSQL, NOTIFY ``outbox_jobs`` when a batch hands off,
+      so idle workers wake at commit.
+    - ``listen`` (True): on PostgreSQL, ``watch`` LISTENs on ``outbox_relay`` to wake
+      as soon as an intent commits. False is poll-only (e.g. behind PgBouncer).
+    - ``verify_in_python`` (False): verify rows in Python instead of SQL (slower; for
+      diagnosis). The SQL and Python verifiers apply the same rules.
+    - ``reconnect_max`` (30.0): the longest pause between reconnection attempts.
+    """
+
+    batch_size: int = 500
+    poll_interval: float = 0.5
+    max_poll_interval: float = 5.0
+    notify: bool = True
+    listen: bool = True
+    verify_in_python: bool = False
+    reconnect_max: float = 30.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
+            raise ConfigurationError("batch_size must be an int")
+        if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
+            raise ConfigurationError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}")
+        if not 0 < self.poll_interval <= self.max_poll_interval:
+            raise ConfigurationError("poll_interval must be > 0 and <= max_poll_interval")
+        if self.reconnect_max <= 0:
+            raise ConfigurationError("reconnect_max must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class RunTotals:
+    """What ``run`` or ``watch`` did, summed over its batches."""
+
+    batches: int = 0
+    claimed: int = 0
+    handed_off: int = 0
+    quarantined: int = 0
+    ms: float = 0.0
+
+    def add(self, batch: BatchResult) -> RunTotals:
+        return RunTotals(
+            batches=self.batches + 1,
+            claimed=self.claimed + batch.claimed,
+            handed_off=self.handed_off + batch.handed_off,
+            quarantined=self.quarantined + batch.quarantined,
+            ms=round(self.ms + batch.ms, 2),
+        )
+
+
+class Relay:
+    """Moves committed intents from ``outbox_messages`` into ``outbox_jobs``.
+
+    Owns one connection, opened on first use and reopened after a database error.
+    Not thread-safe: give each thread its own ``Relay``.
+    """
+
+    def __init__(self, database: Database, config: RelayConfig | None = None) -> None:
+        self.database = database
+        self.config = config or RelayConfig()
+        self._conn: Connection | None = None
+
+    def run_once(self, batch_size: int | None = None) -> BatchResult:
+        """Hand off one batch (at most ``batch_size``, default the config's)."""
+        size = self.config.batch_size if batch_size is None else batch_size
+        try:
+            result = handoff(
+                self._connection(),
+                size,
+                notify=self.config.notify,
+                verify_in_python=self.config.verify_in_python,
+            )
+        except DatabaseError:
+            self._drop_connection()
+            raise
+        _log_batch(result)
+        return result
+
+    def run(
+        self,
+        limit: int | None = None,
+        *,
+        progress: Callable[[BatchResult], None] | None = None,
+    ) -> RunTotals:
+        """Hand off until nothing is pending (or ``limit`` intents were claimed); return totals.
+
+        Stops on an empty batch, not a short one: with other relays at work a batch can
+        come back short while rows they hold may yet be released back to pending. While
+        producers keep the backlog from emptying it keeps going; pass ``limit`` to bound it.
+        """
+        if limit is not None and limit < 0:
+            raise ConfigurationError("limit must be >= 0")
+        totals = RunTotals()
+        while limit is None or totals.claimed < limit:
+            left = self.config.batch_size if limit is None else limit - totals.claimed
+            batch = self.run_once(min(self.config.batch_size, left))
+            if batch.claimed == 0:
+                break
+            totals = totals.add(batch)
+            if progress is not None:
+                progress(batch)
+        return totals
+
+    def watch(
+        self,
+        stop: threading.Event,
+        *,
+        progress: Callable[[BatchResult], None] | None = None,
+    ) -> RunTotals:
+        """Relay until ``stop`` is set; the batch in flight always finishes first."""
+        waiter = self._waiter()
+        totals = RunTotals()
+        idle = _Backoff(self.config.poll_interval, self.config.max_poll_interval)
+        failing = _Backoff(self.config.poll_interval, self.config.reconnect_max)
+        log.info("relay.watch", listen=isinstance(waiter, ListenWaiter))
+        try:
+            while not stop.is_set():
+                try:
+                    batch = self.run_once()
+                except DatabaseError as exc:
+                    log.warning("relay.batch_failed", error=type(exc.__cause__ or exc).__name__)
+                    waiter.wait(stop, failing.next())
+                    continue
+                failing.reset()
+                if batch.claimed:
+                    totals = totals.add(batch)
+                    if progress is not None:
+                        progress(batch)
+                if batch.claimed >= self.config.batch_size:
+                    idle.reset()
+                    continue
+                waiter.wait(stop, idle.reset() if batch.claimed else idle.next())
+        finally:
+            waiter.close()
+            log.info("relay.stopped", handed_off=totals.handed_off)
+        return totals
+
+    def _waiter(self) -> Waiter:
+        if self.config.listen and self.database.dialect.supports_listen:
+            return ListenWaiter(self.database, "relay_listen", self.config.reconnect_max)
+        return PollWaiter()
+
+    def _connection(self) -> Connection:
+        if self._conn is None:
+            self._conn = self.database.connect()
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        """Close the relay's connection (it reopens on next use)."""
+        self._drop_connection()
+
+    def __enter__(self) -> Relay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Backoff:
+    """Waits that double from ``low`` up to ``high``; ``reset`` goes back to ``low``."""
+
+    def __init__(self, low: float, high: float) -> None:
+        self.low, self.high, self._next = low, high, low
+
+    def next(self) -> float:
+        value, self._next = self._next, min(self._next * 2, self.high)
+        return value
+
+    def reset(self) -> float:
+        self._next = self.low
+        return self.low
+
+
+def _log_batch(batch: BatchResult) -> None:
+    for message_id, reason in batch.quarantined_ids:
+        log.warning("relay.quarantined", message_id=message_id, reason=reason)
+    emit = log.info if batch.claimed else log.debug
+    emit(
+        "relay.batch",
+        size=batch.claimed,
+        handed_off=batch.handed_off,
+        quarantined=batch.quarantined,
+        ms=batch.ms,
+    )

@@ -1,0 +1,59 @@
+-- name: relay_claim
+-- Lock the oldest pending rows and verify each in SQL; the reason is NULL for a valid
+-- row. The reason codes and their order match outbox.relay.verify.reason_for.
+-- The fingerprint is compared byte for byte: the column's collation ignores case.
+SELECT id, message_id,
+    CASE
+        WHEN payload IS NULL OR NOT JSON_VALID(payload) THEN 'invalid_json'
+        WHEN CHAR_LENGTH(job_name) NOT BETWEEN 1 AND 200
+            OR job_name REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_name'
+        WHEN CHAR_LENGTH(queue) NOT BETWEEN 1 AND 200
+            OR queue REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_queue'
+        WHEN max_attempts NOT BETWEEN 1 AND 1000 THEN 'invalid_max_attempts'
+        WHEN available_at < 0 THEN 'invalid_available_at'
+        WHEN LENGTH(payload) > 65535 THEN 'payload_too_large'
+        WHEN fingerprint IS NULL OR CAST(fingerprint AS BINARY) <> CAST(SHA2(CONCAT(
+                'v1', CHAR(10 USING utf8mb4), job_name, CHAR(10 USING utf8mb4), queue,
+                CHAR(10 USING utf8mb4), COALESCE(CAST(max_attempts AS CHAR), ''),
+                CHAR(10 USING utf8mb4), COALESCE(CAST(available_at AS CHAR), ''),
+                CHAR(10 USING utf8mb4), payload), 256) AS BINARY)
+            THEN 'fingerprint_mismatch'
+    END AS reason
+FROM outbox_messages
+WHERE state = 'pending'
+ORDER BY id
+LIMIT :batch_size
+FOR UPDATE SKIP LOCKED;
+
+-- name: relay_claim_rows
+-- The Python verifier's claim: the oldest pending rows, locked, with every column the
+-- fingerprint covers.
+SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at
+FROM outbox_messages
+WHERE state = 'pending'
+ORDER BY id
+LIMIT :batch_size
+FOR UPDATE SKIP LOCKED;
+
+-- name: relay_insert_jobs
+-- The verified rows of a batch into the queue, in id order, in one statement.
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
+SELECT message_id, queue, job_name, payload, 0, max_attempts,
+    COALESCE(available_at, clock.now_ms), clock.now_ms
+FROM outbox_messages,
+    (SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) AS now_ms) AS clock
+WHERE id IN :ids AND state = 'pending'
+ORDER BY id;
+
+-- name: relay_mark_published
+UPDATE outbox_messages
+SET state = 'published', payload = NULL,
+    published_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
+WHERE id IN :ids AND state = 'pending';
+
+-- name: relay_mark_failed
+UPDATE outbox_messages
+SET state = 'failed', failure_reason = :reason,
+    failed_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
+WHERE id IN :ids AND state = 'pending';

@@ -1,0 +1,105 @@
+-- name: relay_handoff
+-- One whole batch in one statement (one round trip): lock the oldest pending rows,
+-- verify each in SQL, copy the valid ones into the queue, mark every claimed row
+-- published (payload cleared) or failed (with a reason code), and, when :notify is
+-- true and anything was handed off, NOTIFY idle workers (delivered at commit).
+-- The reason codes and their order match outbox.relay.verify.reason_for.
+-- PostgreSQL 15 has no JSON validity test that cannot raise: a payload that is not
+-- JSON makes the ::json cast fail with SQLSTATE 22P02 and the relay verifies that
+-- batch in Python instead (relay_claim_rows).
+-- A queue row that already holds a claimed message_id is a double handoff: the unique
+-- index fails the statement on purpose.
+WITH claimed AS MATERIALIZED (
+    SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at
+    FROM outbox_messages
+    WHERE state = 'pending'
+    ORDER BY id
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+), checked AS MATERIALIZED (
+    SELECT c.*,
+        CASE
+            WHEN c.payload IS NULL OR json_typeof(c.payload::json) IS NULL THEN 'invalid_json'
+            WHEN char_length(c.job_name) NOT BETWEEN 1 AND 200
+                OR c.job_name ~ '[^A-Za-z0-9_.:-]' THEN 'invalid_name'
+            WHEN char_length(c.queue) NOT BETWEEN 1 AND 200
+                OR c.queue ~ '[^A-Za-z0-9_.:-]' THEN 'invalid_queue'
+            WHEN c.max_attempts NOT BETWEEN 1 AND 1000 THEN 'invalid_max_attempts'
+            WHEN c.available_at < 0 THEN 'invalid_available_at'
+            WHEN octet_length(c.payload) > 65535 THEN 'payload_too_large'
+            WHEN c.fingerprint IS NULL OR encode(sha256(convert_to(concat_ws(E'\n',
+                    'v1', c.job_name, c.queue, coalesce(c.max_attempts::text, ''),
+                    coalesce(c.available_at::text, ''), c.payload), 'UTF8')), 'hex')
+                <> c.fingerprint THEN 'fingerprint_mismatch'
+        END AS reason
+    FROM claimed c
+), clock AS MATERIALIZED (
+    SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms
+), ins AS (
+    INSERT INTO outbox_jobs
+        (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
+         created_at)
+    SELECT k.message_id, k.queue, k.job_name, k.payload, 0, k.max_attempts,
+        coalesce(k.available_at, clock.now_ms), clock.now_ms
+    FROM checked k, clock
+    WHERE k.reason IS NULL
+    ORDER BY k.id
+    RETURNING 1
+), upd AS (
+    UPDATE outbox_messages m SET
+        state = CASE WHEN k.reason IS NULL THEN 'published' ELSE 'failed' END,
+        payload = CASE WHEN k.reason IS NULL THEN NULL ELSE m.payload END,
+        published_at = CASE WHEN k.reason IS NULL THEN clock.now_ms END,
+        failed_at = CASE WHEN k.reason IS NULL THEN NULL ELSE clock.now_ms END,
+        failure_reason = k.reason
+    FROM checked k, clock
+    WHERE m.id = ANY (ARRAY(SELECT id FROM checked)) AND m.id = k.id
+    RETURNING m.message_id, k.reason
+)
+SELECT
+    (SELECT count(*) FROM upd),
+    (SELECT count(*) FROM ins),
+    (SELECT array_agg(message_id ORDER BY message_id) FROM upd WHERE reason IS NOT NULL),
+    (SELECT array_agg(reason ORDER BY message_id) FROM upd WHERE reason IS NOT NULL),
+    (SELECT count(*) FROM (SELECT pg_notify('outbox_jobs', '') FROM ins
+                           WHERE :notify LIMIT 1) AS woken);
+
+-- name: relay_claim_rows
+-- The Python verifier's claim: the oldest pending rows, locked, with every column the
+-- fingerprint covers.
+SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at
+FROM outbox_messages
+WHERE state = 'pending'
+ORDER BY id
+LIMIT :batch_size
+FOR UPDATE SKIP LOCKED;
+
+-- name: relay_insert_jobs
+-- The verified rows of a batch into the queue, in id order, in one statement.
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
+SELECT message_id, queue, job_name, payload, 0, max_attempts,
+    coalesce(available_at, clock.now_ms), clock.now_ms
+FROM outbox_messages,
+    (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms) AS clock
+WHERE id = ANY(:ids) AND state = 'pending'
+ORDER BY id;
+
+-- name: relay_mark_published
+UPDATE outbox_messages
+SET state = 'published', payload = NULL,
+    published_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+WHERE id = ANY(:ids) AND state = 'pending';
+
+-- name: relay_mark_failed
+UPDATE outbox_messages
+SET state = 'failed', failure_reason = :reason,
+    failed_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+WHERE id = ANY(:ids) AND state = 'pending';
+
+-- name: relay_notify
+-- Wakes idle workers when the transaction commits.
+SELECT pg_notify('outbox_jobs', '');
+
+-- name: relay_listen
+LISTEN outbox_relay;

@@ -1,0 +1,59 @@
+-- name: relay_claim
+-- The oldest pending rows, verified in SQL; the reason is NULL for a valid row. No row
+-- locks: the relay's BEGIN IMMEDIATE holds SQLite's single writer lock for the batch.
+-- typeof() guards come first because SQLite columns accept any type.
+-- The reason codes and their order match outbox.relay.verify.reason_for.
+SELECT id, message_id,
+    CASE
+        WHEN typeof(payload) <> 'text' OR NOT json_valid(payload) THEN 'invalid_json'
+        WHEN typeof(job_name) <> 'text' OR length(job_name) NOT BETWEEN 1 AND 200
+            OR job_name REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_name'
+        WHEN typeof(queue) <> 'text' OR length(queue) NOT BETWEEN 1 AND 200
+            OR queue REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_queue'
+        WHEN typeof(max_attempts) NOT IN ('integer', 'null')
+            OR max_attempts NOT BETWEEN 1 AND 1000 THEN 'invalid_max_attempts'
+        WHEN typeof(available_at) NOT IN ('integer', 'null')
+            OR available_at < 0 THEN 'invalid_available_at'
+        WHEN length(CAST(payload AS BLOB)) > 65535 THEN 'payload_too_large'
+        WHEN typeof(fingerprint) <> 'text' OR outbox_sha256(
+                'v1' || char(10) || job_name || char(10) || queue || char(10)
+                || coalesce(CAST(max_attempts AS TEXT), '') || char(10)
+                || coalesce(CAST(available_at AS TEXT), '') || char(10) || payload)
+            <> fingerprint THEN 'fingerprint_mismatch'
+    END AS reason
+FROM outbox_messages
+WHERE state = 'pending'
+ORDER BY id
+LIMIT :batch_size;
+
+-- name: relay_claim_rows
+-- The Python verifier's claim: the oldest pending rows with every column the
+-- fingerprint covers.
+SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at
+FROM outbox_messages
+WHERE state = 'pending'
+ORDER BY id
+LIMIT :batch_size;
+
+-- name: relay_insert_jobs
+-- The verified rows of a batch into the queue, in id order, in one statement.
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
+SELECT message_id, queue, job_name, payload, 0, max_attempts,
+    coalesce(available_at, clock.now_ms), clock.now_ms
+FROM outbox_messages,
+    (SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) AS now_ms) AS clock
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
+ORDER BY id;
+
+-- name: relay_mark_published
+UPDATE outbox_messages
+SET state = 'published', payload = NULL,
+    published_at = CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending';
+
+-- name: relay_mark_failed
+UPDATE outbox_messages
+SET state = 'failed', failure_reason = :reason,
+    failed_at = CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending';

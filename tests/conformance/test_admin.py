@@ -1,0 +1,214 @@
+"""Operator actions on every backend: status, failed, retry, prune."""
+
+from __future__ import annotations
+
+import pytest
+
+from outbox.db.connection import Connection, Database
+from outbox.ids import new_message_id
+from outbox.relay import Relay, RelayConfig, admin
+from tests.relay_support import (
+    MARKER,
+    db_now_ms,
+    outbox_rows,
+    placeholder,
+    queued_ids,
+    record_many,
+    set_column,
+)
+
+DAY_MS = 86_400_000
+
+
+def _run(database: Database) -> None:
+    with Relay(database, RelayConfig()) as relay:
+        relay.run()
+
+
+def _insert_job(conn: Connection, queue: str, *, delay_ms: int = 0, reserved: bool = False) -> None:
+    ph = placeholder(conn)
+    now = db_now_ms(conn)
+    conn.execute_sql(
+        "INSERT INTO outbox_jobs (message_id, queue, job_name, payload, attempts,"
+        f" available_at, created_at, reserved_by) VALUES ({ph}, {ph}, 'j', 'null', 0,"
+        f" {ph}, {ph}, {ph})",
+        (new_message_id(), queue, now + delay_ms, now, "w1" if reserved else None),
+    )
+
+
+def _insert_dead(conn: Connection, queue: str) -> None:
+    ph = placeholder(conn)
+    conn.execute_sql(
+        "INSERT INTO outbox_failed_jobs (message_id, queue, job_name, payload, attempts,"
+        f" exception_class, exception_message, failed_at) VALUES ({ph}, {ph}, 'j', {ph}, 3,"
+        " 'ValueError', 'boom', 0)",
+        (new_message_id(), queue, f'"{MARKER}"'),
+    )
+
+
+def test_status_counts_intents_by_state_and_jobs_by_queue(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    empty = admin.status(conn)
+    assert empty.as_dict() == {
+        "outbox": {"pending": 0, "published": 0, "failed": 0, "oldest_pending_age_s": None},
+        "queues": {},
+    }
+    done = record_many(db_url, ["s1", "s2", "s3"])
+    set_column(conn, done[2], "payload", "[")
+    _run(database)
+    record_many(db_url, ["s4", "s5"])
+    _insert_job(conn, "q2", delay_ms=3_600_000)
+    _insert_job(conn, "q2", reserved=True)
+    _insert_dead(conn, "q2")
+    _insert_dead(conn, "q3")
+    status = admin.status(conn).as_dict()
+    assert status["outbox"]["pending"] == 2
+    assert status["outbox"]["published"] == 2
+    assert status["outbox"]["failed"] == 1
+    assert status["outbox"]["oldest_pending_age_s"] >= 0
+    assert status["queues"] == {
+        "q1": {"ready": 2, "delayed": 0, "reserved": 0, "dead": 0},
+        "q2": {"ready": 0, "delayed": 1, "reserved": 1, "dead": 1},
+        "q3": {"ready": 0, "delayed": 0, "reserved": 0, "dead": 1},
+    }
+    assert MARKER not in repr(status)
+
+
+def test_status_ages_the_oldest_pending_intent_by_the_database_clock(
+    db_url: str, conn: Connection, database: Database
+) -> None:
+    [mid] = record_many(db_url, ["old"])
+    set_column(conn, mid, "created_at", db_now_ms(conn) - 90_000)
+    record_many(db_url, ["new"])
+    age = admin.status(conn).outbox.oldest_pending_age_s
+    assert age is not None and 90 <= age < 90 + 600
+
+
+def test_failed_lists_quarantined_intents_without_payloads(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    a, b, c = record_many(db_url, ["f1", "f2", "f3"])
+    set_column(conn, a, "payload", f'"{MARKER} changed"')
+    set_column(conn, c, "job_name", "no good")
+    _run(database)
+    listed = admin.failed(conn)
+    assert [(f.message_id, f.reason) for f in listed] == [
+        (a, "fingerprint_mismatch"),
+        (c, "invalid_name"),
+    ]
+    assert all(f.failed_at_ms is not None and f.failed_at_ms >= f.created_at_ms for f in listed)
+    assert [f.message_id for f in admin.failed(conn, limit=1)] == [a]
+    assert MARKER not in repr(listed)
+    assert b in queued_ids(conn)
+
+
+def test_retry_returns_a_repaired_intent_to_pending_and_the_relay_hands_it_off(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    [mid] = record_many(db_url, ["r1"])
+    [(original,)] = conn.execute_sql("SELECT payload FROM outbox_messages")
+    set_column(conn, mid, "payload", "{broken")
+    _run(database)
+    assert outbox_rows(conn)[mid] == ("failed", "invalid_json", False)
+    set_column(conn, mid, "payload", original)
+    assert admin.retry(conn, mid) == "requeued"
+    assert outbox_rows(conn)[mid] == ("pending", None, False)
+    _run(database)
+    assert outbox_rows(conn)[mid] == ("published", None, True)
+    assert queued_ids(conn) == [mid]
+
+
+def test_retry_refuses_an_intent_that_still_does_not_verify(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    [mid] = record_many(db_url, ["r2"])
+    set_column(conn, mid, "payload", '{"edited":true}')
+    _run(database)
+    before = conn.execute_sql("SELECT * FROM outbox_messages")
+    with pytest.raises(admin.RetryRefused, match="fingerprint_mismatch") as caught:
+        admin.retry(conn, mid)
+    assert "--accept-current" in str(caught.value)
+    assert conn.execute_sql("SELECT * FROM outbox_messages") == before
+
+
+def test_retry_accept_current_reseals_the_row_canonically(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    [mid] = record_many(db_url, ["r3"])
+    set_column(conn, mid, "payload", '{ "z": 1, "a": [1, 2] }')
+    _run(database)
+    assert admin.retry(conn, mid, accept_current=True) == "accepted"
+    assert outbox_rows(conn)[mid] == ("pending", None, False)
+    [(payload,)] = conn.execute_sql("SELECT payload FROM outbox_messages")
+    assert payload == '{"a":[1,2],"z":1}'
+    _run(database)
+    [(queued,)] = conn.execute_sql("SELECT payload FROM outbox_jobs")
+    assert queued == '{"a":[1,2],"z":1}'
+
+
+def test_retry_accept_current_still_refuses_bad_json_and_bad_names(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    a, b = record_many(db_url, ["r4", "r5"])
+    set_column(conn, a, "payload", "{nope")
+    set_column(conn, b, "queue", "bad queue")
+    _run(database)
+    before = conn.execute_sql("SELECT * FROM outbox_messages ORDER BY id")
+    with pytest.raises(admin.RetryRefused, match="invalid_json"):
+        admin.retry(conn, a, accept_current=True)
+    with pytest.raises(admin.RetryRefused, match="invalid_queue"):
+        admin.retry(conn, b, accept_current=True)
+    assert conn.execute_sql("SELECT * FROM outbox_messages ORDER BY id") == before
+
+
+def test_retry_names_unknown_pending_and_malformed_ids(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    [mid] = record_many(db_url, ["r6"])
+    unknown = new_message_id()
+    with pytest.raises(admin.MessageNotFound, match=unknown):
+        admin.retry(conn, unknown)
+    with pytest.raises(admin.RetryRefused, match="is pending, not failed"):
+        admin.retry(conn, mid)
+    with pytest.raises(admin.InvalidMessageId, match="not a message id"):
+        admin.retry(conn, "12; DROP TABLE outbox_messages")
+    assert outbox_rows(conn)[mid] == ("pending", None, False)
+
+
+def _age_published(conn: Connection, message_id: str, days: float) -> None:
+    set_column(conn, message_id, "published_at", db_now_ms(conn) - int(days * DAY_MS))
+
+
+def test_prune_deletes_old_published_tombstones_oldest_first_within_the_limit(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    ids = record_many(db_url, [f"p{i}" for i in range(6)])
+    set_column(conn, ids[5], "payload", "[")
+    _run(database)  # ids[0..4] published, ids[5] failed
+    for mid, days in zip(ids[:5], (40, 35, 31, 5, 1), strict=True):
+        _age_published(conn, mid, days)
+    pending = record_many(db_url, ["p-pending"])
+    assert admin.prune(conn, 30, limit=2, batch=1) == 2
+    assert set(outbox_rows(conn)) == set(ids[2:]) | set(pending)
+    assert admin.prune(conn, 30) == 1
+    assert set(outbox_rows(conn)) == set(ids[3:]) | set(pending)
+    assert admin.prune(conn, 0) == 2
+    rows = outbox_rows(conn)
+    assert rows == {ids[5]: ("failed", "invalid_json", False), pending[0]: ("pending", None, False)}
+
+
+def test_prune_ends_deduplication_for_the_pruned_keys(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    [first] = record_many(db_url, ["again"])
+    assert record_many(db_url, ["again"]) == [first]
+    _run(database)
+    assert admin.prune(conn, 0) == 1
+    [second] = record_many(db_url, ["again"])
+    assert second != first
+
+
+def test_prune_refuses_negative_days(conn: Connection) -> None:
+    with pytest.raises(ValueError, match="days"):
+        admin.prune(conn, -1)

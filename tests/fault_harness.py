@@ -1,0 +1,631 @@
+"""The fault harness: real producer, relay and worker processes, a supervisor, a ledger.
+
+Each role runs as its own OS process (``python -m tests.fault_harness ROLE ...``) so a
+test can SIGKILL it at any instant and restart it the way a supervisor would. Truth is
+kept in the database under test, never in the processes' memory:
+
+- ``harness_orders``: the producer's business row, written in the SAME transaction as
+  ``record()``. A row here is proof the intent committed.
+- ``harness_rollbacks``: keys whose transaction the producer rolled back on purpose,
+  written after the rollback. None of them may ever reach the queue or run.
+- ``harness_ledger``: one row per handler execution (``tests/reliability/ledger_app.py``),
+  inside the job's transaction for transactional handlers, on a connection of its own
+  for ordinary ones, so the checks count real executions.
+
+``check`` compares the three with the product's tables and lists every violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from outbox import Job, record
+from outbox.errors import OutboxError, RetryTransaction
+from tests.backends import backend_of, raw_connect
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB_NAME = "harness.exec"
+QUEUE = "harness"
+
+_DDL = {
+    "harness_orders": "CREATE TABLE harness_orders "
+    "(k VARCHAR(200) PRIMARY KEY, message_id VARCHAR(36) NOT NULL)",
+    "harness_rollbacks": "CREATE TABLE harness_rollbacks (k VARCHAR(200) PRIMARY KEY)",
+    "harness_ledger": "CREATE TABLE harness_ledger "
+    "(message_id VARCHAR(36) NOT NULL, worker VARCHAR(100) NOT NULL, attempt INTEGER NOT NULL,"
+    " transactional INTEGER NOT NULL)",
+}
+
+
+def placeholder(url: str) -> str:
+    return "?" if backend_of(url) == "sqlite" else "%s"
+
+
+def install_ledger(url: str) -> None:
+    """Create the harness tables next to the product's (idempotent)."""
+    conn = raw_connect(url)
+    try:
+        cur = conn.cursor()
+        for table, ddl in _DDL.items():
+            try:
+                cur.execute(ddl)
+                conn.commit()
+            except Exception:
+                conn.rollback()
+                cur = conn.cursor()
+                cur.execute(f"SELECT count(*) FROM {table}")  # it exists: fine
+                cur.fetchall()
+                conn.commit()
+    finally:
+        conn.close()
+
+
+def fetch(url: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    conn = raw_connect(url)
+    try:
+        cur = conn.cursor()
+        cur.execute(sql, tuple(params))
+        rows = [tuple(r) for r in cur.fetchall()]
+        conn.commit()
+        return rows
+    finally:
+        conn.close()
+
+
+def harness_job(key: str, n: int, marker: str = "") -> Job:
+    """The producers' job; ``HARNESS_JOB`` picks the handler (``harness.tx``: transactional)."""
+    payload: dict[str, Any] = {"k": key, "n": n}
+    if marker:
+        payload["marker"] = marker
+    return Job(os.environ.get("HARNESS_JOB", JOB_NAME), payload, queue=QUEUE)
+
+
+# --------------------------------------------------------------------------- producer
+
+
+class Cut(Exception):
+    """The transaction's connection was lost; its outcome must be read back."""
+
+
+@dataclass
+class ProducerStats:
+    committed: int = 0
+    rolled_back: int = 0
+    retries: int = 0
+    record_errors: Counter[str] = field(default_factory=Counter)
+    other_errors: Counter[str] = field(default_factory=Counter)
+    leaked: Counter[str] = field(default_factory=Counter)
+    messages: list[str] = field(default_factory=list)
+
+    def as_json(self) -> str:
+        return json.dumps(
+            {
+                "committed": self.committed,
+                "rolled_back": self.rolled_back,
+                "retries": self.retries,
+                "record_errors": dict(self.record_errors),
+                "other_errors": dict(self.other_errors),
+                "leaked": dict(self.leaked),
+                "messages": sorted(set(self.messages))[:20],
+            }
+        )
+
+
+class Producer:
+    """An application writing business rows and intents, recovering from lost connections.
+
+    After a cut it reconnects with backoff and reads its own business row back: present
+    means the transaction landed; absent means it runs the transaction again with the
+    same key and job, which ``record()``'s idempotency makes safe.
+    """
+
+    def __init__(self, url: str, stats: ProducerStats, marker: str = "") -> None:
+        self.url = url
+        self.ph = placeholder(url)
+        self.stats = stats
+        self.marker = marker
+        self.conn: Any = None
+
+    def connect(self, deadline: float) -> None:
+        pause = 0.05
+        while True:
+            try:
+                self.conn = raw_connect(self.url)
+                return
+            except Exception as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("producer cannot reconnect") from exc
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
+    def drop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+        self.conn = None
+
+    def settled(self, key: str, rollback: bool) -> bool:
+        table = "harness_rollbacks" if rollback else "harness_orders"
+        cur = self.conn.cursor()
+        cur.execute(f"SELECT count(*) FROM {table} WHERE k = {self.ph}", (key,))
+        found = int(cur.fetchall()[0][0])
+        self.conn.rollback()
+        return found == 1
+
+    def attempt(self, key: str, n: int, rollback: bool) -> None:
+        try:
+            mid = record(self.conn, key, harness_job(key, n, self.marker))
+        except RetryTransaction:
+            raise
+        except OutboxError as exc:
+            self.stats.record_errors[type(exc).__name__] += 1
+            self.stats.messages.append(str(exc))
+            raise Cut from exc
+        except Exception as exc:
+            self.stats.leaked[type(exc).__name__] += 1
+            raise Cut from exc
+        try:
+            cur = self.conn.cursor()
+            cur.execute(
+                f"INSERT INTO harness_orders (k, message_id) VALUES ({self.ph}, {self.ph})",
+                (key, mid),
+            )
+            if rollback:
+                self.conn.rollback()
+                cur = self.conn.cursor()
+                cur.execute(f"INSERT INTO harness_rollbacks (k) VALUES ({self.ph})", (key,))
+            self.conn.commit()
+        except Exception as exc:
+            self.stats.other_errors[type(exc).__name__] += 1
+            raise Cut from exc
+
+    def one(self, key: str, n: int, rollback: bool, deadline: float) -> None:
+        first = True
+        while True:
+            if self.conn is None:
+                self.connect(deadline)
+            try:
+                if not first and self.settled(key, rollback):
+                    break
+                first = False
+                self.attempt(key, n, rollback)
+                break
+            except RetryTransaction:
+                self._rollback_quietly()
+            except Cut:
+                self.drop()
+            except Exception as exc:  # e.g. the read-back itself hit the outage
+                self.stats.other_errors[type(exc).__name__] += 1
+                self.drop()
+            self.stats.retries += 1
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"producer gave up on {key}")
+            time.sleep(random.uniform(0.0, 0.05))
+        if rollback:
+            self.stats.rolled_back += 1
+        else:
+            self.stats.committed += 1
+
+    def _rollback_quietly(self) -> None:
+        try:
+            self.conn.rollback()
+        except Exception:
+            self.drop()
+
+
+def produce(
+    url: str,
+    prefix: str,
+    count: int,
+    rollback_ratio: float = 0.1,
+    seed: int = 0,
+    pause_s: float = 0.0,
+    marker: str = "",
+    timeout_s: float = 240.0,
+) -> ProducerStats:
+    """Record ``count`` intents keyed ``prefix:N``, a share rolled back on purpose."""
+    rng = random.Random(seed)
+    stats = ProducerStats()
+    producer = Producer(url, stats, marker)
+    deadline = time.monotonic() + timeout_s
+    for n in range(count):
+        producer.one(f"{prefix}:{n}", n, rng.random() < rollback_ratio, deadline)
+        if pause_s:
+            time.sleep(pause_s)
+    if producer.conn is not None:
+        producer.drop()
+    return stats
+
+
+# --------------------------------------------------------------------------- storm
+
+
+def storm(url: str, hot_keys: int, transactions: int, per_tx: int, seed: int) -> dict[str, Any]:
+    """Transactions recording overlapping hot keys in random order, bumping hot counters.
+
+    Built to deadlock: every abort the database confirms must reach the application as
+    ``RetryTransaction`` (from ``record()``) or a retryable driver error (its own
+    UPDATE), and running the transaction again must succeed.
+    """
+    from outbox.db.errors import is_retryable
+
+    rng = random.Random(seed)
+    ph = placeholder(url)
+    conn = raw_connect(url)
+    if backend_of(url) == "postgresql":
+        # The default 1 s before PostgreSQL looks for a deadlock would make a storm slow.
+        conn.execute("SET deadlock_timeout = '20ms'")
+        conn.commit()
+    ids: dict[str, str] = {}
+    out: dict[str, Any] = {"committed": 0, "retried": 0, "errors": Counter(), "mismatch": []}
+    for _ in range(transactions):
+        keys = rng.sample(range(hot_keys), per_tx)
+        while True:
+            try:
+                got: dict[str, str] = {}
+                cur = conn.cursor()
+                for k in keys:
+                    got[f"hot:{k}"] = record(conn, f"hot:{k}", harness_job(f"hot:{k}", k))
+                    cur.execute(f"UPDATE harness_hot SET n = n + 1 WHERE id = {ph}", (k,))
+                conn.commit()
+            except RetryTransaction:
+                out["retried"] += 1
+                conn.rollback()
+                continue
+            except Exception as exc:
+                conn.rollback()
+                if not isinstance(exc, OutboxError) and is_retryable(exc):
+                    out["retried"] += 1
+                    continue
+                out["errors"][type(exc).__name__] += 1
+                break
+            out["committed"] += 1
+            for key, mid in got.items():
+                if ids.setdefault(key, mid) != mid:
+                    out["mismatch"].append(key)
+            break
+    conn.close()
+    out["ids"] = ids
+    out["errors"] = dict(out["errors"])
+    return out
+
+
+def install_hot_rows(url: str, hot_keys: int) -> None:
+    conn = raw_connect(url)
+    ph = placeholder(url)
+    try:
+        cur = conn.cursor()
+        cur.execute("CREATE TABLE harness_hot (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
+        for k in range(hot_keys):
+            cur.execute(f"INSERT INTO harness_hot (id, n) VALUES ({ph}, 0)", (k,))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+# --------------------------------------------------------------------------- checks
+
+
+@dataclass
+class Verdict:
+    """What ``check`` found; ``problems`` is empty when every rule holds."""
+
+    committed: int = 0
+    rolled_back: int = 0
+    executions: int = 0
+    extra_executions: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def fail(self, what: str, items: Sequence[Any]) -> None:
+        if items:
+            self.problems.append(f"{what}: {len(items)} e.g. {sorted(map(str, items))[:5]}")
+
+
+def check_intents(url: str) -> Verdict:
+    """Producer-side rules: each committed business row has exactly its intent, and back."""
+    v = Verdict()
+    orders = dict(fetch(url, "SELECT k, message_id FROM harness_orders"))
+    rollbacks = {r[0] for r in fetch(url, "SELECT k FROM harness_rollbacks")}
+    messages = {r[0] for r in fetch(url, "SELECT message_id FROM outbox_messages")}
+    v.committed, v.rolled_back = len(orders), len(rollbacks)
+    v.fail("rolled back and committed", sorted(rollbacks & set(orders)))
+    v.fail("committed without an intent", [k for k, m in orders.items() if m not in messages])
+    v.fail("intent without its business row", sorted(messages - set(orders.values())))
+    return v
+
+
+def check_handoff(url: str) -> Verdict:
+    """Relay rules: every committed intent published and in the queue exactly once."""
+    v = check_intents(url)
+    committed = {r[0] for r in fetch(url, "SELECT message_id FROM harness_orders")}
+    queued = Counter(r[0] for r in fetch(url, "SELECT message_id FROM outbox_jobs"))
+    v.fail("committed but not in the queue", sorted(committed - set(queued)))
+    v.fail("in the queue but never committed", sorted(set(queued) - committed))
+    v.fail("in the queue twice", sorted(m for m, n in queued.items() if n > 1))
+    states = Counter(r[0] for r in fetch(url, "SELECT state FROM outbox_messages"))
+    if set(states) - {"published"}:
+        v.problems.append(f"outbox rows not published: {dict(states)}")
+    return v
+
+
+def pending_count(url: str) -> int:
+    return int(fetch(url, "SELECT count(*) FROM outbox_messages WHERE state = 'pending'")[0][0])
+
+
+def wait_until(predicate: Any, timeout: float, what: str) -> float:
+    """Poll ``predicate`` until true; return the seconds it took, or raise naming ``what``."""
+    began = time.monotonic()
+    while not predicate():
+        if time.monotonic() - began > timeout:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+    return time.monotonic() - began
+
+
+def cli_argv(url: str, *args: str) -> list[str]:
+    """The real ``outbox`` command line, as an operator or a systemd unit runs it."""
+    return [sys.executable, "-m", "outbox", "--database-url", url, "--log-format", "json", *args]
+
+
+def check_delivery(url: str, extra_allowed: int = 0) -> Verdict:
+    """Every rule of the issue, after the relays and workers have drained everything.
+
+    ``extra_allowed``: how many duplicate executions the injected faults explain (at
+    most the jobs a killed worker had executed but not yet acknowledged).
+    """
+    v = check_intents(url)
+    orders = dict(fetch(url, "SELECT k, message_id FROM harness_orders"))
+    committed = set(orders.values())
+    runs = Counter(r[0] for r in fetch(url, "SELECT message_id FROM harness_ledger"))
+    v.executions = sum(runs.values())
+    v.extra_executions = sum(n - 1 for n in runs.values() if n > 1)
+    v.fail("committed but never executed", sorted(committed - set(runs)))
+    v.fail("executed but never committed (rolled back?)", sorted(set(runs) - committed))
+    if v.extra_executions > extra_allowed:
+        v.problems.append(f"{v.extra_executions} extra executions; faults explain {extra_allowed}")
+    states = Counter(r[0] for r in fetch(url, "SELECT state FROM outbox_messages"))
+    if states.get("pending") or states.get("failed"):
+        v.problems.append(f"outbox rows not published: {dict(states)}")
+    left = fetch(url, "SELECT message_id FROM outbox_jobs")
+    v.fail("still in the queue after draining", [r[0] for r in left])
+    dead = fetch(url, "SELECT message_id FROM outbox_failed_jobs")
+    v.fail("dead-lettered", [r[0] for r in dead])
+    return v
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def role_argv(role: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "tests.fault_harness", role, *args]
+
+
+def spawn(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
+    """Wait for ``proc``; on timeout kill it, so a test never leaves children behind."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return -9, out, err + "\n[harness: killed after timeout]"
+    return proc.returncode, out, err
+
+
+@dataclass
+class Supervised:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    ready: str
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+    restarts: int = 0
+    kills: int = 0
+    logs: list[Path] = field(default_factory=list)
+
+    def output(self) -> str:
+        return "".join(p.read_text(errors="replace") for p in self.logs if p.exists())
+
+    def is_ready(self) -> bool:
+        return (
+            self.log is not None
+            and self.log.exists()
+            and self.ready in self.log.read_text(errors="replace")
+        )
+
+
+class Supervisor:
+    """Starts long-running roles, SIGKILLs them on request and restarts them, like systemd.
+
+    Output goes to one file per incarnation under ``logdir`` (a pipe nobody reads would
+    fill up and block a chatty process). ``kills`` counts SIGKILLs delivered to running
+    processes: the bound on explained duplicate executions.
+    """
+
+    def __init__(self, logdir: Path) -> None:
+        self.logdir = logdir
+        self.members: dict[str, Supervised] = {}
+
+    def add(
+        self, name: str, argv: list[str], ready: str = "", env: dict[str, str] | None = None
+    ) -> None:
+        member = Supervised(name, argv, env or {}, ready)
+        self.members[name] = member
+        self._start(member)
+
+    def _start(self, member: Supervised) -> None:
+        member.log = self.logdir / f"{member.name}.{member.restarts}.log"
+        member.logs.append(member.log)
+        with member.log.open("wb") as sink:
+            member.proc = subprocess.Popen(
+                member.argv,
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT), **member.env},
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
+
+    def kill(self, name: str) -> bool:
+        member = self.members[name]
+        proc = member.proc
+        if proc is None or proc.poll() is not None:
+            return False
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        member.kills += 1
+        member.restarts += 1
+        self._start(member)
+        return True
+
+    def kill_random(self, rng: random.Random, prefix: str = "") -> str | None:
+        names = [n for n in self.members if n.startswith(prefix)]
+        if not names:
+            return None
+        name = rng.choice(names)
+        return name if self.kill(name) else None
+
+    @property
+    def kills(self) -> int:
+        return sum(m.kills for m in self.members.values())
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until every member's current incarnation printed its ready marker."""
+        wait_until(
+            lambda: all(m.is_ready() for m in self.members.values()),
+            timeout,
+            "supervised processes to be ready",
+        )
+
+    def stop(self, timeout: float = 60.0) -> dict[str, tuple[int, str]]:
+        """SIGTERM everyone, wait, SIGKILL stragglers; return exit codes and output."""
+        for m in self.members.values():
+            if m.proc is not None and m.proc.poll() is None:
+                m.proc.send_signal(signal.SIGTERM)
+        results: dict[str, tuple[int, str]] = {}
+        for m in self.members.values():
+            if m.proc is None:
+                continue
+            try:
+                code = m.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                m.proc.kill()
+                code = m.proc.wait()
+            results[m.name] = (code, m.output())
+        return results
+
+    def wait(self, timeout: float) -> dict[str, tuple[int, str]]:
+        """Wait for every member to exit by itself (e.g. ``--stop-when-empty``)."""
+        end = time.monotonic() + timeout
+        out: dict[str, tuple[int, str]] = {}
+        for m in self.members.values():
+            if m.proc is None:
+                continue
+            try:
+                code = m.proc.wait(max(1.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                m.proc.kill()
+                code = -9
+            out[m.name] = (code, m.output())
+        return out
+
+
+# --------------------------------------------------------------------------- worker
+
+
+def work(url: str, concurrency: int, lease: float, stop_when_empty: bool) -> int:
+    """A worker on the harness queue, running ``tests.reliability.ledger_app``."""
+    from outbox import log
+    from outbox.db.connection import Database
+    from outbox.queue.worker import Worker, WorkerConfig
+    from tests.reliability.ledger_app import registry
+
+    log.configure("json", os.environ.get("HARNESS_LOG_LEVEL", "info"))
+    os.environ["HARNESS_URL"] = url
+    config = WorkerConfig(
+        queues={QUEUE: None},
+        concurrency=concurrency,
+        prefetch=2,
+        lease=lease,
+        sleep=0.05,
+        grace=10.0,
+        stop_when_empty=stop_when_empty,
+    )
+    worker = Worker(Database(url), registry, config)
+    print("harness.worker_ready", flush=True)
+    with worker.signals_handled():
+        stats = worker.run()
+    print(json.dumps({"claimed": stats.claimed, "succeeded": stats.succeeded}), flush=True)
+    return 0
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tests.fault_harness")
+    sub = parser.add_subparsers(dest="role", required=True)
+    p = sub.add_parser("produce")
+    p.add_argument("--url", required=True)
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--rollback-ratio", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pause", type=float, default=0.0)
+    p.add_argument("--marker", default="")
+    s = sub.add_parser("storm")
+    s.add_argument("--url", required=True)
+    s.add_argument("--hot-keys", type=int, required=True)
+    s.add_argument("--transactions", type=int, required=True)
+    s.add_argument("--per-tx", type=int, default=3)
+    s.add_argument("--seed", type=int, default=0)
+    w = sub.add_parser("work")
+    w.add_argument("--url", required=True)
+    w.add_argument("--concurrency", type=int, default=2)
+    w.add_argument("--lease", type=float, default=2.0)
+    w.add_argument("--stop-when-empty", action="store_true")
+    args = parser.parse_args(argv)
+    if args.role == "work":
+        return work(args.url, args.concurrency, args.lease, args.stop_when_empty)
+    if args.role == "storm":
+        result = storm(args.url, args.hot_keys, args.transactions, args.per_tx, args.seed)
+        print(json.dumps(result), flush=True)
+    if args.role == "produce":
+        stats = produce(
+            args.url,
+            args.prefix,
+            args.count,
+            args.rollback_ratio,
+            args.seed,
+            args.pause,
+            args.marker,
+        )
+        print(stats.as_json(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -1,0 +1,63 @@
+"""Fixtures of the reliability suite: migrated databases with the harness tables, and a
+private PostgreSQL cluster that tests may restart (never the shared server)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from outbox.db.connection import Database
+from outbox.schemas import migrate
+from tests import backends, pg_cluster
+from tests.fault_harness import install_ledger
+
+SOAK = os.environ.get("OUTBOX_SOAK", "") not in ("", "0")
+
+
+def migrated(url: str) -> str:
+    with Database(url).connect() as c:
+        migrate(c)
+    install_ledger(url)
+    return url
+
+
+@pytest.fixture
+def ledger_url(database: Database, db_url: str) -> str:
+    """A migrated database (every backend) with the harness's ledger tables."""
+    install_ledger(db_url)
+    return db_url
+
+
+@pytest.fixture
+def sqlite_ledger_url(tmp_path: Path) -> str:
+    """The same on SQLite only, for faults that exist only there."""
+    return migrated(backends.sqlite_url(tmp_path))
+
+
+@pytest.fixture(scope="session")
+def pg_private() -> Iterator[pg_cluster.PgCluster]:
+    """A throwaway PostgreSQL cluster on a free port, always stopped at the end."""
+    if "postgresql" not in backends.BACKENDS:
+        pytest.skip("postgresql backend not selected")
+    if not pg_cluster.available():
+        pytest.skip("PostgreSQL 15 binaries not found")
+    cluster = pg_cluster.PgCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def cluster_url(pg_private: pg_cluster.PgCluster) -> str:
+    """A fresh migrated database in the private cluster."""
+    name = f"rel_{secrets.token_hex(4)}"
+    with psycopg.connect(pg_private.url(), autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    return migrated(pg_private.url(name))

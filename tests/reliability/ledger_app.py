@@ -1,0 +1,62 @@
+"""The handlers the harness's workers run: each execution leaves a row in the ledger.
+
+``harness.exec`` is an ordinary handler: it writes its ledger row on a connection of
+its own and commits it *before* the worker acknowledges, so an execution that dies
+before its acknowledgement is still counted (an explained extra run).
+``harness.tx`` is transactional: its ledger row commits with the acknowledgement, so
+the ledger must show exactly one row per job whatever is killed.
+A payload with ``"fail": "message"`` raises with that message on every attempt;
+``"permanent": "message"`` raises ``PermanentFailure`` (dead-lettered at once).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from outbox.errors import PermanentFailure
+from outbox.queue.registry import Registry
+from tests.backends import raw_connect
+from tests.fault_harness import placeholder
+
+registry = Registry()
+_local = threading.local()
+INSERT = "INSERT INTO harness_ledger (message_id, worker, attempt, transactional) VALUES ({0})"
+
+
+class HarnessFailure(Exception):
+    """Raised by a handler on purpose; its message may carry the privacy marker."""
+
+
+def _own_connection() -> Any:
+    conn = getattr(_local, "conn", None)
+    if conn is None:
+        conn = _local.conn = raw_connect(os.environ["HARNESS_URL"])
+    return conn
+
+
+@registry.job("harness.exec", max_attempts=2)
+def run(payload: dict[str, Any], ctx: Any) -> None:
+    if "fail" in payload:
+        raise HarnessFailure(payload["fail"])
+    if "permanent" in payload:
+        raise PermanentFailure(payload["permanent"])
+    url = os.environ["HARNESS_URL"]
+    conn = _own_connection()
+    ph = placeholder(url)
+    cur = conn.cursor()
+    cur.execute(
+        INSERT.format(", ".join([ph] * 4)), (ctx.message_id, str(os.getpid()), ctx.attempt, 0)
+    )
+    conn.commit()
+
+
+@registry.job("harness.tx", transactional=True, max_attempts=2)
+def run_tx(payload: dict[str, Any], ctx: Any) -> None:
+    if "fail" in payload:
+        raise HarnessFailure(payload["fail"])
+    ph = placeholder(os.environ["HARNESS_URL"])
+    ctx.connection.execute_sql(
+        INSERT.format(", ".join([ph] * 4)), (ctx.message_id, str(os.getpid()), ctx.attempt, 1)
+    )
