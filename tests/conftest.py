@@ -12,10 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from outbox.db.connection import Connection, Database
 from outbox.schemas import migrate
 from tests import backends
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> Iterator[None]:
+    """The CLI points structlog at click's captured stderr; undo that after every test."""
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture(scope="session")

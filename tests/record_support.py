@@ -201,3 +201,17 @@ def racing_child(db_url: str, who: int, rounds: int, barrier: Any, pipe: Pipe) -
     finally:
         conn.close()
         pipe.send(results)
+
+
+def migrate_child(db_url: str, barrier: Any, pipe: Pipe) -> None:
+    """One of several processes that run ``migrate`` against one database at once."""
+    from outbox.db.connection import Database
+    from outbox.schemas import migrate
+
+    try:
+        database = Database(db_url)
+        barrier.wait(timeout=60)
+        with database.connect() as conn:
+            pipe.send(("ok", migrate(conn)))
+    except Exception as exc:
+        pipe.send(("error", f"{type(exc).__name__}: {exc}"))

@@ -15,7 +15,8 @@ imported only when the caller uses them.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -136,7 +137,8 @@ def _sa_connection(conn: Any) -> Any:
     if isinstance(conn, scoped_session):  # e.g. Flask-SQLAlchemy's db.session
         conn = conn()
     if isinstance(conn, Session):
-        conn = conn.connection()
+        with _failed_session():
+            conn = conn.connection()
     if not isinstance(conn, Connection):
         raise UnsupportedConnection(_unsupported(conn))
     if conn.closed or conn.invalidated:
@@ -150,12 +152,24 @@ async def _sa_async_connection(conn: Any) -> Any:
     if isinstance(conn, async_scoped_session):
         conn = conn()
     if isinstance(conn, AsyncSession):
-        conn = await conn.connection()
+        with _failed_session():
+            conn = await conn.connection()
     if not isinstance(conn, AsyncConnection):
         raise UnsupportedConnection(_unsupported(conn, is_async=True))
     if conn.closed or conn.invalidated:
         raise NoActiveTransaction("the SQLAlchemy connection is closed")
     return conn
+
+
+@contextmanager
+def _failed_session() -> Iterator[None]:
+    """A session whose flush failed refuses to hand out its connection until rolled back."""
+    from sqlalchemy.exc import PendingRollbackError
+
+    try:
+        yield
+    except PendingRollbackError:
+        raise NoActiveTransaction(_FAILED) from None
 
 
 def _check_dbapi(raw: Any) -> None:
@@ -178,9 +192,7 @@ def _check_dbapi(raw: Any) -> None:
             raise NoActiveTransaction("the psycopg connection is closed")
         status = raw.info.transaction_status
         if status == TransactionStatus.INERROR:
-            raise NoActiveTransaction(
-                "the connection's transaction has failed; roll it back and start again"
-            )
+            raise NoActiveTransaction(_FAILED)
         if raw.autocommit and status == TransactionStatus.IDLE:
             raise NoActiveTransaction(_AUTOCOMMIT)
         return
@@ -241,6 +253,7 @@ def _run_dbapi(conn: Any) -> Callable[[Statement, Mapping[str, Any]], list[Row]]
     return run
 
 
+_FAILED = "the connection's transaction has failed; roll it back and start again"
 _AUTOCOMMIT = (
     "the connection is in autocommit mode outside a transaction, so the intent would "
     "commit on its own; begin a transaction first"

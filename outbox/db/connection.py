@@ -210,7 +210,14 @@ def translate(exc: BaseException, operation: str) -> DatabaseError:
     if code is None and type(exc).__module__.startswith("pymysql") and exc.args:
         code = exc.args[0]
     suffix = f" ({code})" if code else ""
+    if code in _MISSING_TABLE or "no such table" in str(exc):
+        suffix += "; the outbox tables are missing: run `outbox migrate`"
     return DatabaseError(f"{operation} failed: {type(exc).__name__}{suffix}")
+
+
+# PostgreSQL undefined_table, MariaDB ER_NO_SUCH_TABLE / its SQLSTATE (SQLite only says it in
+# the message).
+_MISSING_TABLE = frozenset({"42P01", "42S02", 1146})
 
 
 class Database:

@@ -6,12 +6,15 @@ What these return never includes a payload or an exception message, except
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from outbox.db.connection import Connection
+from outbox.db.connection import Connection, Row
 from outbox.errors import ConfigurationError
 from outbox.ids import is_message_id
 from outbox.job import NAME_PATTERN
+from outbox.queue.ops import atomic
 
 RETRY_BATCH = 500
 MAX_LIMIT = 100_000
@@ -82,20 +85,25 @@ def check_limit(value: int) -> int:
     return value
 
 
+def _read(conn: Connection, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+    """A read whose driver errors come back as ``DatabaseError`` (one line in the CLI)."""
+    return atomic(conn, lambda c: c.execute(name, params), f"queue {name.split('_')[-1]}")
+
+
 def now_ms(conn: Connection) -> int:
-    return int(conn.execute("queue_admin_now")[0][0])
+    return int(_read(conn, "queue_admin_now")[0][0])
 
 
 def jobs(conn: Connection, *, queue: str | None = None, limit: int = 50) -> list[JobRow]:
     params = {"queue": check_queue(queue), "limit": check_limit(limit)}
-    return [JobRow(*row) for row in conn.execute("queue_admin_jobs", params)]
+    return [JobRow(*row) for row in _read(conn, "queue_admin_jobs", params)]
 
 
 def stats(conn: Connection) -> list[QueueCounts]:
     """Counts per queue, as ``outbox status`` defines them; dead from the dead letters."""
-    dead = {str(q): int(n) for q, n in conn.execute("queue_admin_dead_counts")}
+    dead = {str(q): int(n) for q, n in _read(conn, "queue_admin_dead_counts")}
     out: dict[str, QueueCounts] = {}
-    for queue, ready, delayed, reserved, oldest in conn.execute("queue_admin_stats"):
+    for queue, ready, delayed, reserved, oldest in _read(conn, "queue_admin_stats"):
         out[queue] = QueueCounts(
             queue,
             int(ready or 0),
@@ -111,12 +119,12 @@ def stats(conn: Connection) -> list[QueueCounts]:
 
 def failed(conn: Connection, *, limit: int = 50) -> list[FailedRow]:
     return [
-        FailedRow(*row) for row in conn.execute("queue_admin_failed", {"limit": check_limit(limit)})
+        FailedRow(*row) for row in _read(conn, "queue_admin_failed", {"limit": check_limit(limit)})
     ]
 
 
 def failed_job(conn: Connection, message_id: str) -> FailedDetail | None:
-    rows = conn.execute("queue_admin_failed_show", {"message_id": check_message_id(message_id)})
+    rows = _read(conn, "queue_admin_failed_show", {"message_id": check_message_id(message_id)})
     return FailedDetail(*rows[0]) if rows else None
 
 

@@ -25,6 +25,7 @@ class Listener:
         self._channel = channel
         self._on_notify = on_notify
         self._closed = threading.Event()
+        self.ready = threading.Event()  # set once LISTEN is in place
         self._thread = threading.Thread(target=self._run, name="outbox-listen", daemon=True)
         self._thread.start()
 
@@ -40,6 +41,7 @@ class Listener:
         conn = self._database.connect()
         try:
             conn.execute_sql(f"LISTEN {self._channel}")
+            self.ready.set()
             raw = conn.raw
             while not self._closed.is_set():
                 woke = False

@@ -61,7 +61,7 @@ class Failure:
     trace: str
 
 
-def _atomic(conn: Connection, fn: Callable[[Connection], T], operation: str) -> T:
+def atomic(conn: Connection, fn: Callable[[Connection], T], operation: str) -> T:
     """Run ``fn`` (ONE statement) atomically, with the shared retry policy.
 
     On a server a lone statement is atomic in autocommit: skipping BEGIN and COMMIT
@@ -87,7 +87,18 @@ def _atomic(conn: Connection, fn: Callable[[Connection], T], operation: str) -> 
 
 def now_ms(conn: Connection) -> int:
     """The database's clock, in milliseconds since the UNIX epoch."""
-    return int(conn.execute("queue_now")[0][0])
+    return int(atomic(conn, lambda c: c.execute("queue_now"), "clock")[0][0])
+
+
+def start_session(conn: Connection) -> None:
+    """Session settings of a worker's own connection (see ``queue_worker_session``).
+
+    Outside any transaction: SQLite refuses to change ``synchronous`` inside one.
+    """
+    try:
+        conn.execute("queue_worker_session")
+    except Exception as exc:
+        raise _db.translate(exc, "connect") from exc
 
 
 def claim(conn: Connection, queue: str, limit: int, worker: str, lease_ms: int) -> list[ClaimedJob]:
@@ -97,7 +108,7 @@ def claim(conn: Connection, queue: str, limit: int, worker: str, lease_ms: int) 
     """
     params = {"queue": queue, "limit": limit, "worker": worker, "lease_ms": lease_ms}
     if conn.dialect.supports_returning:
-        rows = _atomic(conn, lambda c: c.execute("job_claim", params), "claim")
+        rows = atomic(conn, lambda c: c.execute("job_claim", params), "claim")
     else:
         rows = conn.transact(lambda c: _claim_pick_then_mark(c, params), operation="claim")
     jobs = [ClaimedJob(*row) for row in rows]
@@ -134,7 +145,7 @@ def ack(conn: Connection, worker: str, jobs: Sequence[ClaimedJob]) -> set[int]:
     if not jobs:
         return set()
     params = fence_params(worker, jobs)
-    rows = _atomic(conn, lambda c: c.execute("job_ack", params), "ack")
+    rows = atomic(conn, lambda c: c.execute("job_ack", params), "ack")
     return {int(r[0]) for r in rows}
 
 
@@ -148,7 +159,7 @@ def heartbeat(conn: Connection, worker: str, jobs: Sequence[ClaimedJob], lease_m
     if not jobs:
         return 0
     params = {**fence_params(worker, jobs), "lease_ms": lease_ms}
-    return _atomic(conn, lambda c: c.execute_count("job_heartbeat", params), "heartbeat")
+    return atomic(conn, lambda c: c.execute_count("job_heartbeat", params), "heartbeat")
 
 
 def release_unspent(
@@ -163,7 +174,7 @@ def release_unspent(
     if not jobs:
         return 0
     params = {**fence_params(worker, jobs), "delay_ms": delay_ms, "error": error}
-    return _atomic(conn, lambda c: c.execute_count("job_release_unspent", params), "release")
+    return atomic(conn, lambda c: c.execute_count("job_release_unspent", params), "release")
 
 
 def release(conn: Connection, worker: str, job: ClaimedJob, delay_ms: int, error: str) -> bool:
@@ -175,7 +186,7 @@ def release(conn: Connection, worker: str, job: ClaimedJob, delay_ms: int, error
         "delay_ms": delay_ms,
         "error": error[:200],
     }
-    return _atomic(conn, lambda c: c.execute_count("job_release", params), "release") == 1
+    return atomic(conn, lambda c: c.execute_count("job_release", params), "release") == 1
 
 
 def dead_letter(conn: Connection, holder: str, job: ClaimedJob, failure: Failure) -> bool:
@@ -231,7 +242,7 @@ def reap(conn: Connection, limit_for: Any, *, batch: int = REAP_BATCH) -> ReapRe
     the scan is never resurrected. One indexed read when nothing has expired.
     """
     result = ReapResult()
-    rows = conn.execute("job_reap_scan", {"limit": batch})
+    rows = atomic(conn, lambda c: c.execute("job_reap_scan", {"limit": batch}), "reap")
     for row in rows:
         exp = Expired(int(row[0]), int(row[1]), row[2], str(row[3]), str(row[4]))
         if exp.attempts >= limit_for(exp.job_name, exp.max_attempts):
@@ -255,4 +266,4 @@ def _reap_dead(conn: Connection, exp: Expired) -> bool:
 
 def _reap_release(conn: Connection, exp: Expired) -> int:
     params = {**_reap_key(exp), "error": LEASE_EXPIRED}
-    return _atomic(conn, lambda c: c.execute_count("job_reap_release", params), "reap")
+    return atomic(conn, lambda c: c.execute_count("job_reap_release", params), "reap")

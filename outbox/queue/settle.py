@@ -6,6 +6,10 @@ acknowledgements, retries with backoff, dead letters, releases, heartbeats and t
 reaper. A write that finds the job no longer held by this attempt is logged as a lost
 lease and changes nothing. A database error is logged by class and paused on; the
 jobs it concerned stay leased and come back through the reaper if need be.
+
+The connection commits without waiting for the disk where the database allows it
+(``queue_worker_session``): every write here is one a crash may undo safely — a lost
+ack runs the job again, a lost claim or release leaves it to the reaper.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class Settler:
         self.log = log
         self.pause_s = pause_s
         self._conn: Connection | None = None
+        self.in_trouble = False  # the last database operation failed
 
     def claim(self, queue: str, limit: int) -> list[ClaimedJob]:
         try:
@@ -51,6 +56,7 @@ class Settler:
         except DatabaseError as exc:
             self._trouble("claim", exc)
             return []
+        self.in_trouble = False
         self.stats.claimed += len(jobs)
         return jobs
 
@@ -67,8 +73,8 @@ class Settler:
     def fail(self, job: ClaimedJob, failure: Failure, *, permanent: bool) -> None:
         """Retry after the handler's backoff, or dead-letter at the limit / if permanent."""
         limit = self.registry.max_attempts(job.job_name, job.max_attempts)
-        conn = self._connection()
         try:
+            conn = self._connection()
             if permanent or job.attempts >= limit:
                 ok = ops.dead_letter(conn, self.worker_id, job, failure)
                 self.stats.dead += int(ok)
@@ -155,12 +161,19 @@ class Settler:
 
     def _connection(self) -> Connection:
         if self._conn is None:
-            self._conn = self.database.connect()
+            conn = self.database.connect()
+            try:
+                ops.start_session(conn)
+            except DatabaseError:
+                conn.close()
+                raise
+            self._conn = conn
         return self._conn
 
     def _trouble(self, during: str, exc: DatabaseError) -> None:
         """Log the error class, drop the connection, pause; leases cover what is held."""
         cause = type(exc.__cause__).__name__ if exc.__cause__ else type(exc).__name__
         self.log.error("worker.database_error", during=during, error=cause)
+        self.in_trouble = True
         self.close()
         time.sleep(self.pause_s)

@@ -68,6 +68,7 @@ class Worker:
         self._results: SimpleQueue[Any] = SimpleQueue()
         self._stopping = threading.Event()
         self._stop_requests = 0
+        self.listener: Listener | None = None
         self._stop_reason: str | None = None
         self._sync_pools: dict[str, SyncPool] = {}
         self._async_pool: AsyncPool | None = None
@@ -102,7 +103,7 @@ class Worker:
         self._results.put(WAKE)
 
     def wake(self) -> None:
-        self._dry.clear()
+        """Claim now instead of at the next poll (NOTIFY arrived). Thread-safe."""
         self._results.put(WAKE)
 
     @contextmanager
@@ -133,7 +134,7 @@ class Worker:
         }
         if self.registry.has_async:
             self._async_pool = AsyncPool(self._caps, runner, self._results, self._stopping)
-        listener = self._start_listener()
+        listener = self.listener = self._start_listener()
         self._log.info("worker.started", queues=self._caps, prefetch=self.config.prefetch)
         try:
             self._loop()
@@ -229,6 +230,8 @@ class Worker:
     def _should_exit_empty(self, claimed: int) -> bool:
         if not self.config.stop_when_empty or claimed or self._held or self._at_max_jobs():
             return False
+        if self._db.in_trouble:  # a failed claim proves nothing about the queue
+            return False
         self._dry.clear()  # confirm with a fresh claim: nothing claimable *now*
         return self._claim_round() == 0 and not self._held
 
@@ -286,6 +289,7 @@ class Worker:
 
     def _handle(self, item: Any) -> None:
         if item is WAKE:
+            self._dry.clear()
             return
         outcome: Outcome = item
         job = outcome.job

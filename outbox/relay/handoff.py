@@ -53,6 +53,10 @@ class BatchResult:
     quarantined_ids: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
+# (claimed, handed off, ((message id, reason), ...) for the quarantined)
+_Outcome = tuple[int, int, tuple[tuple[str, str], ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class _Claimed:
     id: int
@@ -76,7 +80,7 @@ def handoff(
     started = time.perf_counter()
     notify = notify and conn.dialect.supports_listen
     one_statement = "relay_handoff" in queries(conn.dialect)
-    result: tuple[int, int, tuple[tuple[str, str], ...]]
+    result: _Outcome
     if one_statement and not verify_in_python:
         try:
             result = conn.transact(
@@ -99,9 +103,7 @@ def handoff(
     )
 
 
-def _in_one_statement(
-    conn: Connection, batch_size: int, notify: bool
-) -> tuple[int, int, tuple[tuple[str, str], ...]]:
+def _in_one_statement(conn: Connection, batch_size: int, notify: bool) -> _Outcome:
     try:
         rows = conn.execute("relay_handoff", {"batch_size": batch_size, "notify": notify})
     except Exception as exc:
@@ -113,9 +115,7 @@ def _in_one_statement(
     return int(claimed), int(handed_off), failed
 
 
-def _in_steps(
-    conn: Connection, batch_size: int, notify: bool, verify_in_python: bool
-) -> tuple[int, int, tuple[tuple[str, str], ...]]:
+def _in_steps(conn: Connection, batch_size: int, notify: bool, verify_in_python: bool) -> _Outcome:
     claimed = _claim_python(conn, batch_size) if verify_in_python else _claim(conn, batch_size)
     valid = [c.id for c in claimed if c.reason is None]
     if valid:

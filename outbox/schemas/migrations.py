@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from sqlalchemy import create_mock_engine
 from sqlalchemy.engine.interfaces import Dialect as SADialect
 
-from outbox.db.connection import Connection
+from outbox.db.connection import Connection, translate
 from outbox.db.dialect import Dialect
-from outbox.errors import DatabaseError
+from outbox.errors import DatabaseError, OutboxError
 from outbox.schemas.tables import metadata
 
 _SA_URLS = {
@@ -115,6 +115,16 @@ def _migrate_in_transaction(conn: Connection) -> list[int]:
 
 
 def _migrate_with_session_lock(conn: Connection) -> list[int]:
+    """Without transactional DDL there is no ``transact`` to translate driver errors."""
+    try:
+        return _migrate_holding_lock(conn)
+    except OutboxError:
+        raise
+    except Exception as exc:
+        raise translate(exc, "migrate") from exc
+
+
+def _migrate_holding_lock(conn: Connection) -> list[int]:
     got = conn.execute("migrate_lock")
     if not got or got[0][0] != 1:
         raise DatabaseError("migrate failed: another migration held the lock for 120 s")

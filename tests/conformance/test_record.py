@@ -45,6 +45,7 @@ def test_commit_keeps_the_business_write_and_the_intent(
 ) -> None:
     insert_note(app_conn, backend, 1)
     message_id = record(app_conn, "note:1:revision:2", NOTE)
+    assert counts(notes)["outbox_messages"] == 0  # other connections see it only on commit
     app_conn.commit()
     assert counts(notes)["notes"] == 1
     rows = message_rows(notes)
@@ -69,15 +70,6 @@ def test_rollback_removes_the_business_write_and_the_intent(
     assert record(app_conn, "note:1:revision:2", NOTE)
     app_conn.commit()
     assert counts(notes)["outbox_messages"] == 1
-
-
-def test_intent_is_invisible_to_other_connections_until_commit(
-    app_conn: Any, conn: Connection
-) -> None:
-    message_id = record(app_conn, "note:1", NOTE)
-    assert counts(conn)["outbox_messages"] == 0
-    app_conn.commit()
-    assert [r["message_id"] for r in message_rows(conn)] == [message_id]
 
 
 BAD_INPUTS: list[tuple[object, object, dict[str, Any], type[Exception], str]] = [
@@ -129,17 +121,11 @@ def test_every_rejection_names_the_problem_and_leaves_the_database_unchanged(
     assert counts(notes) == {**before, "notes": 1}
 
 
-def test_replay_in_the_same_transaction_returns_the_same_id(
+def test_replay_returns_the_same_id_in_the_same_or_a_later_transaction(
     app_conn: Any, conn: Connection
 ) -> None:
-    first = record(app_conn, "note:1", NOTE)
-    assert record(app_conn, "note:1", NOTE) == first
-    app_conn.commit()
-    assert counts(conn)["outbox_messages"] == 1
-
-
-def test_replay_in_a_later_transaction_returns_the_same_id(app_conn: Any, conn: Connection) -> None:
     first = record(app_conn, "note:1", Job("notes.index", {"a": 1, "b": 2}, queue="search"))
+    assert record(app_conn, "note:1", Job("notes.index", {"a": 1, "b": 2}, queue="search")) == first
     app_conn.commit()
     again = record(app_conn, "note:1", Job("notes.index", {"b": 2, "a": 1}, queue="search"))
     app_conn.commit()
@@ -189,12 +175,19 @@ def test_same_key_with_another_job_conflicts_names_the_winner_and_writes_nothing
     assert counts(notes)["notes"] == 0
 
 
-def test_stored_row_keeps_the_digest_not_the_key(app_conn: Any, conn: Connection) -> None:
+def test_stored_row_keeps_the_digest_canonical_payload_and_null_for_immediate(
+    app_conn: Any, conn: Connection
+) -> None:
     key = "order:42:shipped-by:alice@example.com"
     payload = {"z": [3, 1, 2], "a": {"é": "日本"}, "n": None}
+    before = db_now_ms(conn)
     message_id = record(app_conn, key, Job("orders.ship", payload, queue="mail", max_attempts=7))
+    record(app_conn, "other", Job("orders.ship"), available_at=0.0)
     app_conn.commit()
-    (row,) = message_rows(conn)
+    after = db_now_ms(conn)
+    row, other = message_rows(conn)
+    assert other["available_at"] is None
+    assert before <= row["created_at"] <= after
     assert row["key_digest"] == key_digest(key)
     assert row["payload"] == '{"a":{"é":"日本"},"n":null,"z":[3,1,2]}'
     assert orjson.loads(row["payload"]) == payload
@@ -206,19 +199,6 @@ def test_stored_row_keeps_the_digest_not_the_key(app_conn: Any, conn: Connection
     )[0]
     assert not any(key in str(v) for v in every_value)
     assert not any("alice" in str(v) for v in every_value)
-
-
-def test_immediate_job_stores_null_availability_and_created_at_from_the_database(
-    app_conn: Any, conn: Connection
-) -> None:
-    before = db_now_ms(conn)
-    record(app_conn, "a", NOTE, available_at=0)
-    record(app_conn, "b", NOTE, available_at=0.0)
-    app_conn.commit()
-    after = db_now_ms(conn)
-    rows = message_rows(conn)
-    assert [r["available_at"] for r in rows] == [None, None]
-    assert all(before <= r["created_at"] <= after for r in rows)
 
 
 def test_future_availability_is_stored_as_given_and_equal_instants_replay(

@@ -158,7 +158,7 @@ def test_payload_that_does_not_fit_the_signature_dead_letters_at_once(
     def arity(payload: Any) -> None:  # forgot ctx
         raise AssertionError("not reached")
 
-    @registry.job("a.inner", max_attempts=10, backoff=Backoff(base=30))
+    @registry.job("a.inner", max_attempts=10, backoff=Backoff(base=30, jitter=False))
     def inner(payload: Any, ctx: JobContext) -> None:
         int("not a number")  # a ValueError inside the handler is an ordinary failure
 
@@ -186,7 +186,7 @@ def test_transactional_handler_commits_its_writes_with_the_acknowledgement(
     conn.execute_sql("CREATE TABLE notes_index (note_id INTEGER)")
     registry = Registry()
 
-    @registry.job("a.tx", transactional=True, backoff=Backoff(base=30))
+    @registry.job("a.tx", transactional=True, backoff=Backoff(base=30, jitter=False))
     def job(payload: Any, ctx: JobContext) -> None:
         assert ctx.connection is not None
         ctx.connection.execute_sql(
@@ -283,7 +283,7 @@ def test_async_handler_past_its_timeout_is_cancelled_and_retried(
     registry = Registry()
     finished: list[int] = []
 
-    @registry.job("a.slow_async", timeout=0.2, backoff=Backoff(base=30))
+    @registry.job("a.slow_async", timeout=0.2, backoff=Backoff(base=30, jitter=False))
     async def job(payload: Any, ctx: JobContext) -> None:
         await asyncio.sleep(30)
         finished.append(1)
@@ -359,3 +359,30 @@ def test_stop_releases_unstarted_jobs_without_spending_an_attempt(
     assert worker.stats.graceful and worker.stats.succeeded == 1 and worker.stats.released == 4
     assert count(conn, "outbox_jobs", "reserved_by IS NULL AND attempts = 0") == 4
     assert count(conn, "outbox_jobs") == 4
+
+
+def test_idle_worker_wakes_for_a_new_job_before_its_next_poll(
+    database: Database, app_conn: Any, conn: Connection
+) -> None:
+    """PostgreSQL: push's NOTIFY wakes the LISTENing worker. Elsewhere ``wake()`` does."""
+    registry = Registry()
+    ran = threading.Event()
+    registry.job("a.wake")(lambda payload, ctx: ran.set())
+    worker = Worker(database, registry, WorkerConfig(sleep=300, lease=600))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not worker._dry and time.monotonic() < deadline:  # idle: polled, found nothing
+            time.sleep(0.02)
+        assert worker._dry
+        if database.dialect.supports_listen:
+            assert worker.listener is not None and worker.listener.ready.wait(30)
+        _push(app_conn, Job("a.wake", {}))
+        if not database.dialect.supports_listen:
+            worker.wake()
+        assert ran.wait(60), "the job waited for the 300 s poll"
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert worker.stats.succeeded == 1

@@ -36,13 +36,18 @@ def test_racing_relays_hand_off_every_committed_intent_exactly_once(
     done = multiprocessing.get_context("spawn").Event()
     relays = [spawn(relay_until_told, db_url, 5, done) for _ in range(RELAYS)]
     producers = [spawn(produce, db_url, f"p{n}", TRANSACTIONS, PER_TX) for n in range(PRODUCERS)]
-    for proc in producers:
-        proc.join(120)
-        assert proc.exitcode == 0
-    done.set()
-    for proc in relays:
-        proc.join(120)
-        assert proc.exitcode == 0
+    try:
+        for proc in producers:
+            proc.join(120)
+        done.set()
+        for proc in relays:
+            proc.join(120)
+    finally:
+        for proc in relays + producers:
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    assert [p.exitcode for p in producers + relays] == [0] * (PRODUCERS + RELAYS)
 
     committed = {
         key_digest(f"p{n}:{t}:{i}")

@@ -153,7 +153,7 @@ def test_worker_paused_past_its_lease_cannot_ack_the_job_it_lost(
     paused_id = paused.worker_id()
     wait_until(lambda: _started_by(tmp_path, mid, 1), TIMEOUT)
     paused.proc.send_signal(signal.SIGSTOP)
-    taker = workers("taker", "--lease", "5", "--max-jobs", "1")
+    taker = workers("taker", "--lease", "2", "--max-jobs", "1")
     wait_until(lambda: _started_by(tmp_path, mid, 2), TIMEOUT)
     taker_id = taker.worker_id()
     paused.proc.send_signal(signal.SIGCONT)

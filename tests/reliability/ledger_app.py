@@ -21,6 +21,9 @@ from tests.backends import raw_connect
 from tests.fault_harness import placeholder
 
 registry = Registry()
+# Claims count attempts, so a job on a worker SIGKILLed over and over spends one each
+# time; the fault runs must not turn repeated kills into dead letters.
+MAX_ATTEMPTS = 20
 _local = threading.local()
 INSERT = "INSERT INTO harness_ledger (message_id, worker, attempt, transactional) VALUES ({0})"
 
@@ -36,7 +39,7 @@ def _own_connection() -> Any:
     return conn
 
 
-@registry.job("harness.exec", max_attempts=2)
+@registry.job("harness.exec", max_attempts=MAX_ATTEMPTS)
 def run(payload: dict[str, Any], ctx: Any) -> None:
     if "fail" in payload:
         raise HarnessFailure(payload["fail"])
@@ -52,7 +55,7 @@ def run(payload: dict[str, Any], ctx: Any) -> None:
     conn.commit()
 
 
-@registry.job("harness.tx", transactional=True, max_attempts=2)
+@registry.job("harness.tx", transactional=True, max_attempts=MAX_ATTEMPTS)
 def run_tx(payload: dict[str, Any], ctx: Any) -> None:
     if "fail" in payload:
         raise HarnessFailure(payload["fail"])

@@ -9,10 +9,10 @@ from tests.fault_harness import (
     check_intents,
     fetch,
     finish,
-    install_hot_rows,
     role_argv,
     spawn,
 )
+from tests.reliability.producers import install_hot_rows
 
 
 def _producers(url: str, n: int, count: int, rollback_ratio: float) -> list[dict[str, object]]:

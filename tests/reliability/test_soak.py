@@ -125,11 +125,12 @@ def _soak(
             before = _executions(url)
             inject(crew, rng)
             faults += 1
+            crew.revive()
             worst = max(worst, _recovery(url, before))
         for proc in producers:
             code, _, err = finish(proc, 3600)
             assert code == 0, err
-        wait_until(lambda: _drained(url), 1800, "the crew to drain")
+        wait_until(lambda: crew.revive() >= 0 and _drained(url), 1800, "the crew to drain")
     finally:
         crew.wait_ready()
         results = crew.stop()
@@ -149,6 +150,7 @@ def _soak(
         "extra executions": verdict.extra_executions,
         "max recovery s": round(worst, 2),
         "minutes": round((time.monotonic() - began) / 60, 1),
+        "crashes": crew.crashes,
         "problems": verdict.problems,
     }
 
@@ -172,7 +174,8 @@ def _write_report() -> None:
         f"Regenerate: `{COMMAND}` (jobs per run: `OUTBOX_SOAK_JOBS`, default 25,000).",
         "Extra executions are re-runs of jobs a SIGKILLed worker had executed but not yet",
         "acknowledged (ordinary handlers: at-least-once); each run checks that they stay",
-        "within what the kills explain.",
+        "within what the kills explain. Crashes: processes that exited by themselves and",
+        "were restarted by the supervisor (as systemd's Restart=always would).",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),

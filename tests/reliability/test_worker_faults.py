@@ -9,13 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from outbox.queue import push
+from tests.backends import raw_connect
 from tests.fault_harness import (
     Supervisor,
     check_delivery,
     cli_argv,
     fetch,
     finish,
+    harness_job,
     pending_count,
+    placeholder,
     role_argv,
     spawn,
     wait_until,
@@ -99,3 +103,34 @@ def test_workers_and_relays_killed_at_random_lose_nothing(
     verdict = check_delivery(ledger_url, extra_allowed=allowed)
     assert verdict.problems == []
     assert verdict.committed + verdict.rolled_back == 160
+
+
+def test_corrupted_queue_rows_never_crash_a_worker(ledger_url: str) -> None:
+    env = {"HARNESS_URL": ledger_url}
+    app = raw_connect(ledger_url)
+    good = [push(app, harness_job(f"good:{i}", i)) for i in range(3)]
+    bad_json = push(app, harness_job("bad_json", 9))
+    unknown = push(app, harness_job("unknown", 10))
+    app.commit()
+    ph = placeholder(ledger_url)
+    cur = app.cursor()
+    cur.execute(
+        f"UPDATE outbox_jobs SET payload = '{{\"k\": tru' WHERE message_id = {ph}", (bad_json,)
+    )
+    cur.execute(
+        f"UPDATE outbox_jobs SET job_name = 'no.such.job' WHERE message_id = {ph}", (unknown,)
+    )
+    app.commit()
+    app.close()
+
+    code, out, err = finish(
+        spawn(role_argv("work", "--url", ledger_url, "--stop-when-empty"), env), 120
+    )
+    assert code == 0, err[-3000:]
+
+    ran = sorted(r[0] for r in fetch(ledger_url, "SELECT message_id FROM harness_ledger"))
+    assert ran == sorted(good)
+    dead = fetch(ledger_url, "SELECT message_id FROM outbox_failed_jobs")
+    assert dead == [(bad_json,)]
+    left = fetch(ledger_url, "SELECT message_id, reserved_by FROM outbox_jobs")
+    assert left == [(unknown, None)]

@@ -24,7 +24,7 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_keys, inner, max_size=5),
     max_leaves=25,
 )
-SETTINGS = settings(max_examples=150, deadline=None)
+SETTINGS = settings(max_examples=100, deadline=None)
 
 
 def shuffled(value: Any, rng: random.Random) -> Any:

@@ -35,3 +35,14 @@ def test_ruff_checks_for_stdlib_module_shadowing() -> None:
     selected = lint.get("select", []) + lint.get("extend-select", [])
     assert "A" in selected or "A005" in selected
     assert not {"A", "A005"} & set(lint.get("ignore", []))
+
+
+def test_ruff_with_the_project_config_flags_a_top_level_queue_module(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    (tmp_path / "queue.py").write_text("x = 1\n")
+    ruff = Path(sys.executable).with_name("ruff")
+    out = subprocess.run(
+        [str(ruff), "check", "--no-cache", "queue.py"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert out.returncode == 1
+    assert "A005" in out.stdout

@@ -100,3 +100,9 @@ DELETE FROM outbox_jobs
 WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
   AND lease_expires_at < CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
 RETURNING message_id, queue, job_name, payload, attempts, max_attempts;
+
+-- name: queue_worker_session
+-- The worker's own connection need not wait for each commit to reach disk: a commit
+-- lost in a server crash only makes a job run again or come back through the reaper
+-- (at least once holds); no producer's commit depends on it.
+SELECT 1;

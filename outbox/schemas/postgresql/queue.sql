@@ -120,3 +120,9 @@ DELETE FROM outbox_jobs
 WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
   AND lease_expires_at < (extract(epoch FROM clock_timestamp()) * 1000)::bigint
 RETURNING message_id, queue, job_name, payload, attempts, max_attempts;
+
+-- name: queue_worker_session
+-- The worker's own connection need not wait for each commit to reach disk: a commit
+-- lost in a server crash only makes a job run again or come back through the reaper
+-- (at least once holds); no producer's commit depends on it.
+SET synchronous_commit = off;

@@ -53,6 +53,8 @@ WITH claimed AS MATERIALIZED (
         failed_at = CASE WHEN k.reason IS NULL THEN NULL ELSE clock.now_ms END,
         failure_reason = k.reason
     FROM checked k, clock
+    -- = ANY(ARRAY(...)) makes the planner fetch the rows by primary key; a plain join
+    -- on the CTE chose a hash join over a scan of the whole table.
     WHERE m.id = ANY (ARRAY(SELECT id FROM checked)) AND m.id = k.id
     RETURNING m.message_id, k.reason
 )
