@@ -157,6 +157,35 @@ def cli_argv(url: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "outbox", "--database-url", url, "--log-format", "json", *args]
 
 
+def worker_argv(
+    url: str, *extra: str, concurrency: int = 2, lease: float = 2.0, log_level: str = "info"
+) -> list[str]:
+    """The real ``outbox worker`` on the harness queue, running the ledger handlers."""
+    return cli_argv(
+        url,
+        "--log-level",
+        log_level,
+        "worker",
+        QUEUE,
+        "--app",
+        "tests.reliability.ledger_app:registry",
+        "--concurrency",
+        str(concurrency),
+        "--prefetch",
+        "2",
+        "--lease",
+        str(lease),
+        "--sleep",
+        "0.05",
+        "--grace",
+        "10",
+        *extra,
+    )
+
+
+WORKER_READY = "worker.started"
+
+
 def check_delivery(url: str, extra_allowed: int = 0) -> Verdict:
     """Every rule of the issue, after the relays and workers have drained everything.
 

@@ -29,6 +29,7 @@ from outbox.db import connection as _db
 from outbox.db.connection import Connection, Row
 from outbox.db.dialect import SQLITE
 from outbox.db.errors import is_retryable
+from outbox.db.sql import queries
 from outbox.errors import OutboxError
 
 T = TypeVar("T")
@@ -114,6 +115,32 @@ def claim(conn: Connection, queue: str, limit: int, worker: str, lease_ms: int) 
     jobs = [ClaimedJob(*row) for row in rows]
     jobs.sort(key=lambda j: (j.available_at, j.id))
     return jobs
+
+
+def ack_and_claim(
+    conn: Connection,
+    worker: str,
+    done: Sequence[ClaimedJob],
+    queue: str,
+    limit: int,
+    lease_ms: int,
+) -> tuple[set[int], list[ClaimedJob]]:
+    """``ack(done)`` then ``claim(...)``: one statement where the dialect has one
+    (``job_ack_claim``), else the two operations. Returns (acked ids, claimed jobs)."""
+    if not done or "job_ack_claim" not in queries(conn.dialect):
+        return ack(conn, worker, done), claim(conn, queue, limit, worker, lease_ms)
+    params = {
+        **fence_params(worker, done),
+        "queue": queue,
+        "limit": limit,
+        "lease_ms": lease_ms,
+    }
+    rows = atomic(conn, lambda c: c.execute("job_ack_claim", params), "claim")
+    acked = {int(r[0]) for r in rows if r[1] is None}
+    jobs = sorted(
+        (ClaimedJob(*r) for r in rows if r[1] is not None), key=lambda j: (j.available_at, j.id)
+    )
+    return acked, jobs
 
 
 def _claim_pick_then_mark(conn: Connection, params: dict[str, Any]) -> list[Row]:

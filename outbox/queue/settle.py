@@ -50,13 +50,18 @@ class Settler:
         self._conn: Connection | None = None
         self.in_trouble = False  # the last database operation failed
 
-    def claim(self, queue: str, limit: int) -> list[ClaimedJob]:
+    def claim(self, queue: str, limit: int, done: Sequence[ClaimedJob] = ()) -> list[ClaimedJob]:
+        """Acknowledge ``done`` and claim up to ``limit`` jobs, in one round trip if
+        the dialect can."""
         try:
-            jobs = ops.claim(self._connection(), queue, limit, self.worker_id, self.lease_ms)
+            acked, jobs = ops.ack_and_claim(
+                self._connection(), self.worker_id, done, queue, limit, self.lease_ms
+            )
         except DatabaseError as exc:
             self._trouble("claim", exc)
             return []
         self.in_trouble = False
+        self._count_acked(done, acked)
         self.stats.claimed += len(jobs)
         return jobs
 
@@ -66,6 +71,9 @@ class Settler:
         except DatabaseError as exc:
             self._trouble("ack", exc)
             return
+        self._count_acked(jobs, acked)
+
+    def _count_acked(self, jobs: Sequence[ClaimedJob], acked: set[int]) -> None:
         self.stats.succeeded += len(acked)
         if len(acked) < len(jobs):
             self.lost([j for j in jobs if j.id not in acked], "ack")

@@ -163,7 +163,7 @@ class Worker:
                 self._db.reap()
                 next_reap = now + reap_every
             if now >= next_beat:
-                self._db.heartbeat(list(self._held.values()))
+                self._db.heartbeat([*self._held.values(), *self._to_ack])
                 next_beat = now + cfg.lease / 3
             self._check_timeouts(now)
             if self._stop_reason:
@@ -201,8 +201,9 @@ class Worker:
         return min(limit, remaining)
 
     def _claim(self, queue: str, limit: int) -> list[ClaimedJob]:
-        self._flush_acks()
-        jobs = self._db.claim(queue, limit)
+        """Claim, carrying the pending acknowledgements along (one round trip)."""
+        done, self._to_ack = self._to_ack, []
+        jobs = self._db.claim(queue, limit, done)
         for job in jobs:
             self._held[job.id] = job
         self._held_per_queue[queue] += len(jobs)
@@ -258,8 +259,14 @@ class Worker:
             return bool(self._held)
         if not self._held and (self.config.stop_when_empty or self._at_max_jobs()):
             return False
+        return not self._claim_due()
+
+    def _claim_due(self) -> bool:
+        """Will the next claim round claim? (Then pending acks ride along with it.)"""
+        if self._stop_reason or self._stop_requests or self._at_max_jobs():
+            return False
         now = time.monotonic()
-        return not any(
+        return any(
             self._held_per_queue[q] <= cap and self._dry.get(q, 0) <= now
             for q, cap in self._caps.items()
         )
@@ -278,12 +285,8 @@ class Worker:
             except Empty:
                 break
             self._handle(item)
-        if not self._to_ack:
-            return
-        if (
-            len(self._to_ack) >= self.config.prefetch
-            or len(self._held) == len(self._to_ack)
-            or time.monotonic() - self._ack_since >= ACK_DELAY_S
+        if self._to_ack and (
+            not self._claim_due() or time.monotonic() - self._ack_since >= ACK_DELAY_S
         ):
             self._flush_acks()
 
@@ -297,12 +300,12 @@ class Worker:
         if job.id in self._abandoned:
             self._abandoned.discard(job.id)
             return
+        self._forget(job)
         if outcome.kind is Kind.DONE:
             if not self._to_ack:
                 self._ack_since = time.monotonic()
             self._to_ack.append(job)
             return
-        self._forget(job)
         if outcome.kind is Kind.ACKED:
             self.stats.succeeded += 1
         elif outcome.kind is Kind.LOST:
@@ -322,8 +325,6 @@ class Worker:
         if not self._to_ack:
             return
         jobs, self._to_ack = self._to_ack, []
-        for job in jobs:
-            self._forget(job)
         self._db.ack(jobs)
 
     def _fail(self, job: ClaimedJob, outcome: Outcome) -> None:
@@ -391,6 +392,7 @@ class Worker:
 
     def _shutdown(self, listener: Listener | None) -> None:
         self._stopping.set()
+        self._flush_acks()
         if self._stop_requests >= 2 or not self.stats.graceful:
             self.stats.graceful = False
             if self._async_pool is not None:

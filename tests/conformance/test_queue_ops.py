@@ -194,3 +194,18 @@ def test_claim_returns_at_most_the_limit(app_conn: Any, conn: Connection, limit:
     assert len(jobs) == limit
     assert count(conn, "outbox_jobs", "reserved_by IS NOT NULL") == limit
     assert isinstance(jobs[0], ClaimedJob)
+
+
+def test_ack_and_claim_acknowledges_held_jobs_and_claims_the_next(
+    app_conn: Any, conn: Connection
+) -> None:
+    """One statement on PostgreSQL (job_ack_claim), the two operations elsewhere."""
+    ids = _push(app_conn, 5)
+    first = ops.claim(conn, "default", 2, W1, LEASE_MS)
+    stolen = ops.claim(conn, "default", 1, W2, LEASE_MS)
+    acked, nxt = ops.ack_and_claim(conn, W1, [*first, *stolen], "default", 2, LEASE_MS)
+    assert acked == {j.id for j in first}
+    assert [j.message_id for j in nxt] == ids[3:5]
+    left = conn.execute_sql("SELECT message_id FROM outbox_jobs ORDER BY id")
+    assert [r[0] for r in left] == ids[2:]
+    assert _row(conn, ids[2])[1] == W2

@@ -10,7 +10,7 @@ from pathlib import Path
 from outbox.db.connection import Database
 from outbox.queue import ops, push
 from tests.backends import raw_connect
-from tests.fault_harness import QUEUE, ROOT, fetch, finish, harness_job, role_argv, spawn
+from tests.fault_harness import QUEUE, ROOT, fetch, finish, harness_job, spawn, worker_argv
 
 SKEW_S = 30
 SITECUSTOMIZE = f"""
@@ -50,7 +50,7 @@ def test_a_worker_30s_ahead_neither_claims_early_nor_reaps_a_live_lease(
         " available_at FROM outbox_jobs ORDER BY id",
     )
 
-    worker = spawn(role_argv("work", "--url", ledger_url, "--lease", "5", "--stop-when-empty"), env)
+    worker = spawn(worker_argv(ledger_url, "--stop-when-empty", lease=5.0), env)
     code, out, err = finish(worker, 120)
     assert code == 0, err
 

@@ -23,7 +23,7 @@ from outbox.errors import InvalidJob, InvalidKey
 from tests.fault_harness import placeholder
 
 HYPOTHESIS = settings(
-    max_examples=40,
+    max_examples=75,
     deadline=None,
     suppress_health_check=[
         HealthCheck.function_scoped_fixture,

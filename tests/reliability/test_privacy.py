@@ -10,7 +10,7 @@ from typing import Any
 from outbox import Job, record
 from outbox.cli import main
 from tests.backends import backend_of, raw_connect
-from tests.fault_harness import QUEUE, cli_argv, fetch, finish, role_argv, spawn
+from tests.fault_harness import QUEUE, cli_argv, fetch, finish, spawn, worker_argv
 
 MARKER = "PRIVATE-7f3a-MARKER"
 #: every listing/status command; none may print the marker
@@ -54,10 +54,8 @@ def test_the_marker_appears_only_in_the_dead_letter(ledger_url: str, tmp_path: P
     outputs: dict[str, str] = {}
     code, outputs["relay"] = _run(ledger_url, ["relay"])
     assert code == 0, outputs["relay"]
-    worker = spawn(
-        role_argv("work", "--url", ledger_url, "--stop-when-empty"),
-        {"HARNESS_URL": ledger_url, "HARNESS_LOG_LEVEL": "debug"},
-    )
+    env = {"HARNESS_URL": ledger_url}
+    worker = spawn(worker_argv(ledger_url, "--stop-when-empty", log_level="debug"), env)
     code, out, err = finish(worker, 120)
     assert code == 0, err
     outputs["worker"] = out + err

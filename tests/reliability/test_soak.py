@@ -24,6 +24,7 @@ import pytest
 
 from tests import backends
 from tests.fault_harness import (
+    WORKER_READY,
     Supervisor,
     check_delivery,
     cli_argv,
@@ -32,6 +33,7 @@ from tests.fault_harness import (
     role_argv,
     spawn,
     wait_until,
+    worker_argv,
 )
 from tests.pg_cluster import PgCluster
 from tests.reliability.conftest import SOAK, migrated
@@ -93,8 +95,8 @@ def _soak(
     for i in range(3):
         crew.add(
             f"worker{i}",
-            role_argv("work", "--url", url, "--concurrency", str(CONCURRENCY), "--lease", "2"),
-            ready="harness.worker_ready",
+            worker_argv(url, concurrency=CONCURRENCY, lease=2.0),
+            ready=WORKER_READY,
             env=env,
         )
     per = JOBS // PRODUCERS
@@ -166,6 +168,7 @@ def _write_report() -> None:
         "double handoffs",
         "extra executions",
         "max recovery s",
+        "crashes",
         "minutes",
     ]
     lines = [

@@ -12,6 +12,7 @@ import pytest
 from outbox.queue import push
 from tests.backends import raw_connect
 from tests.fault_harness import (
+    WORKER_READY,
     Supervisor,
     check_delivery,
     cli_argv,
@@ -23,6 +24,7 @@ from tests.fault_harness import (
     role_argv,
     spawn,
     wait_until,
+    worker_argv,
 )
 
 CONCURRENCY, PREFETCH = 2, 2
@@ -57,10 +59,8 @@ def test_workers_and_relays_killed_at_random_lose_nothing(
     for i in range(3):
         crew.add(
             f"worker{i}",
-            role_argv(
-                "work", "--url", ledger_url, "--concurrency", str(CONCURRENCY), "--lease", "1.0"
-            ),
-            ready="harness.worker_ready",
+            worker_argv(ledger_url, concurrency=CONCURRENCY, lease=1.0),
+            ready=WORKER_READY,
             env=env,
         )
     producers = [
@@ -123,9 +123,7 @@ def test_corrupted_queue_rows_never_crash_a_worker(ledger_url: str) -> None:
     app.commit()
     app.close()
 
-    code, out, err = finish(
-        spawn(role_argv("work", "--url", ledger_url, "--stop-when-empty"), env), 120
-    )
+    code, _, err = finish(spawn(worker_argv(ledger_url, "--stop-when-empty"), env), 120)
     assert code == 0, err[-3000:]
 
     ran = sorted(r[0] for r in fetch(ledger_url, "SELECT message_id FROM harness_ledger"))
