@@ -8,8 +8,9 @@ One root, so an application can catch everything of ours in one place::
      ├── IdempotencyConflict                      the key was used for another job
      ├── NoActiveTransaction                      the write would commit on its own, or the
      │                                            connection is closed
-     ├── RetryTransaction                         the database aborted the caller's transaction
-     │                                            (deadlock / serialisation failure); run it again
+     ├── RetryTransaction                         the database refused the caller's transaction
+     │                                            (deadlock, serialisation failure, lock
+     │                                            timeout, SQLite BUSY): roll back, run it again
      ├── UnsupportedConnection                    record() was given something it cannot write on
      ├── ConfigurationError                       a database URL or setting we cannot use
      ├── DatabaseError                            a database operation failed (driver error kept
@@ -54,9 +55,12 @@ class NoActiveTransaction(OutboxError):
 
 
 class RetryTransaction(OutboxError):
-    """The database aborted the caller's transaction (deadlock or serialisation failure).
+    """The database refused the caller's transaction: deadlock, serialisation failure,
+    lock wait timeout or SQLite BUSY.
 
-    Nothing of the transaction was kept: run the whole transaction again.
+    After a deadlock or serialisation failure the database has already rolled the
+    transaction back; after a lock wait timeout or BUSY it is still open. Either way: roll
+    it back and run all of it again.
     """
 
 

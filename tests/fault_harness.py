@@ -104,6 +104,7 @@ class Verdict:
     rolled_back: int = 0
     executions: int = 0
     extra_executions: int = 0
+    double_runs: int = 0
     problems: list[str] = field(default_factory=list)
 
     def fail(self, what: str, items: Sequence[Any]) -> None:
@@ -202,6 +203,12 @@ def check_delivery(url: str, extra_allowed: int = 0) -> Verdict:
     v.fail("executed but never committed (rolled back?)", sorted(set(runs) - committed))
     if v.extra_executions > extra_allowed:
         v.problems.append(f"{v.extra_executions} extra executions; faults explain {extra_allowed}")
+    # A re-run after a kill carries the next attempt number (claims count attempts and the
+    # reaper keeps them); the same attempt twice means a second handoff or a broken fence.
+    attempts = Counter(fetch(url, "SELECT message_id, attempt FROM harness_ledger"))
+    doubled = sorted({m for (m, _), n in attempts.items() if n > 1})
+    v.double_runs = len(doubled)
+    v.fail("the same attempt executed twice (double handoff or broken fence)", doubled)
     states = Counter(r[0] for r in fetch(url, "SELECT state FROM outbox_messages"))
     if states.get("pending") or states.get("failed"):
         v.problems.append(f"outbox rows not published: {dict(states)}")
@@ -376,35 +383,6 @@ class Supervisor:
         return out
 
 
-# --------------------------------------------------------------------------- worker
-
-
-def work(url: str, concurrency: int, lease: float, stop_when_empty: bool) -> int:
-    """A worker on the harness queue, running ``tests.reliability.ledger_app``."""
-    from outbox import log
-    from outbox.db.connection import Database
-    from outbox.queue.worker import Worker, WorkerConfig
-    from tests.reliability.ledger_app import registry
-
-    log.configure("json", os.environ.get("HARNESS_LOG_LEVEL", "info"))
-    os.environ["HARNESS_URL"] = url
-    config = WorkerConfig(
-        queues={QUEUE: None},
-        concurrency=concurrency,
-        prefetch=2,
-        lease=lease,
-        sleep=0.05,
-        grace=10.0,
-        stop_when_empty=stop_when_empty,
-    )
-    worker = Worker(Database(url), registry, config)
-    print("harness.worker_ready", flush=True)
-    with worker.signals_handled():
-        stats = worker.run()
-    print(json.dumps({"claimed": stats.claimed, "succeeded": stats.succeeded}), flush=True)
-    return 0
-
-
 # --------------------------------------------------------------------------- entry point
 
 
@@ -425,14 +403,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--transactions", type=int, required=True)
     s.add_argument("--per-tx", type=int, default=3)
     s.add_argument("--seed", type=int, default=0)
-    w = sub.add_parser("work")
-    w.add_argument("--url", required=True)
-    w.add_argument("--concurrency", type=int, default=2)
-    w.add_argument("--lease", type=float, default=2.0)
-    w.add_argument("--stop-when-empty", action="store_true")
     args = parser.parse_args(argv)
-    if args.role == "work":
-        return work(args.url, args.concurrency, args.lease, args.stop_when_empty)
     from tests.reliability.producers import produce, storm
 
     if args.role == "storm":

@@ -107,7 +107,7 @@ class Runner:
         self._binders = {n: _binder(h.fn) for n in registry if (h := registry.get(n))}
         self._local = threading.local()
 
-    def _prepare(self, job: ClaimedJob, handler: Handler, conn: Connection | None) -> Any:
+    def _prepare(self, job: ClaimedJob) -> Any:
         """Decode and bind the payload; a failure here is permanent."""
         payload = orjson.loads(job.payload)
         binder = self._binders.get(job.job_name)
@@ -128,7 +128,7 @@ class Runner:
 
     def run_sync(self, job: ClaimedJob, handler: Handler) -> Outcome:
         try:
-            payload = self._prepare(job, handler, None)
+            payload = self._prepare(job)
         except Exception as exc:
             return Outcome(Kind.PERMANENT, job, failure_of(exc))
         if handler.transactional:
@@ -140,8 +140,6 @@ class Runner:
         return Outcome(Kind.DONE, job)
 
     def _run_transactional(self, job: ClaimedJob, handler: Handler, payload: Any) -> Outcome:
-        conn = self._thread_connection()
-
         def body(c: Connection) -> None:
             try:
                 handler.fn(payload, self._ctx(job, handler, c))
@@ -153,7 +151,7 @@ class Runner:
                 raise _LeaseLost()
 
         try:
-            conn.transact(body, operation="transactional job")
+            self._thread_connection().transact(body, operation="transactional job")
         except _HandlerRaised as raised:
             return _failed(job, raised.exc)
         except _LeaseLost:
@@ -177,7 +175,7 @@ class Runner:
 
     async def run_async(self, job: ClaimedJob, handler: Handler) -> Outcome:
         try:
-            payload = self._prepare(job, handler, None)
+            payload = self._prepare(job)
             coro = handler.fn(payload, self._ctx(job, handler, None))
         except Exception as exc:
             return Outcome(Kind.PERMANENT, job, failure_of(exc))
@@ -251,7 +249,11 @@ class SyncPool:
                 continue
             if handler.timeout is not None:
                 self._started(job)
-            put(runner.run_sync(job, handler))
+            try:
+                outcome = runner.run_sync(job, handler)
+            except BaseException as exc:  # nothing may strand the job's lease (SystemExit too)
+                outcome = Outcome(Kind.FAILED, job, failure_of(exc))
+            put(outcome)
 
     def drain(self) -> list[tuple[ClaimedJob, Handler]]:
         """Take every job no thread has started yet (for a graceful stop)."""

@@ -125,22 +125,27 @@ def ack_and_claim(
     limit: int,
     lease_ms: int,
 ) -> tuple[set[int], list[ClaimedJob]]:
-    """``ack(done)`` then ``claim(...)``: one statement where the dialect has one
-    (``job_ack_claim``), else the two operations. Returns (acked ids, claimed jobs)."""
-    if not done or "job_ack_claim" not in queries(conn.dialect):
-        return ack(conn, worker, done), claim(conn, queue, limit, worker, lease_ms)
-    params = {
-        **fence_params(worker, done),
-        "queue": queue,
-        "limit": limit,
-        "lease_ms": lease_ms,
-    }
-    rows = atomic(conn, lambda c: c.execute("job_ack_claim", params), "claim")
-    acked = {int(r[0]) for r in rows if r[1] is None}
-    jobs = sorted(
-        (ClaimedJob(*r) for r in rows if r[1] is not None), key=lambda j: (j.available_at, j.id)
-    )
+    """``ack(done)`` then ``claim(...)`` in one transaction: one statement where the
+    dialect has one (``job_ack_claim``). Returns (acked ids, claimed jobs)."""
+    if not done:
+        return set(), claim(conn, queue, limit, worker, lease_ms)
+    params = {**fence_params(worker, done), "queue": queue, "limit": limit, "lease_ms": lease_ms}
+    if "job_ack_claim" in queries(conn.dialect):
+        rows = atomic(conn, lambda c: c.execute("job_ack_claim", params), "claim")
+        acked = {int(r[0]) for r in rows if r[1] is None}
+        claimed = [r for r in rows if r[1] is not None]
+    else:
+        acked, claimed = conn.transact(lambda c: _ack_then_claim(c, params), operation="claim")
+    jobs = [ClaimedJob(*r) for r in claimed]
+    jobs.sort(key=lambda j: (j.available_at, j.id))
     return acked, jobs
+
+
+def _ack_then_claim(conn: Connection, params: dict[str, Any]) -> tuple[set[int], list[Row]]:
+    acked = {int(r[0]) for r in conn.execute("job_ack", params)}
+    if conn.dialect.supports_returning:
+        return acked, conn.execute("job_claim", params)
+    return acked, _claim_pick_then_mark(conn, params)
 
 
 def _claim_pick_then_mark(conn: Connection, params: dict[str, Any]) -> list[Row]:

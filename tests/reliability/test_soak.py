@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -46,7 +47,6 @@ pytestmark = [
 JOBS = int(os.environ.get("OUTBOX_SOAK_JOBS", "25000"))
 PRODUCERS, CONCURRENCY, PREFETCH = 4, 4, 2
 REPORT = Path(__file__).with_name("REPORT.md")
-ROWS: list[dict[str, object]] = []
 COMMAND = "OUTBOX_SOAK=1 .venv/bin/pytest tests/reliability/test_soak.py"
 
 
@@ -140,7 +140,6 @@ def _soak(
         assert code == 0, (name, out[-3000:])
     worker_kills = sum(m.kills for n, m in crew.members.items() if n.startswith("worker"))
     verdict = check_delivery(url, extra_allowed=worker_kills * (CONCURRENCY + PREFETCH))
-    queued_twice = [p for p in verdict.problems if "twice" in p]
     lost = [p for p in verdict.problems if "never executed" in p or "without" in p]
     return {
         "fault": f"{fault} ({faults}x)",
@@ -148,7 +147,7 @@ def _soak(
         "runs": 1,
         "jobs": verdict.committed,
         "lost": len(lost),
-        "double handoffs": len(queued_twice),
+        "double handoffs": verdict.double_runs,
         "extra executions": verdict.extra_executions,
         "max recovery s": round(worst, 2),
         "minutes": round((time.monotonic() - began) / 60, 1),
@@ -157,34 +156,59 @@ def _soak(
     }
 
 
-def _write_report() -> None:
-    head = [
-        "fault",
-        "backend",
-        "traffic",
-        "runs",
-        "jobs",
-        "lost",
-        "double handoffs",
-        "extra executions",
-        "max recovery s",
-        "crashes",
-        "minutes",
+HEAD = [
+    "fault",
+    "backend",
+    "traffic",
+    "runs",
+    "jobs",
+    "lost",
+    "double handoffs",
+    "extra executions",
+    "max recovery s",
+    "crashes",
+    "minutes",
+]
+
+
+def _earlier_rows() -> list[dict[str, str]]:
+    """Rows of the report on disk, so runs of single scenarios add up to one table."""
+    if not REPORT.exists():
+        return []
+    table = [ln for ln in REPORT.read_text().splitlines() if ln.startswith("| ")]
+    if not table:
+        return []
+    head = [c.strip() for c in table[0].strip("|").split("|")]
+    return [
+        dict(zip(head, (c.strip() for c in ln.strip("|").split("|")), strict=True))
+        for ln in table[1:]
     ]
+
+
+def _scenario(row: dict[str, Any]) -> tuple[str, str]:
+    return str(row["fault"]).split(" (")[0], str(row["backend"])
+
+
+def _record_row(row: dict[str, Any]) -> None:
+    """Add this run's row to the report, replacing an earlier row of the same scenario."""
+    mine = _scenario(row)
+    rows: list[dict[str, Any]] = [r for r in _earlier_rows() if _scenario(r) != mine]
+    rows.append(row)
     lines = [
         "# Reliability report (soak mode)",
         "",
-        f"Regenerate: `{COMMAND}` (jobs per run: `OUTBOX_SOAK_JOBS`, default 25,000).",
+        f"Regenerate: `{COMMAND}` (jobs per run: `OUTBOX_SOAK_JOBS`, default 25,000;",
+        "`-k` picks scenarios; each run replaces its own row).",
         "Extra executions are re-runs of jobs a SIGKILLed worker had executed but not yet",
         "acknowledged (ordinary handlers: at-least-once); each run checks that they stay",
         "within what the kills explain. Crashes: processes that exited by themselves and",
         "were restarted by the supervisor (as systemd's Restart=always would).",
         "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
+        "| " + " | ".join(HEAD) + " |",
+        "|" + "---|" * len(HEAD),
     ]
-    lines += ["| " + " | ".join(str(r[h]) for h in head) + " |" for r in ROWS]
-    total = sum(int(str(r["jobs"])) for r in ROWS)
+    lines += ["| " + " | ".join(str(r.get(h, "")) for h in HEAD) + " |" for r in rows]
+    total = sum(int(str(r["jobs"])) for r in rows)
     lines += ["", f"Total jobs: {total:,}.", ""]
     REPORT.write_text("\n".join(lines))
 
@@ -193,8 +217,7 @@ def _write_report() -> None:
 def test_soak_sigkill_relays_and_workers(backend: str, db_url: str, tmp_path: Path) -> None:
     url = migrated(db_url)
     row = _soak(url, tmp_path, "SIGKILL relays+workers", Supervisor.kill_random, (0.5, 2.0))
-    ROWS.append({**row, "backend": backend})
-    _write_report()
+    _record_row({**row, "backend": backend})
     assert row["problems"] == []
 
 
@@ -209,6 +232,5 @@ def test_soak_postgresql_restarts(pg_private: PgCluster, tmp_path: Path) -> None
         lambda crew, rng: pg_private.restart("immediate"),
         (8.0, 12.0),
     )
-    ROWS.append({**row, "backend": "postgresql (private cluster)"})
-    _write_report()
+    _record_row({**row, "backend": "postgresql (private cluster)"})
     assert row["problems"] == []

@@ -32,13 +32,24 @@ def test_ids_made_in_one_process_strictly_increase() -> None:
     assert len(set(made)) == len(made)
 
 
-def test_ids_keep_increasing_when_the_clock_steps_back(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def restore_id_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests that fake the clock leave the generator's memory as they found it."""
+    monkeypatch.setattr(ids, "_last_ms", ids._last_ms)
+    monkeypatch.setattr(ids, "_last_counter", ids._last_counter)
+
+
+def test_ids_keep_increasing_when_the_clock_steps_back(
+    monkeypatch: pytest.MonkeyPatch, restore_id_state: None
+) -> None:
     first = new_message_id()
     monkeypatch.setattr(ids.time, "time_ns", lambda: 1_000_000_000 * 1_000_000)  # 2001
     assert first < new_message_id() < new_message_id()
 
 
-def test_ids_borrow_the_next_millisecond_after_4096_in_one(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ids_borrow_the_next_millisecond_after_4096_in_one(
+    monkeypatch: pytest.MonkeyPatch, restore_id_state: None
+) -> None:
     frozen = (time.time_ns() // 1_000_000 + 10_000) * 1_000_000
     monkeypatch.setattr(ids.time, "time_ns", lambda: frozen)
     made = [new_message_id() for _ in range(5_000)]
