@@ -50,8 +50,8 @@ def _pgqueuer(ctx: Ctx, n: int) -> list[Case]:
     out = []
     for driver, batch, k in settings:
         spec = Spec("bench.w_pgqueuer:drain", {"url": url, "batch": batch, "driver": driver})
-        # Its psycopg driver drains an order of magnitude slower here: fewer jobs.
-        size = n if driver == "asyncpg" else n // 5
+        # Its psycopg driver and batch 10 drain several times slower here: fewer jobs.
+        size = n if (driver, batch) == ("asyncpg", 100) else n // 5
         out.append(
             _drain(
                 f"drain: pgqueuer {driver}, batch {batch}, {k} proc",
@@ -74,11 +74,12 @@ def _procrastinate(ctx: Ctx, n: int) -> list[Case]:
     url = servers.fresh("postgresql", "procrastinate_bench")
     out = []
     for c in (50,) if ctx.quick else (1, 50):
+        size = n if c > 1 else n // 2
         spec = Spec("bench.w_procrastinate:drain", {"url": url, "concurrency": c})
         out.append(
             _drain(
                 f"drain: procrastinate, concurrency {c}, 1 proc",
-                functools.partial(w_procrastinate.prepare, url, n),
+                functools.partial(w_procrastinate.prepare, url, size),
                 [spec],
             )
         )
@@ -161,8 +162,11 @@ def plan(ctx: Ctx) -> Plan:
         p.notes.append(note)
     p.targets += _targets(p.cases)
     p.notes.append(
-        f"peers: outbox and pgqueuer drain {n:,} jobs per sample; procrastinate "
-        f"{ctx.size(3_000, 300):,}; oban-py {ctx.size(10_000, 2_000):,}"
+        f"peers: outbox and pgqueuer (asyncpg, batch 100) drain {n:,} jobs per sample, "
+        f"pgqueuer's other settings {n // 5:,}; procrastinate {ctx.size(3_000, 300):,} "
+        f"(concurrency 1: half); oban-py {ctx.size(10_000, 2_000):,}; enqueue single "
+        f"{SINGLES:,}, enqueue list {min(n, 20_000):,} (ours) / {n:,} (pgqueuer) / "
+        f"{SINGLES:,} (procrastinate) / {ctx.size(10_000, 2_000):,} (oban-py)"
     )
     return p
 

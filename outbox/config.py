@@ -17,12 +17,9 @@ _OFF = ("0", "false", "no", "off")
 
 @dataclass(slots=True)
 class Settings:
-    notify: bool = os.environ.get("OUTBOX_NOTIFY", "1").strip().lower() not in (
-        "0",
-        "false",
-        "no",
-        "off",
-    )
+    """The settings in force; the defaults come from the environment at import."""
+
+    notify: bool = os.environ.get("OUTBOX_NOTIFY", "1").strip().lower() not in _OFF
 
 
 settings = Settings()

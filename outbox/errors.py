@@ -15,7 +15,11 @@ One root, so an application can catch everything of ours in one place::
      ├── ConfigurationError                       a database URL or setting we cannot use
      ├── DatabaseError                            a database operation failed (driver error kept
      │                                            as __cause__)
-     └── PermanentFailure                         raised by a handler: dead-letter at once
+     ├── PermanentFailure                         raised by a handler: dead-letter at once
+     ├── InvalidMessageId      (also ValueError)  text given as a message id is not a UUID
+     ├── MessageNotFound                          no outbox intent has that message id
+     └── RetryRefused                             ``outbox retry``: the intent is not quarantined,
+                                                  or it still does not verify
 
 Input errors are ``ValueError`` too; state errors are not. Messages name what is wrong and
 never repeat a payload.
@@ -81,3 +85,15 @@ class DatabaseError(OutboxError):
 
     The driver's exception is kept as ``__cause__``; the message names the operation.
     """
+
+
+class InvalidMessageId(OutboxError, ValueError):
+    """The text given is not a message id (a UUID in its canonical form)."""
+
+
+class MessageNotFound(OutboxError):
+    """No outbox intent has this message id."""
+
+
+class RetryRefused(OutboxError):
+    """The intent cannot go back to pending: it is not quarantined, or it does not verify."""

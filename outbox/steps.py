@@ -7,11 +7,13 @@ serves ``record`` and ``record_async``, ``push`` and its async twin.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from outbox.db.adapters import AsyncTarget, Target
 from outbox.db.errors import is_retryable
+from outbox.db.sql import queries
 from outbox.errors import DatabaseError, OutboxError, RetryTransaction
 
 Row = tuple[Any, ...]
@@ -20,18 +22,12 @@ Steps = Generator[tuple[str, Mapping[str, Any]], list[Row], str]
 
 def drive(steps: Steps, target: Target, operation: str) -> str:
     """Run ``steps`` on a sync connection."""
-    from outbox.db.sql import queries
-
     sql = queries(target.dialect)
     try:
         name, params = next(steps)
         while True:
-            try:
+            with _translated(operation):
                 rows = target.run(sql[name], params)
-            except OutboxError:
-                raise
-            except Exception as exc:
-                raise _translate(exc, operation) from exc
             name, params = steps.send(rows)
     except StopIteration as done:
         return str(done.value)
@@ -39,21 +35,26 @@ def drive(steps: Steps, target: Target, operation: str) -> str:
 
 async def drive_async(steps: Steps, target: AsyncTarget, operation: str) -> str:
     """Run ``steps`` on an async connection."""
-    from outbox.db.sql import queries
-
     sql = queries(target.dialect)
     try:
         name, params = next(steps)
         while True:
-            try:
+            with _translated(operation):
                 rows = await target.run(sql[name], params)
-            except OutboxError:
-                raise
-            except Exception as exc:
-                raise _translate(exc, operation) from exc
             name, params = steps.send(rows)
     except StopIteration as done:
         return str(done.value)
+
+
+@contextmanager
+def _translated(operation: str) -> Iterator[None]:
+    """Driver errors become ours (the driver's stays as ``__cause__``); ours pass through."""
+    try:
+        yield
+    except OutboxError:
+        raise
+    except Exception as exc:
+        raise _translate(exc, operation) from exc
 
 
 def _translate(exc: Exception, operation: str) -> OutboxError:

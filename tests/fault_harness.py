@@ -14,7 +14,9 @@ kept in the database under test, never in the processes' memory:
   inside the job's transaction for transactional handlers, on a connection of its own
   for ordinary ones, so the checks count real executions.
 
-``check`` compares the three with the product's tables and lists every violation.
+``check_intents`` (producers), ``check_handoff`` (relays) and ``check_delivery`` (the
+whole pipeline, drained) compare the three with the product's tables and list every
+violation of the issue's rules.
 """
 
 from __future__ import annotations
@@ -85,12 +87,9 @@ def fetch(url: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...
         conn.close()
 
 
-def harness_job(key: str, n: int, marker: str = "") -> Job:
+def harness_job(key: str, n: int) -> Job:
     """The producers' job; ``HARNESS_JOB`` picks the handler (``harness.tx``: transactional)."""
-    payload: dict[str, Any] = {"k": key, "n": n}
-    if marker:
-        payload["marker"] = marker
-    return Job(os.environ.get("HARNESS_JOB", JOB_NAME), payload, queue=QUEUE)
+    return Job(os.environ.get("HARNESS_JOB", JOB_NAME), {"k": key, "n": n}, queue=QUEUE)
 
 
 # --------------------------------------------------------------------------- checks
@@ -137,6 +136,12 @@ def check_handoff(url: str) -> Verdict:
     if set(states) - {"published"}:
         v.problems.append(f"outbox rows not published: {dict(states)}")
     return v
+
+
+def drained(url: str) -> bool:
+    """Nothing pending in the outbox and nothing left in the queue."""
+    jobs = fetch(url, "SELECT count(*) FROM outbox_jobs")
+    return pending_count(url) == 0 and int(jobs[0][0]) == 0
 
 
 def pending_count(url: str) -> int:
@@ -396,7 +401,6 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rollback-ratio", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--pause", type=float, default=0.0)
-    p.add_argument("--marker", default="")
     s = sub.add_parser("storm")
     s.add_argument("--url", required=True)
     s.add_argument("--hot-keys", type=int, required=True)
@@ -417,7 +421,6 @@ def _main(argv: Sequence[str] | None = None) -> int:
             args.rollback_ratio,
             args.seed,
             args.pause,
-            args.marker,
         )
         print(stats.as_json(), flush=True)
     return 0

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import logging
 import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
+from contextlib import contextmanager
 from typing import Any
+
+import structlog
+from structlog.testing import capture_logs
 
 from outbox import Job, record
 from outbox.db.connection import Connection, Database
@@ -27,6 +32,24 @@ from outbox.relay import Relay, RelayConfig
 from tests.backends import backend_of, raw_connect
 
 MARKER = "PAYLOAD-MARKER-7c1e"
+
+
+@contextmanager
+def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
+    """Capture every structlog event, at every level, whatever ran in this process before.
+
+    ``capture_logs`` swaps only the processors. The level filter (``wrapper_class``) that
+    ``outbox.log.configure`` installs, e.g. through an earlier in-process CLI run, stays
+    and would silently drop debug (at ``info``) or info and warning events (at ``error``),
+    so the filter is opened for the duration and restored after.
+    """
+    saved = structlog.get_config()["wrapper_class"]
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.NOTSET))
+    try:
+        with capture_logs() as logs:
+            yield logs
+    finally:
+        structlog.configure(wrapper_class=saved)
 
 
 def placeholder(url_or_conn: str | Connection) -> str:

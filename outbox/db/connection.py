@@ -27,7 +27,7 @@ import structlog
 from sqlalchemy.engine import URL, make_url
 
 from outbox.db.dialect import MYSQL, POSTGRESQL, SQLITE, Dialect
-from outbox.db.errors import is_retryable
+from outbox.db.errors import error_code, is_retryable
 from outbox.db.sql import Statement, queries
 from outbox.errors import ConfigurationError, DatabaseError, OutboxError
 
@@ -123,19 +123,24 @@ class Connection:
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
-        """One explicit transaction: commit on success, roll back on any exception."""
+        """One explicit transaction: commit on success, roll back on any exception.
+
+        A COMMIT that fails is followed by a ROLLBACK too: SQLite leaves the transaction
+        open (and its writer lock held) when COMMIT returns BUSY or meets a deferred
+        constraint, and the connection must not carry it into the next ``transaction()``.
+        """
         if self._in_tx:
             raise RuntimeError("transactions do not nest")
         self._begin()
         self._in_tx = True
         try:
             yield self
+            self._commit()
         except BaseException:
-            self._in_tx = False
             self._rollback_quietly()
             raise
-        self._in_tx = False
-        self._commit()
+        finally:
+            self._in_tx = False
 
     def transact(self, fn: Callable[[Connection], T], *, operation: str) -> T:
         """Run ``fn`` in a transaction, retrying confirmed deadlocks and BUSY.
@@ -206,18 +211,15 @@ def translate(exc: BaseException, operation: str) -> DatabaseError:
 
     The driver's own message is left on ``__cause__``: it can quote row values.
     """
-    code = getattr(exc, "sqlstate", None) or getattr(exc, "sqlite_errorname", None)
-    if code is None and type(exc).__module__.startswith("pymysql") and exc.args:
-        code = exc.args[0]
+    code = error_code(exc)
     suffix = f" ({code})" if code else ""
     if code in _MISSING_TABLE or "no such table" in str(exc):
         suffix += "; the outbox tables are missing: run `outbox migrate`"
     return DatabaseError(f"{operation} failed: {type(exc).__name__}{suffix}")
 
 
-# PostgreSQL undefined_table, MariaDB ER_NO_SUCH_TABLE / its SQLSTATE (SQLite only says it in
-# the message).
-_MISSING_TABLE = frozenset({"42P01", "42S02", 1146})
+# PostgreSQL undefined_table, MariaDB ER_NO_SUCH_TABLE (SQLite only says it in the message).
+_MISSING_TABLE = frozenset({"42P01", 1146})
 
 
 class Database:

@@ -22,6 +22,10 @@ SQLITE_RETRYABLE = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 def is_retryable(exc: BaseException) -> bool:
     """True when ``exc`` proves the transaction was rolled back by the database."""
+    if _is_pymysql_error(exc):
+        # Checked first: PyMySQL errors carry a ``sqlstate`` too, and it is no guide
+        # (a lock wait timeout and ER_CHECKREAD are both the generic HY000).
+        return bool(exc.args) and exc.args[0] in MYSQL_RETRYABLE
     sqlstate = getattr(exc, "sqlstate", None)
     if isinstance(sqlstate, str):
         return sqlstate in PG_RETRYABLE
@@ -30,10 +34,20 @@ def is_retryable(exc: BaseException) -> bool:
         if code is None:
             return False
         return code & 0xFF in SQLITE_RETRYABLE
-    if _is_pymysql_error(exc):
-        return bool(exc.args) and exc.args[0] in MYSQL_RETRYABLE
     cause = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver error
     return cause is not None and cause is not exc and is_retryable(cause)
+
+
+def error_code(exc: BaseException) -> str | int | None:
+    """The most specific code the driver gives: MariaDB's error number, PostgreSQL's
+    SQLSTATE, SQLite's error name; ``None`` when there is none."""
+    if _is_pymysql_error(exc):
+        return exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    code = getattr(exc, "sqlstate", None) or getattr(exc, "sqlite_errorname", None)
+    if isinstance(code, str):
+        return code
+    cause = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver error
+    return error_code(cause) if cause is not None and cause is not exc else None
 
 
 def _is_pymysql_error(exc: BaseException) -> bool:

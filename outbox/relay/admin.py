@@ -14,7 +14,13 @@ from typing import Any, Literal, TypeVar
 import structlog
 
 from outbox.db.connection import Connection, translate
-from outbox.errors import InvalidJob, OutboxError
+from outbox.errors import (
+    InvalidJob,
+    InvalidMessageId,
+    MessageNotFound,
+    OutboxError,
+    RetryRefused,
+)
 from outbox.ids import is_message_id
 from outbox.relay.verify import StoredIntent, reason_for, refingerprint
 
@@ -23,18 +29,6 @@ log = structlog.get_logger("outbox.relay")
 DAY_MS = 86_400_000
 PRUNE_BATCH = 500
 T = TypeVar("T")
-
-
-class InvalidMessageId(OutboxError, ValueError):
-    """The text given is not a message id (a UUID in its canonical form)."""
-
-
-class MessageNotFound(OutboxError):
-    """No outbox intent has this message id."""
-
-
-class RetryRefused(OutboxError):
-    """The intent cannot go back to pending: it is not quarantined, or it does not verify."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +145,9 @@ def _retry(
     try:
         payload, fingerprint = refingerprint(intent)
     except InvalidJob as exc:
-        raise RetryRefused(f"message {message_id} cannot be accepted: {exc}") from None
+        raise RetryRefused(
+            f"message {message_id}: its current contents cannot be accepted ({exc})"
+        ) from None
     params = {"id": row_id, "payload": payload, "fingerprint": fingerprint}
     conn.execute_count("retry_accept", params)
     log.info("relay.retry", message_id=message_id, accepted=True)
@@ -206,11 +202,8 @@ def _read(conn: Connection, fn: Callable[[Connection], T], operation: str) -> T:
 
 __all__ = [
     "FailedIntent",
-    "InvalidMessageId",
-    "MessageNotFound",
     "OutboxCounts",
     "QueueCounts",
-    "RetryRefused",
     "Status",
     "failed",
     "pending_count",

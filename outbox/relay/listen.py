@@ -70,10 +70,13 @@ class ListenWaiter:
     def _connected(self) -> Connection | None:
         if self._conn is not None or time.monotonic() < self._retry_at:
             return self._conn
+        conn: Connection | None = None
         try:
             conn = self._database.connect()
             conn.execute(self._statement)
         except Exception as exc:
+            if conn is not None:  # connected, but LISTEN failed: do not leak the session
+                conn.close()
             self._schedule_reconnect(exc)
             return None
         self._conn, self._pause = conn, RECONNECT_MIN_S

@@ -100,7 +100,7 @@ def refingerprint(row: StoredIntent) -> tuple[str, str]:
     """
     reason = _content_reason(row)
     if reason is not None:
-        raise InvalidJob(f"its current contents cannot be accepted ({reason})")
+        raise InvalidJob(reason)
     payload = canonical_json(orjson.loads(row.payload))
     normal = NormalJob(row.job_name, row.queue, payload, row.max_attempts)
     return payload, fingerprint(normal, row.available_at)

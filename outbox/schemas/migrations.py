@@ -105,13 +105,7 @@ def migrate(conn: Connection) -> list[int]:
 
 def _migrate_in_transaction(conn: Connection) -> list[int]:
     conn.execute("migrate_lock")
-    done = set(applied_versions(conn))
-    applied = []
-    for m in MIGRATIONS:
-        if m.version not in done:
-            _apply(conn, m)
-            applied.append(m.version)
-    return applied
+    return _apply_missing(conn)
 
 
 def _migrate_with_session_lock(conn: Connection) -> list[int]:
@@ -129,15 +123,19 @@ def _migrate_holding_lock(conn: Connection) -> list[int]:
     if not got or got[0][0] != 1:
         raise DatabaseError("migrate failed: another migration held the lock for 120 s")
     try:
-        done = set(applied_versions(conn))
-        applied = []
-        for m in MIGRATIONS:
-            if m.version not in done:
-                _apply(conn, m)
-                applied.append(m.version)
-        return applied
+        return _apply_missing(conn)
     finally:
         conn.execute("migrate_unlock")
+
+
+def _apply_missing(conn: Connection) -> list[int]:
+    """Apply, in order, every migration the database has not recorded; the caller holds
+    the migration lock."""
+    done = set(applied_versions(conn))
+    missing = [m for m in MIGRATIONS if m.version not in done]
+    for m in missing:
+        _apply(conn, m)
+    return [m.version for m in missing]
 
 
 def _apply(conn: Connection, m: Migration) -> None:

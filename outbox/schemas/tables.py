@@ -98,6 +98,9 @@ jobs = Table(
     Column("last_error", String(200), nullable=True),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
+    # Every change to a held job is fenced on (id, reserved_by, attempts): an id must
+    # never be reused, which SQLite only promises with AUTOINCREMENT.
+    sqlite_autoincrement=True,
 )
 
 # The claim walks due, unheld jobs of one queue in (available_at, id) order and stops

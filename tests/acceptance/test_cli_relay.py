@@ -187,6 +187,15 @@ def test_commands_on_an_unmigrated_database_fail_with_one_clear_line(db_url: str
         assert "Traceback" not in result.output
 
 
+def test_log_level_debug_adds_the_traceback_before_the_one_line_error(db_url: str) -> None:
+    result = cli(db_url, "--log-level", "debug", "status")
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith("Traceback (most recent call last)")
+    assert lines[-1].startswith("error: status failed: ")
+    assert "outbox migrate" in lines[-1]
+
+
 def _outbox(db_url: str, *args: str, stderr: int) -> subprocess.Popen[str]:
     env = {**os.environ, "OUTBOX_DATABASE_URL": db_url, "OUTBOX_LOG_FORMAT": "json"}
     return subprocess.Popen(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from outbox.db.connection import Connection, Database
+from outbox.errors import InvalidMessageId, MessageNotFound, RetryRefused
 from outbox.ids import new_message_id
 from outbox.relay import Relay, RelayConfig, admin
 from tests.relay_support import (
@@ -126,7 +127,7 @@ def test_retry_refuses_an_intent_that_still_does_not_verify(
     set_column(conn, mid, "payload", '{"edited":true}')
     _run(database)
     before = conn.execute_sql("SELECT * FROM outbox_messages")
-    with pytest.raises(admin.RetryRefused, match="fingerprint_mismatch") as caught:
+    with pytest.raises(RetryRefused, match="fingerprint_mismatch") as caught:
         admin.retry(conn, mid)
     assert "--accept-current" in str(caught.value)
     assert conn.execute_sql("SELECT * FROM outbox_messages") == before
@@ -155,9 +156,9 @@ def test_retry_accept_current_still_refuses_bad_json_and_bad_names(
     set_column(conn, b, "queue", "bad queue")
     _run(database)
     before = conn.execute_sql("SELECT * FROM outbox_messages ORDER BY id")
-    with pytest.raises(admin.RetryRefused, match="invalid_json"):
+    with pytest.raises(RetryRefused, match="invalid_json"):
         admin.retry(conn, a, accept_current=True)
-    with pytest.raises(admin.RetryRefused, match="invalid_queue"):
+    with pytest.raises(RetryRefused, match="invalid_queue"):
         admin.retry(conn, b, accept_current=True)
     assert conn.execute_sql("SELECT * FROM outbox_messages ORDER BY id") == before
 
@@ -167,11 +168,11 @@ def test_retry_names_unknown_pending_and_malformed_ids(
 ) -> None:
     [mid] = record_many(db_url, ["r6"])
     unknown = new_message_id()
-    with pytest.raises(admin.MessageNotFound, match=unknown):
+    with pytest.raises(MessageNotFound, match=unknown):
         admin.retry(conn, unknown)
-    with pytest.raises(admin.RetryRefused, match="is pending, not failed"):
+    with pytest.raises(RetryRefused, match="is pending, not failed"):
         admin.retry(conn, mid)
-    with pytest.raises(admin.InvalidMessageId, match="not a message id"):
+    with pytest.raises(InvalidMessageId, match="not a message id"):
         admin.retry(conn, "12; DROP TABLE outbox_messages")
     assert outbox_rows(conn)[mid] == ("pending", None, False)
 

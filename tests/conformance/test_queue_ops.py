@@ -209,3 +209,17 @@ def test_ack_and_claim_acknowledges_held_jobs_and_claims_the_next(
     left = conn.execute_sql("SELECT message_id FROM outbox_jobs ORDER BY id")
     assert [r[0] for r in left] == ids[2:]
     assert _row(conn, ids[2])[1] == W2
+
+
+def test_a_finished_jobs_id_is_never_reused_so_its_stale_fence_hits_nothing(
+    app_conn: Any, conn: Connection
+) -> None:
+    _push(app_conn, 1)
+    (old,) = ops.claim(conn, "default", 1, W1, LEASE_MS)
+    assert ops.ack(conn, W1, [old]) == {old.id}
+    (new_id,) = _push(app_conn, 1)
+    (new,) = ops.claim(conn, "default", 1, W1, LEASE_MS)
+    assert new.id != old.id and new.attempts == old.attempts
+    assert ops.ack(conn, W1, [old]) == set()
+    assert ops.release(conn, W1, old, 0, "RuntimeError") is False
+    assert _row(conn, new_id)[:2] == (1, W1)

@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
 from outbox.db.connection import Connection, Database
 from outbox.db.sql import queries
@@ -17,6 +16,7 @@ from outbox.relay import BatchResult, Relay, RelayConfig, RunTotals
 from outbox.relay.verify import REASONS
 from tests.relay_support import (
     MARKER,
+    captured_logs,
     db_now_ms,
     outbox_rows,
     placeholder,
@@ -126,7 +126,7 @@ def test_relay_quarantines_corrupt_rows_and_hands_off_their_peers(
     good_before = record_many(db_url, ["g1", "g2"])
     expected = _corrupt(conn, db_url)
     good_after = record_many(db_url, ["g3"])
-    with capture_logs() as logs:
+    with captured_logs() as logs:
         batch = _once(database, batch_size=50, verify_in_python=in_python)
     assert (batch.claimed, batch.handed_off, batch.quarantined) == (10, 3, 7)
     assert dict(batch.quarantined_ids) == expected
@@ -173,7 +173,7 @@ def test_relay_refuses_a_double_handoff_loudly_and_rolls_back(
 
 def test_relay_logs_one_event_per_batch_without_payloads(database: Database, db_url: str) -> None:
     record_many(db_url, [f"l{i}" for i in range(3)])
-    with capture_logs() as logs:
+    with captured_logs() as logs:
         _run(database, batch_size=2)
     batches = [e for e in logs if e["event"] == "relay.batch"]
     assert [(e["size"], e["handed_off"], e["quarantined"]) for e in batches] == [
@@ -246,7 +246,7 @@ def test_relay_wakes_on_notify_and_survives_losing_its_listen_connection(
     stop = threading.Event()
     # Polls too rarely to matter: only the NOTIFY can wake it within the deadline.
     relay = Relay(database, RelayConfig(poll_interval=60.0, max_poll_interval=60.0))
-    with capture_logs() as logs:
+    with captured_logs() as logs:
         thread = threading.Thread(target=relay.watch, args=(stop,))
         thread.start()
         try:
@@ -312,7 +312,7 @@ def test_relay_watch_survives_losing_its_database_connection(
         pytest.skip("SQLite is a file: there is no connection to lose")
     stop = threading.Event()
     relay = Relay(database, RelayConfig(poll_interval=0.05, max_poll_interval=0.2))
-    with capture_logs() as logs:
+    with captured_logs() as logs:
         thread = threading.Thread(target=relay.watch, args=(stop,))
         thread.start()
         try:

@@ -8,11 +8,11 @@ import time
 from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
 from outbox.db.connection import Connection, Database
+from outbox.errors import DatabaseError
 from outbox.ids import new_message_id
-from tests.relay_support import db_now_ms, placeholder
+from tests.relay_support import captured_logs, db_now_ms, placeholder
 
 
 def _two_jobs(conn: Connection) -> tuple[int, int]:
@@ -56,7 +56,7 @@ def test_transact_retries_the_victim_of_a_real_deadlock(
         except BaseException as exc:
             errors.append(exc)
 
-    with capture_logs() as logs:
+    with captured_logs() as logs:
         threads = [threading.Thread(target=worker, args=pair) for pair in ((a, b), (b, a))]
         for t in threads:
             t.start()
@@ -84,7 +84,7 @@ def test_transact_retries_sqlite_busy_until_the_writer_lets_go(db_url: str, data
                 c.transact(lambda t: len(t.execute("status_state_counts")), operation="busy test")
             )
 
-    with capture_logs() as logs:
+    with captured_logs() as logs:
         thread = threading.Thread(target=write)
         thread.start()
         end = time.monotonic() + 30
@@ -96,3 +96,105 @@ def test_transact_retries_sqlite_busy_until_the_writer_lets_go(db_url: str, data
     holder.close()
     assert len(result) == 1
     assert next(e["error"] for e in logs if e["event"] == "db.retry") == "OperationalError"
+
+
+def _make_impatient(c: Connection) -> None:
+    """Give up on a row lock quickly: MariaDB with its (retryable) lock wait timeout,
+    PostgreSQL with ``lock_timeout`` (55P03, which is not on the retry list)."""
+    if c.dialect.name == "mysql":
+        c.execute_sql("SET SESSION innodb_lock_wait_timeout = 1")
+    elif c.dialect.name == "postgresql":
+        c.execute_sql("SET lock_timeout = '200ms'")
+
+
+def test_transact_gives_up_after_four_attempts_and_retries_only_confirmed_safe_errors(
+    db_url: str, database: Database, conn: Connection
+) -> None:
+    a, _ = _two_jobs(conn)
+    ph = placeholder(conn)
+    bump = f"UPDATE outbox_jobs SET attempts = attempts + 1 WHERE id = {ph}"
+    calls = 0
+
+    def body(c: Connection) -> None:
+        nonlocal calls
+        calls += 1
+        c.execute_sql(bump, (a,))
+
+    with conn.transaction(), captured_logs() as logs:
+        conn.execute_sql(bump, (a,))  # holds the row (SQLite: the writer lock) throughout
+        with Database(db_url, sqlite_busy_timeout_ms=50).connect() as impatient:
+            _make_impatient(impatient)
+            with pytest.raises(DatabaseError, match=r"^lock test failed: \w+ \(") as caught:
+                impatient.transact(body, operation="lock test")
+    retries = [e for e in logs if e["event"] == "db.retry"]
+    # SQLite: BUSY at BEGIN IMMEDIATE, body never ran; MariaDB: lock wait timeout 1205,
+    # retried; PostgreSQL: lock_timeout is not a confirmed deadlock, so no retry at all.
+    expected = {"sqlite": (0, 3), "mysql": (4, 3), "postgresql": (1, 0)}[database.dialect.name]
+    assert (calls, len(retries)) == expected
+    assert [e["attempt"] for e in retries] == list(range(1, len(retries) + 1))
+    assert caught.value.__cause__ is not None
+    assert conn.execute_sql("SELECT attempts FROM outbox_jobs ORDER BY id") == [(1,), (0,)]
+
+
+def test_transact_does_not_retry_a_constraint_violation_and_keeps_nothing(
+    database: Database, conn: Connection
+) -> None:
+    ph = placeholder(conn)
+    now = db_now_ms(conn)
+    duplicate = new_message_id()
+    insert = (
+        "INSERT INTO outbox_jobs (message_id, queue, job_name, payload, attempts,"
+        f" available_at, created_at) VALUES ({ph}, 'q', 'j', 'null', 0, {ph}, {ph})"
+    )
+    calls = 0
+
+    def body(c: Connection) -> None:
+        nonlocal calls
+        calls += 1
+        c.execute_sql(insert, (new_message_id(), now, now))
+        c.execute_sql(insert, (duplicate, now, now))
+        c.execute_sql(insert, (duplicate, now, now))
+
+    with captured_logs() as logs, pytest.raises(DatabaseError, match=r"^dup test failed: "):
+        conn.transact(body, operation="dup test")
+    assert calls == 1
+    assert not [e for e in logs if e["event"] == "db.retry"]
+    assert conn.execute_sql("SELECT count(*) FROM outbox_jobs") == [(0,)]
+
+
+def test_a_failed_commit_is_rolled_back_and_the_connection_stays_usable(
+    db_url: str, database: Database, conn: Connection
+) -> None:
+    if database.dialect.name == "mysql":
+        pytest.skip("MariaDB checks constraints per statement: its COMMIT cannot fail on one")
+    if database.dialect.name == "sqlite":
+        conn.execute_sql("PRAGMA foreign_keys = ON")
+    conn.execute_sql("CREATE TEMP TABLE parent (id INTEGER PRIMARY KEY)")
+    conn.execute_sql(
+        "CREATE TEMP TABLE child (parent_id INTEGER"
+        " REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)"
+    )
+    ph = placeholder(conn)
+    now = db_now_ms(conn)
+
+    def body(c: Connection) -> None:
+        c.execute_sql(
+            "INSERT INTO outbox_jobs (message_id, queue, job_name, payload, attempts,"
+            f" available_at, created_at) VALUES ({ph}, 'q', 'j', 'null', 0, {ph}, {ph})",
+            (new_message_id(), now, now),
+        )
+        c.execute_sql("INSERT INTO child (parent_id) VALUES (1)")  # fails only at COMMIT
+
+    with pytest.raises(DatabaseError, match=r"^orphan test failed: "):
+        conn.transact(body, operation="orphan test")
+    # SQLite keeps a transaction open (and its writer lock held) after a failed COMMIT;
+    # the connection must have rolled it back, or every other writer would wait on it.
+    if database.dialect.name == "sqlite":
+        assert not conn.raw.in_transaction
+    with Database(db_url, sqlite_busy_timeout_ms=50).connect() as other:
+        assert other.transact(
+            lambda c: c.execute_sql("SELECT count(*) FROM outbox_jobs"), operation="other writer"
+        ) == [(0,)]
+    assert conn.transact(
+        lambda c: c.execute_sql("SELECT count(*) FROM child"), operation="same connection"
+    ) == [(0,)]

@@ -48,11 +48,15 @@ def run(payload: dict[str, Any], ctx: Any) -> None:
     url = os.environ["HARNESS_URL"]
     conn = _own_connection()
     ph = placeholder(url)
-    cur = conn.cursor()
-    cur.execute(
-        INSERT.format(", ".join([ph] * 4)), (ctx.message_id, str(os.getpid()), ctx.attempt, 0)
-    )
-    conn.commit()
+    try:
+        cur = conn.cursor()
+        cur.execute(
+            INSERT.format(", ".join([ph] * 4)), (ctx.message_id, str(os.getpid()), ctx.attempt, 0)
+        )
+        conn.commit()
+    except Exception:
+        _local.conn = None  # e.g. the server restarted: reconnect on the next attempt
+        raise
 
 
 @registry.job("harness.tx", transactional=True, max_attempts=MAX_ATTEMPTS)

@@ -58,11 +58,10 @@ class Producer:
     same key and job, which ``record()``'s idempotency makes safe.
     """
 
-    def __init__(self, url: str, stats: ProducerStats, marker: str = "") -> None:
+    def __init__(self, url: str, stats: ProducerStats) -> None:
         self.url = url
         self.ph = placeholder(url)
         self.stats = stats
-        self.marker = marker
         self.conn: Any = None
 
     def connect(self, deadline: float) -> None:
@@ -92,7 +91,7 @@ class Producer:
 
     def attempt(self, key: str, n: int, rollback: bool) -> None:
         try:
-            mid = record(self.conn, key, harness_job(key, n, self.marker))
+            mid = record(self.conn, key, harness_job(key, n))
         except RetryTransaction:
             raise
         except OutboxError as exc:
@@ -158,15 +157,17 @@ def produce(
     rollback_ratio: float = 0.1,
     seed: int = 0,
     pause_s: float = 0.0,
-    marker: str = "",
-    timeout_s: float = 240.0,
+    give_up_s: float = 120.0,
 ) -> ProducerStats:
-    """Record ``count`` intents keyed ``prefix:N``, a share rolled back on purpose."""
+    """Record ``count`` intents keyed ``prefix:N``, a share rolled back on purpose.
+
+    One intent is given up (the process fails) after ``give_up_s`` of retrying it.
+    """
     rng = random.Random(seed)
     stats = ProducerStats()
-    producer = Producer(url, stats, marker)
-    deadline = time.monotonic() + timeout_s
+    producer = Producer(url, stats)
     for n in range(count):
+        deadline = time.monotonic() + give_up_s
         producer.one(f"{prefix}:{n}", n, rng.random() < rollback_ratio, deadline)
         if pause_s:
             time.sleep(pause_s)
