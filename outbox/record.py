@@ -32,12 +32,13 @@ class Intent:
     available_at: int | None
 
     @classmethod
-    def build(cls, key: str, job: Job, available_at: Any, digest: str | None = None) -> Intent:
+    def build(cls, key: str, job: Job, available_at: Any) -> Intent:
+        """Validate key, job and availability, and pick the new message id."""
         normal = normalise(job)
         at_ms = availability_ms(available_at)
         return cls(
             message_id=new_message_id(),
-            key_digest=digest if digest is not None else key_digest(key),
+            key_digest=key_digest(key),
             fingerprint=fingerprint(normal, at_ms),
             job_name=normal.name,
             queue=normal.queue,
@@ -47,6 +48,7 @@ class Intent:
         )
 
     def params(self) -> dict[str, Any]:
+        """The named parameters of ``record_insert``."""
         return {
             "message_id": self.message_id,
             "key_digest": self.key_digest,

@@ -69,6 +69,7 @@ class Connection:
         self._in_tx = False
 
     def statement(self, name: str) -> Statement:
+        """The named statement of this connection's dialect (KeyError naming it if absent)."""
         try:
             return self._sql[name]
         except KeyError:
@@ -149,11 +150,31 @@ class Connection:
         exponential pause. Anything else, including a connection lost during COMMIT,
         propagates as ``DatabaseError``: the next run reads the durable state.
         """
+
+        def in_transaction() -> T:
+            with self.transaction():
+                return fn(self)
+
+        return self._retrying(in_transaction, operation)
+
+    def atomic(self, fn: Callable[[Connection], T], *, operation: str) -> T:
+        """Run ``fn``, which issues ONE statement, under the same retry policy.
+
+        On a server a lone statement in autocommit is its own transaction, so BEGIN and
+        COMMIT are skipped (one round trip instead of three). SQLite goes through
+        ``transact``: a statement that reads before it writes can fail to upgrade its
+        lock with a BUSY that no busy timeout resolves, and BEGIN IMMEDIATE avoids it.
+        """
+        if self.dialect is SQLITE:
+            return self.transact(fn, operation=operation)
+        return self._retrying(lambda: fn(self), operation)
+
+    def _retrying(self, attempt_once: Callable[[], T], operation: str) -> T:
+        """The retry policy itself: only ``is_retryable`` errors, ``MAX_ATTEMPTS`` in all."""
         attempt = 1
         while True:
             try:
-                with self.transaction():
-                    return fn(self)
+                return attempt_once()
             except OutboxError:
                 raise
             except Exception as exc:
@@ -194,6 +215,7 @@ class Connection:
             log.debug("db.rollback_failed")
 
     def close(self) -> None:
+        """Close the driver connection; an open transaction is rolled back by the server."""
         try:
             self.raw.close()
         except Exception:
@@ -240,6 +262,7 @@ class Database:
         return self.url.render_as_string(hide_password=True)
 
     def connect(self) -> Connection:
+        """A new connection; a driver's failure becomes ``DatabaseError`` naming the URL."""
         try:
             raw = self._connect_raw()
         except OutboxError:
@@ -250,37 +273,46 @@ class Database:
         return Connection(raw, self.dialect)
 
     def _connect_raw(self) -> Any:
-        u = self.url
         if self.dialect is SQLITE:
-            path = u.database or ":memory:"
-            raw = sqlite3.connect(
-                path,
-                isolation_level=None,
-                timeout=self.sqlite_busy_timeout_ms / 1000,
-                check_same_thread=False,
-            )
-            raw.execute("PRAGMA journal_mode=WAL")
-            raw.execute(f"PRAGMA busy_timeout={int(self.sqlite_busy_timeout_ms)}")
-            # SQLite lacks these; the relay verifies rows in SQL with them.
-            raw.create_function("outbox_sha256", 1, _sqlite_sha256, deterministic=True)
-            raw.create_function("regexp", 2, _sqlite_regexp, deterministic=True)
-            return raw
+            return self._connect_sqlite()
         if self.dialect is POSTGRESQL:
-            import psycopg
+            return self._connect_postgresql()
+        return self._connect_mysql()
 
-            params: dict[str, Any] = {k: str(v) for k, v in u.query.items()}
-            params.setdefault("application_name", "outbox")
-            return psycopg.connect(
-                host=u.host or None,
-                port=u.port,
-                user=u.username,
-                password=u.password,
-                dbname=u.database,
-                autocommit=True,
-                **params,
-            )
+    def _connect_sqlite(self) -> sqlite3.Connection:
+        raw = sqlite3.connect(
+            self.url.database or ":memory:",
+            isolation_level=None,
+            timeout=self.sqlite_busy_timeout_ms / 1000,
+            check_same_thread=False,
+        )
+        raw.execute("PRAGMA journal_mode=WAL")
+        raw.execute(f"PRAGMA busy_timeout={int(self.sqlite_busy_timeout_ms)}")
+        # SQLite lacks these; the relay verifies rows in SQL with them.
+        raw.create_function("outbox_sha256", 1, _sqlite_sha256, deterministic=True)
+        raw.create_function("regexp", 2, _sqlite_regexp, deterministic=True)
+        return raw
+
+    def _connect_postgresql(self) -> Any:
+        import psycopg
+
+        u = self.url
+        params: dict[str, Any] = {k: str(v) for k, v in u.query.items()}
+        params.setdefault("application_name", "outbox")
+        return psycopg.connect(
+            host=u.host or None,
+            port=u.port,
+            user=u.username,
+            password=u.password,
+            dbname=u.database,
+            autocommit=True,
+            **params,
+        )
+
+    def _connect_mysql(self) -> Any:
         import pymysql
 
+        u = self.url
         raw = pymysql.connect(
             host=u.host or "localhost",
             port=u.port or 3306,
@@ -297,6 +329,8 @@ class Database:
 
 
 def parse_url(url: str) -> URL:
+    """The URL parsed; unparseable text is a ``ConfigurationError`` (never echoing it,
+    since it may hold a password)."""
     try:
         return make_url(url)
     except Exception as exc:

@@ -14,6 +14,8 @@ DialectName = Literal["sqlite", "postgresql", "mysql"]
 
 @dataclass(frozen=True, slots=True)
 class Dialect:
+    """One SQL dialect's name and capabilities (ask these, not the name)."""
+
     name: DialectName
     supports_skip_locked: bool
     supports_listen: bool

@@ -21,6 +21,8 @@ _PLACEHOLDER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
 @dataclass(frozen=True, slots=True)
 class Statement:
+    """One named statement, in both placeholder styles."""
+
     name: str
     named: str  # with :name placeholders (sqlite3, SQLAlchemy text())
     driver: str  # in the dialect's driver paramstyle

@@ -33,6 +33,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class OutboxCounts:
+    """Intents by state; the oldest pending one's age in seconds (None when none is)."""
+
     pending: int = 0
     published: int = 0
     failed: int = 0
@@ -41,6 +43,8 @@ class OutboxCounts:
 
 @dataclass(frozen=True, slots=True)
 class QueueCounts:
+    """One queue's jobs: due and free, not yet due, leased to a worker, dead-lettered."""
+
     ready: int = 0
     delayed: int = 0
     reserved: int = 0
@@ -55,6 +59,7 @@ class Status:
     queues: dict[str, QueueCounts] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
+        """The shape ``outbox status --json`` prints (the contract names its keys)."""
         return {
             "outbox": asdict(self.outbox),
             "queues": {name: asdict(q) for name, q in sorted(self.queues.items())},
@@ -63,6 +68,8 @@ class Status:
 
 @dataclass(frozen=True, slots=True)
 class FailedIntent:
+    """One quarantined intent as ``outbox failed`` lists it: no payload, by design."""
+
     message_id: str
     reason: str | None
     created_at_ms: int
@@ -86,14 +93,18 @@ def _status(conn: Connection) -> Status:
     )
     queues: dict[str, dict[str, int]] = {}
     for name, ready, delayed, reserved in conn.execute("status_queue_counts"):
-        queues[str(name)] = {"ready": int(ready), "delayed": int(delayed)}
-        queues[str(name)]["reserved"] = int(reserved)
+        queues[str(name)] = {
+            "ready": int(ready),
+            "delayed": int(delayed),
+            "reserved": int(reserved),
+        }
     for name, dead in conn.execute("status_dead_counts"):
         queues.setdefault(str(name), {})["dead"] = int(dead)
     return Status(counts, {name: QueueCounts(**q) for name, q in queues.items()})
 
 
 def pending_count(conn: Connection) -> int:
+    """How many intents are pending (sizes the CLI's progress bar)."""
     return _read(conn, lambda c: int(c.execute("status_pending_count")[0][0]), "status")
 
 

@@ -25,6 +25,8 @@ RECONNECT_MIN_S = 0.5
 
 
 class Waiter(Protocol):
+    """How the relay waits between polls; ``close`` releases what the waiter holds."""
+
     def wait(self, stop: threading.Event, timeout: float) -> bool:
         """Sleep up to ``timeout`` s; return early (True) on a wake-up or once ``stop`` is set."""
         ...

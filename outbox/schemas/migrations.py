@@ -38,6 +38,8 @@ _CREATE = re.compile(r"^CREATE (TABLE|INDEX|UNIQUE INDEX) (?!IF NOT EXISTS)")
 
 @dataclass(frozen=True, slots=True)
 class Migration:
+    """One numbered step; ``ddl`` renders its statements for a dialect."""
+
     version: int
     description: str
     ddl: Callable[[Dialect], list[str]]

@@ -107,9 +107,11 @@ def _make_impatient(c: Connection) -> None:
         c.execute_sql("SET lock_timeout = '200ms'")
 
 
-def test_transact_gives_up_after_four_attempts_and_retries_only_confirmed_safe_errors(
-    db_url: str, database: Database, conn: Connection
+@pytest.mark.parametrize("method", ["transact", "atomic"])
+def test_retry_policy_gives_up_after_four_attempts_and_retries_only_confirmed_safe_errors(
+    db_url: str, database: Database, conn: Connection, method: str
 ) -> None:
+    """``transact`` and ``atomic`` (one statement, no BEGIN on a server) share the policy."""
     a, _ = _two_jobs(conn)
     ph = placeholder(conn)
     bump = f"UPDATE outbox_jobs SET attempts = attempts + 1 WHERE id = {ph}"
@@ -125,7 +127,7 @@ def test_transact_gives_up_after_four_attempts_and_retries_only_confirmed_safe_e
         with Database(db_url, sqlite_busy_timeout_ms=50).connect() as impatient:
             _make_impatient(impatient)
             with pytest.raises(DatabaseError, match=r"^lock test failed: \w+ \(") as caught:
-                impatient.transact(body, operation="lock test")
+                getattr(impatient, method)(body, operation="lock test")
     retries = [e for e in logs if e["event"] == "db.retry"]
     # SQLite: BUSY at BEGIN IMMEDIATE, body never ran; MariaDB: lock wait timeout 1205,
     # retried; PostgreSQL: lock_timeout is not a confirmed deadlock, so no retry at all.

@@ -170,3 +170,20 @@ def test_worker_paused_past_its_lease_cannot_ack_the_job_it_lost(
     assert count(conn, "outbox_failed_jobs") == 0
     lost = [e for e in paused.events() if e["event"] == "job.lease_lost"]
     assert [e["message_id"] for e in lost] == [mid]
+
+
+def test_a_second_signal_stops_at_once_leaving_the_job_to_its_lease(
+    app_conn: Any, conn: Connection, workers: Any, tmp_path: Path
+) -> None:
+    mid = _slow(app_conn, s=60)
+    worker = workers("w", "--grace", "60", "--lease", "30")
+    wait_until(lambda: _started_by(tmp_path, mid, 1), TIMEOUT)
+    worker.proc.send_signal(signal.SIGTERM)
+    wait_until(lambda: worker.has_event("worker.stopping"), TIMEOUT)
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.wait() == 1
+    assert any(e.get("outcome") == "stopped with jobs unfinished" for e in worker.events())
+    row = conn.execute_sql(
+        f"SELECT attempts, reserved_by FROM outbox_jobs WHERE message_id = '{mid}'"
+    )
+    assert row[0][0] == 1 and row[0][1] is not None  # held until its lease expires
