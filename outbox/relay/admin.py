@@ -130,7 +130,9 @@ def retry(
         raise InvalidMessageId(
             "not a message id: expected a UUID like 01890a5d-ac96-774b-bcce-b302099a8057"
         )
-    return conn.transact(lambda c: _retry(c, message_id, accept_current), operation="retry")
+    # Ids are stored in lower case; PostgreSQL compares case-sensitively, MariaDB does not.
+    wanted = message_id.lower()
+    return conn.transact(lambda c: _retry(c, wanted, accept_current), operation="retry")
 
 
 def _retry(

@@ -12,6 +12,8 @@ integer type compares, indexes and round-trips identically in all three database
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -36,6 +38,17 @@ def _id() -> Column[int]:
     return Column("id", _Id, Identity(), primary_key=True, autoincrement=True)
 
 
+# Binary collation on MariaDB: names and ids compare byte for byte, as in the other two
+# databases ("Search" is not the queue "search"). AUTOINCREMENT on SQLite: an id is never
+# reused, which every fenced update (id, reserved_by, attempts) relies on.
+_OPTIONS: dict[str, Any] = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    "mysql_collate": "utf8mb4_bin",
+    "sqlite_autoincrement": True,
+}
+
+
 def _name(column: str, nullable: bool = False) -> Column[str]:
     return Column(column, String(200), nullable=nullable)
 
@@ -57,17 +70,23 @@ messages = Table(
     Column("published_at", BigInteger, nullable=True),
     Column("failed_at", BigInteger, nullable=True),
     Column("failure_reason", String(64), nullable=True),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
+    **_OPTIONS,
 )
 
-# The relay scans pending rows oldest first; prune scans published rows by age.
+# The relay scans pending rows oldest first, `outbox failed` lists quarantined ones, prune
+# scans published rows by age.
 # Partial indexes where the dialect has them; MariaDB gets the composite equivalent.
 Index(
     "outbox_messages_pending",
     messages.c.id,
     postgresql_where=text("state = 'pending'"),
     sqlite_where=text("state = 'pending'"),
+).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]
+Index(
+    "outbox_messages_failed",
+    messages.c.id,
+    postgresql_where=text("state = 'failed'"),
+    sqlite_where=text("state = 'failed'"),
 ).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]
 Index("outbox_messages_state_id", messages.c.state, messages.c.id).ddl_if(dialect="mysql")
 Index(
@@ -96,11 +115,7 @@ jobs = Table(
     Column("lease_expires_at", BigInteger, nullable=True),
     Column("created_at", BigInteger, nullable=False),
     Column("last_error", String(200), nullable=True),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
-    # Every change to a held job is fenced on (id, reserved_by, attempts): an id must
-    # never be reused, which SQLite only promises with AUTOINCREMENT.
-    sqlite_autoincrement=True,
+    **_OPTIONS,
 )
 
 # The claim walks due, unheld jobs of one queue in (available_at, id) order and stops
@@ -137,8 +152,7 @@ failed_jobs = Table(
     Column("exception_message", Text, nullable=True),
     Column("exception_trace", Text, nullable=True),
     Column("failed_at", BigInteger, nullable=False),
-    mysql_engine="InnoDB",
-    mysql_charset="utf8mb4",
+    **_OPTIONS,
 )
 
 Index("outbox_failed_jobs_queue", failed_jobs.c.queue, failed_jobs.c.id)
@@ -151,4 +165,5 @@ schema_version = Table(
     Column("applied_at", BigInteger, nullable=False),
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
+    mysql_collate="utf8mb4_bin",
 )

@@ -8,11 +8,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
 import orjson
 import pytest
-import structlog
 from click.testing import CliRunner, Result
 
 from outbox.cli import main
@@ -26,13 +24,6 @@ from tests.relay_support import (
     record_many,
     set_column,
 )
-
-
-@pytest.fixture(autouse=True)
-def _fresh_logging() -> Iterator[None]:
-    """The CLI points structlog at click's captured stderr; undo it after each test."""
-    yield
-    structlog.reset_defaults()
 
 
 def cli(db_url: str, *args: str) -> Result:

@@ -213,3 +213,15 @@ def test_prune_ends_deduplication_for_the_pruned_keys(
 def test_prune_refuses_negative_days(conn: Connection) -> None:
     with pytest.raises(ValueError, match="days"):
         admin.prune(conn, -1)
+
+
+def test_retry_accepts_a_message_id_in_upper_case_on_every_backend(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    [mid] = record_many(db_url, ["r7"])
+    [(original,)] = conn.execute_sql("SELECT payload FROM outbox_messages")
+    set_column(conn, mid, "payload", "{broken")
+    _run(database)
+    set_column(conn, mid, "payload", original)
+    assert admin.retry(conn, mid.upper()) == "requeued"
+    assert outbox_rows(conn)[mid] == ("pending", None, False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -215,19 +217,25 @@ def test_relay_watch_poll_only_hands_off_too(
 def _watch_and_record(
     database: Database, db_url: str, conn: Connection, config: RelayConfig
 ) -> None:
+    with _watching(Relay(database, config)):
+        ids = record_many(db_url, ["w1", "w2"])
+        _wait_for(lambda: len(queued_ids(conn)) == 2)
+    assert queued_ids(conn) == ids
+
+
+@contextmanager
+def _watching(relay: Relay) -> Iterator[None]:
+    """``relay.watch`` in a thread for the block; then stop it and insist it ended."""
     stop = threading.Event()
-    relay = Relay(database, config)
     thread = threading.Thread(target=relay.watch, args=(stop,))
     thread.start()
     try:
-        ids = record_many(db_url, ["w1", "w2"])
-        _wait_for(lambda: len(queued_ids(conn)) == 2)
+        yield
     finally:
         stop.set()
         thread.join(timeout=30)
         relay.close()
-    assert not thread.is_alive()
-    assert queued_ids(conn) == ids
+    assert not thread.is_alive(), "watch did not stop when told"
 
 
 def _wait_for(condition: Any, deadline_s: float = 30.0) -> None:
@@ -243,26 +251,18 @@ def test_relay_wakes_on_notify_and_survives_losing_its_listen_connection(
 ) -> None:
     if not database.dialect.supports_listen:
         pytest.skip("LISTEN/NOTIFY: PostgreSQL only")
-    stop = threading.Event()
     # Polls too rarely to matter: only the NOTIFY can wake it within the deadline.
     relay = Relay(database, RelayConfig(poll_interval=60.0, max_poll_interval=60.0))
-    with captured_logs() as logs:
-        thread = threading.Thread(target=relay.watch, args=(stop,))
-        thread.start()
-        try:
-            _wait_for(lambda: any(e["event"] == "relay.listening" for e in logs))
-            conn.execute_sql(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE query = 'LISTEN outbox_relay' AND pid <> pg_backend_pid()"
-                " AND datname = current_database()"
-            )
-            _wait_for(lambda: sum(e["event"] == "relay.listening" for e in logs) >= 2)
-            record_many(db_url, ["n1"])
-            _wait_for(lambda: len(queued_ids(conn)) == 1)
-        finally:
-            stop.set()
-            thread.join(timeout=30)
-            relay.close()
+    with captured_logs() as logs, _watching(relay):
+        _wait_for(lambda: any(e["event"] == "relay.listening" for e in logs))
+        conn.execute_sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE query = 'LISTEN outbox_relay' AND pid <> pg_backend_pid()"
+            " AND datname = current_database()"
+        )
+        _wait_for(lambda: sum(e["event"] == "relay.listening" for e in logs) >= 2)
+        record_many(db_url, ["n1"])
+        _wait_for(lambda: len(queued_ids(conn)) == 1)
     assert any(e["event"] == "relay.listen_lost" for e in logs)
 
 
@@ -310,21 +310,12 @@ def test_relay_watch_survives_losing_its_database_connection(
 ) -> None:
     if database.dialect.name == "sqlite":
         pytest.skip("SQLite is a file: there is no connection to lose")
-    stop = threading.Event()
     relay = Relay(database, RelayConfig(poll_interval=0.05, max_poll_interval=0.2))
-    with captured_logs() as logs:
-        thread = threading.Thread(target=relay.watch, args=(stop,))
-        thread.start()
-        try:
-            first = record_many(db_url, ["c1"])
-            _wait_for(lambda: queued_ids(conn) == first)
-            _kill_other_sessions(conn)
-            second = record_many(db_url, ["c2"])
-            _wait_for(lambda: queued_ids(conn) == first + second)
-        finally:
-            stop.set()
-            thread.join(timeout=30)
-            relay.close()
-    assert not thread.is_alive()
+    with captured_logs() as logs, _watching(relay):
+        first = record_many(db_url, ["c1"])
+        _wait_for(lambda: queued_ids(conn) == first)
+        _kill_other_sessions(conn)
+        second = record_many(db_url, ["c2"])
+        _wait_for(lambda: queued_ids(conn) == first + second)
     assert any(e["event"] == "relay.batch_failed" for e in logs)
     assert MARKER not in repr(logs)

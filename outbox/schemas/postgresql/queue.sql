@@ -1,11 +1,11 @@
 -- name: queue_push
--- A job straight into the queue; available after :delay_ms by the database's clock.
+-- A job straight into the queue; available after :delay_ms by the database's clock,
+-- read once so available_at - created_at is exactly the delay.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
-VALUES
-    (:message_id, :queue, :job_name, :payload, 0, :max_attempts,
-     (extract(epoch FROM clock_timestamp()) * 1000)::bigint + :delay_ms,
-     (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+SELECT :message_id, :queue, :job_name, :payload, 0, :max_attempts,
+    clock.now_ms + :delay_ms, clock.now_ms
+FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms) AS clock
 RETURNING message_id;
 
 -- name: queue_push_notify
@@ -14,10 +14,9 @@ WITH ins AS (
     INSERT INTO outbox_jobs
         (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
          created_at)
-    VALUES
-        (:message_id, :queue, :job_name, :payload, 0, :max_attempts,
-         (extract(epoch FROM clock_timestamp()) * 1000)::bigint + :delay_ms,
-         (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+    SELECT :message_id, :queue, :job_name, :payload, 0, :max_attempts,
+        clock.now_ms + :delay_ms, clock.now_ms
+    FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms) AS clock
     RETURNING message_id
 )
 SELECT message_id, pg_notify('outbox_jobs', '') FROM ins;
