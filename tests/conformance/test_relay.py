@@ -86,16 +86,22 @@ def test_relay_copies_the_job_into_the_queue_row(
 def test_relay_hands_off_future_intents_early_but_keeps_their_time(
     database: Database, db_url: str, conn: Connection
 ) -> None:
-    due = time.time() + 3600
-    record_many(db_url, ["later"], available_at=due)
-    assert _run(database).handed_off == 1
-    [(available_at,)] = conn.execute_sql("SELECT available_at FROM outbox_jobs")
-    assert available_at == round(due * 1000)
-    assert available_at > db_now_ms(conn)
+    from outbox.queue import ops
     from outbox.relay import admin
 
+    due = time.time() + 3600
+    [later] = record_many(db_url, ["later"], available_at=due)
+    [now] = record_many(db_url, ["now"])
+    assert _run(database).handed_off == 2
+    [(available_at,)] = conn.execute_sql(
+        f"SELECT available_at FROM outbox_jobs WHERE message_id = '{later}'"
+    )
+    assert available_at == round(due * 1000)
+    assert available_at > db_now_ms(conn)
     assert admin.status(conn).queues["q1"].delayed == 1
-    assert admin.status(conn).queues["q1"].ready == 0
+    # Handed off early, but a worker cannot claim it before its time; its peer it can.
+    claimed = ops.claim(conn, "q1", 10, "w1", 60_000)
+    assert [j.message_id for j in claimed] == [now]
 
 
 def _corrupt(conn: Connection, db_url: str) -> dict[str, str]:

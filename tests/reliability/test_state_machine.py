@@ -82,27 +82,15 @@ class Model:
             key=lambda m: m.seq,
         )
 
-    def usable(self, h: Handle, reuses_ids: bool) -> bool:
-        """False for the one stale handle the suite knows is mis-fenced (xfail below).
-
-        SQLite reuses the rowid of a deleted ``outbox_jobs`` row; a stale claim whose id
-        now belongs to another job held by the same worker at the same attempt passes the
-        (id, worker, attempts) fence. ``test_a_stale_claim_on_a_reused_job_id_changes_nothing``
-        pins that bug; remove this filter when it is fixed.
-        """
-        if not reuses_ids or self.holds(h):
-            return True
-        return not any(
+    def holds(self, h: Handle) -> bool:
+        """Does the claim behind ``h`` still hold: same queue row, holder and attempt?"""
+        m = self.by_id[h.job.message_id]
+        return (
             m.queue == "reserved"
+            and m.queue_id == h.job.id
             and m.holder == h.worker
             and m.attempts == h.job.attempts
-            and m.queue_id == h.job.id
-            for m in self.by_id.values()
         )
-
-    def holds(self, h: Handle) -> bool:
-        m = self.by_id[h.job.message_id]
-        return m.queue == "reserved" and m.holder == h.worker and m.attempts == h.job.attempts
 
 
 NEW_URL: list[Callable[[], str]] = []
@@ -120,10 +108,6 @@ class Machine(RuleBasedStateMachine):
         self.relay = Relay(self.db, RelayConfig(batch_size=10))
         self.model = Model()
         self.seq = itertools.count()
-        self.reuses_ids = self.db.dialect.name == "sqlite"
-
-    def handles(self) -> list[Handle]:
-        return [h for h in self.model.handles if self.model.usable(h, self.reuses_ids)]
 
     def teardown(self) -> None:
         self.relay.close()
@@ -220,10 +204,10 @@ class Machine(RuleBasedStateMachine):
             m.queue_id = j.id
             self.model.handles.append(Handle(worker, j))
 
-    @precondition(lambda self: self.handles())
+    @precondition(lambda self: self.model.handles)
     @rule(data=st.data())
     def ack(self, data: st.DataObject) -> None:
-        h = data.draw(st.sampled_from(self.handles()))
+        h = data.draw(st.sampled_from(self.model.handles))
         held = self.model.holds(h)
         acked = ops.ack(self.conn, h.worker, [h.job])
         assert acked == ({h.job.id} if held else set())
@@ -231,10 +215,10 @@ class Machine(RuleBasedStateMachine):
             m = self.model.by_id[h.job.message_id]
             m.queue, m.holder = "done", None
 
-    @precondition(lambda self: self.handles())
+    @precondition(lambda self: self.model.handles)
     @rule(data=st.data(), later=st.booleans(), permanent=st.booleans())
     def fail(self, data: st.DataObject, later: bool, permanent: bool) -> None:
-        h = data.draw(st.sampled_from(self.handles()))
+        h = data.draw(st.sampled_from(self.model.handles))
         held = self.model.holds(h)
         m = self.model.by_id[h.job.message_id]
         if permanent or h.job.attempts >= MAX_ATTEMPTS:
@@ -249,10 +233,10 @@ class Machine(RuleBasedStateMachine):
             if new == "dead":
                 m.attempts = h.job.attempts
 
-    @precondition(lambda self: self.handles())
+    @precondition(lambda self: self.model.handles)
     @rule(data=st.data())
     def heartbeat(self, data: st.DataObject) -> None:
-        h = data.draw(st.sampled_from(self.handles()))
+        h = data.draw(st.sampled_from(self.model.handles))
         held = self.model.holds(h)
         assert ops.heartbeat(self.conn, h.worker, [h.job], LONG_LEASE_MS) == int(held)
         if held:
@@ -343,12 +327,10 @@ def test_random_interleavings_match_the_model_on_postgresql(pg_private: PgCluste
 
 
 def test_a_stale_claim_on_a_reused_job_id_changes_nothing(
-    database: Database, app_conn: Any, request: pytest.FixtureRequest
+    database: Database, app_conn: Any
 ) -> None:
     """The shrunk counterexample the machine found: a worker's stale claim of a finished
     job must not acknowledge a newer job that got the same ``outbox_jobs.id``."""
-    if database.dialect.name == "sqlite":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=SQLITE_ID_REUSE))
     job = Job(NAME, {"n": 1}, queue=QUEUE)
     with database.connect() as conn:
         record(app_conn, "first", job)
@@ -368,10 +350,3 @@ def test_a_stale_claim_on_a_reused_job_id_changes_nothing(
         assert ops.heartbeat(conn, "w1", [stale], LONG_LEASE_MS) == 0
         rows = conn.execute_sql("SELECT message_id, reserved_by FROM outbox_jobs")
     assert rows == [(second, "w1")]
-
-
-SQLITE_ID_REUSE = (
-    "bug: SQLite reuses outbox_jobs.id (INTEGER PRIMARY KEY without AUTOINCREMENT) once the "
-    "highest row is deleted, and the queue's fence is (id, reserved_by, attempts), so a "
-    "worker's stale ack/heartbeat/release of a finished job hits a newer job it holds"
-)
