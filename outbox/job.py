@@ -172,13 +172,6 @@ def _key_problem(key: str) -> str | None:
     return f"key is {len(key)} bytes; the limit is {MAX_KEY_BYTES}"
 
 
-def scheduler_key_digest(key: str) -> str:
-    """Digest for the scheduler's own ``schedule:`` keys, which record() refuses."""
-    if not key.startswith(RESERVED_KEY_PREFIX) or not _KEY_PATTERN.fullmatch(key):
-        raise InvalidKey("scheduler keys start with 'schedule:' and are printable ASCII")
-    return hashlib.sha256(key.encode("ascii")).hexdigest()
-
-
 def availability_ms(available_at: object) -> int | None:
     """The given availability as integer UNIX milliseconds, ``None`` meaning immediate.
 

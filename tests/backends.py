@@ -135,13 +135,14 @@ def raw_connect(url: str) -> Any:
     if kind == "sqlite":
         return sqlite3.connect(u.database or ":memory:", timeout=30)
     if kind == "postgresql":
+        extra: dict[str, Any] = {k: str(v) for k, v in u.query.items()}
         return psycopg.connect(
             host=u.host,
             port=u.port,
             user=u.username,
             password=u.password,
             dbname=u.database,
-            **{k: str(v) for k, v in u.query.items()},
+            **extra,
         )
     return pymysql.connect(
         host=u.host or "127.0.0.1",

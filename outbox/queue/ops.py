@@ -19,18 +19,13 @@ per batch, whatever its size.
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from outbox.db import connection as _db
 from outbox.db.connection import Connection, Row
-from outbox.db.dialect import SQLITE
-from outbox.db.errors import is_retryable
 from outbox.db.sql import queries
-from outbox.errors import OutboxError
 
 T = TypeVar("T")
 
@@ -63,27 +58,8 @@ class Failure:
 
 
 def atomic(conn: Connection, fn: Callable[[Connection], T], operation: str) -> T:
-    """Run ``fn`` (ONE statement) atomically, with the shared retry policy.
-
-    On a server a lone statement is atomic in autocommit: skipping BEGIN and COMMIT
-    makes each hot-path operation one round trip instead of three. SQLite goes through
-    ``transact`` (``BEGIN IMMEDIATE``): there a statement that reads before it writes
-    can fail to upgrade its lock with a BUSY no busy timeout resolves.
-    """
-    if conn.dialect is SQLITE:
-        return conn.transact(fn, operation=operation)
-    attempt = 1
-    while True:
-        try:
-            return fn(conn)
-        except OutboxError:
-            raise
-        except Exception as exc:
-            if not is_retryable(exc) or attempt >= _db.MAX_ATTEMPTS:
-                raise _db.translate(exc, operation) from exc
-            cap = min(_db.RETRY_CAP_S, _db.RETRY_BASE_S * 2**attempt)
-            time.sleep(random.uniform(0, cap))
-            attempt += 1
+    """One statement under the shared retry policy (see ``Connection.atomic``)."""
+    return conn.atomic(fn, operation=operation)
 
 
 def now_ms(conn: Connection) -> int:

@@ -5,13 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-import structlog
 from click.testing import CliRunner, Result
 
 from outbox import Job
@@ -23,13 +21,6 @@ from tests.queue_support import ROOT, count, registry, worker_cmd
 
 SECRET = "it broke: secret-detail"  # the message t.fail raises; only --show may print it
 PAYLOAD_SECRET = "payload-secret-4711"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_logging() -> Iterator[None]:
-    """The CLI points structlog at click's captured stderr; undo it after each test."""
-    yield
-    structlog.reset_defaults()
 
 
 def cli(db_url: str, *args: str, stdin: str | None = None) -> Result:

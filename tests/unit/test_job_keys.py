@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from outbox.errors import InvalidKey
-from outbox.job import key_digest, scheduler_key_digest
+from outbox.job import key_digest
 
 
 def test_key_digest_is_the_sha256_hex_of_the_ascii_key() -> None:
@@ -63,7 +63,3 @@ def test_invalid_key_is_a_value_error() -> None:
         key_digest("")
 
 
-def test_scheduler_keys_get_a_digest_only_through_the_scheduler_door() -> None:
-    assert scheduler_key_digest("schedule:x") == hashlib.sha256(b"schedule:x").hexdigest()
-    with pytest.raises(InvalidKey):
-        scheduler_key_digest("note:1")
