@@ -314,6 +314,7 @@ def test_random_interleavings_match_the_model_on_sqlite() -> None:
 
 @pytest.mark.soak
 @pytest.mark.skipif(not SOAK, reason="soak mode: set OUTBOX_SOAK=1")
+@pytest.mark.timeout(3600)
 def test_random_interleavings_match_the_model_on_postgresql(pg_private: PgCluster) -> None:
     counter = itertools.count()
 
@@ -323,7 +324,7 @@ def test_random_interleavings_match_the_model_on_postgresql(pg_private: PgCluste
             c.execute(f'CREATE DATABASE "{name}"')
         return pg_private.url(name)
 
-    _run(new_database, examples=200, steps=60)
+    _run(new_database, examples=100, steps=60)
 
 
 def test_a_stale_claim_on_a_reused_job_id_changes_nothing(
