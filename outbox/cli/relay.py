@@ -143,6 +143,12 @@ def status_command(
         click.echo(orjson.dumps(status.as_dict()).decode())
     else:
         _print_status(status)
+    if status.outbox.unknown_state:
+        click.echo(
+            f"warning: {status.outbox.unknown_state} intents have a state other than "
+            "pending/published/failed; the relay will not touch them",
+            err=True,
+        )
     problems = _exceeded(status.outbox, max_pending, max_age)
     for problem in problems:
         click.echo(f"threshold exceeded: {problem}", err=True)

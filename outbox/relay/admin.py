@@ -33,11 +33,16 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class OutboxCounts:
-    """Intents by state; the oldest pending one's age in seconds (None when none is)."""
+    """Intents by state; the oldest pending one's age in seconds (None when none is).
+
+    ``unknown_state`` counts rows whose state is none of the three (edited by hand or by
+    a newer version): the relay never touches them, so they must at least be seen.
+    """
 
     pending: int = 0
     published: int = 0
     failed: int = 0
+    unknown_state: int = 0
     oldest_pending_age_s: float | None = None
 
 
@@ -76,6 +81,9 @@ class FailedIntent:
     failed_at_ms: int | None
 
 
+_KNOWN_STATES = frozenset({"pending", "published", "failed"})
+
+
 def status(conn: Connection) -> Status:
     """Read the counts; every age comes from the database's clock."""
     return _read(conn, _status, "status")
@@ -89,6 +97,7 @@ def _status(conn: Connection) -> Status:
         pending=by_state.get("pending", 0),
         published=by_state.get("published", 0),
         failed=by_state.get("failed", 0),
+        unknown_state=sum(n for s, n in by_state.items() if s not in _KNOWN_STATES),
         oldest_pending_age_s=age,
     )
     queues: dict[str, dict[str, int]] = {}

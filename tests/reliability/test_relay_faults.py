@@ -258,12 +258,6 @@ def test_many_relays_and_producers_on_hot_rows_retry_and_lose_nothing(
     assert verdict.committed + verdict.rolled_back == 400
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a row whose state is not pending/published/failed is invisible: the relay "
-    "skips it, `outbox failed` does not list it and `outbox status` does not count it "
-    "(outbox/relay/admin.py status only reports the three known states)",
-)
 def test_status_accounts_for_a_row_with_an_unknown_state(ledger_url: str) -> None:
     app = raw_connect(ledger_url)
     ids = [record(app, f"s:{i}", Job("notes.index", {"i": i})) for i in range(3)]
