@@ -17,7 +17,7 @@ One root, so an application can catch everything of ours in one place::
      │                                            as __cause__)
      ├── PermanentFailure                         raised by a handler: dead-letter at once
      ├── InvalidMessageId      (also ValueError)  text given as a message id is not a UUID
-     ├── MessageNotFound                          no outbox intent has that message id
+     ├── MessageNotFound                          no intent, job or dead letter has that id
      └── RetryRefused                             ``outbox retry``: the intent is not quarantined,
                                                   or it still does not verify
 
@@ -92,7 +92,7 @@ class InvalidMessageId(OutboxError, ValueError):
 
 
 class MessageNotFound(OutboxError):
-    """No outbox intent has this message id."""
+    """Nothing with this message id: no outbox intent, queued job or dead letter, as asked."""
 
 
 class RetryRefused(OutboxError):

@@ -17,7 +17,7 @@ import click
 import orjson
 
 from outbox.cli.context import CliContext, pass_cli
-from outbox.errors import ConfigurationError
+from outbox.errors import MessageNotFound
 from outbox.queue import admin
 from outbox.queue.registry import Registry
 from outbox.queue.worker import Worker, WorkerConfig
@@ -185,7 +185,7 @@ def failed_command(cli: CliContext, limit: int, show_id: str | None) -> None:
         if show_id is not None:
             detail = admin.failed_job(conn, show_id)
             if detail is None:
-                raise ConfigurationError(f"no dead letter with message id {show_id}")
+                raise MessageNotFound(f"no dead letter with message id {show_id}")
             _echo_detail(detail)
             return
         rows = admin.failed(conn, limit=limit)
@@ -223,7 +223,7 @@ def retry_command(cli: CliContext, target: str) -> None:
         else:
             n = admin.retry(conn, target)
             if n == 0:
-                raise ConfigurationError(f"no dead letter with message id {target}")
+                raise MessageNotFound(f"no dead letter with message id {target}")
     click.echo(f"requeued {n} job(s)")
 
 
@@ -242,7 +242,7 @@ def forget_command(cli: CliContext, message_id: str, yes: bool) -> None:
     _confirm(yes, f"Delete dead letter {message_id} for good?")
     with cli.connect() as conn:
         if admin.forget(conn, message_id) == 0:
-            raise ConfigurationError(f"no dead letter with message id {message_id}")
+            raise MessageNotFound(f"no dead letter with message id {message_id}")
     click.echo(f"forgot {message_id}")
 
 
@@ -256,7 +256,7 @@ def remove_command(cli: CliContext, message_id: str, yes: bool) -> None:
     _confirm(yes, f"Remove job {message_id} from the queue? It will not run.")
     with cli.connect() as conn:
         if admin.remove(conn, message_id) == 0:
-            raise ConfigurationError(f"no job with message id {message_id} in the queue")
+            raise MessageNotFound(f"no job with message id {message_id} in the queue")
     click.echo(f"removed {message_id}")
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from outbox.db.connection import Connection, Row
-from outbox.errors import ConfigurationError
+from outbox.errors import ConfigurationError, InvalidJob, InvalidMessageId
 from outbox.ids import is_message_id
 from outbox.job import NAME_PATTERN
 from outbox.queue.ops import atomic
@@ -69,13 +69,13 @@ class FailedDetail:
 
 def check_message_id(value: str) -> str:
     if not is_message_id(value):
-        raise ConfigurationError(f"{value!r} is not a message id (a UUID like 0191...-...)")
+        raise InvalidMessageId(f"{value!r} is not a message id (a UUID like 0191...-...)")
     return value.lower()
 
 
 def check_queue(value: str | None) -> str | None:
     if value is not None and not NAME_PATTERN.fullmatch(value):
-        raise ConfigurationError(f"queue name {value!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
+        raise InvalidJob(f"queue name {value!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
     return value
 
 
