@@ -63,14 +63,16 @@ def write_json(
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
+PEERS = ("pgqueuer", "procrastinate", "oban")
+
+
 def _colour(case: str) -> str:
-    if "outbox" in case or "record()" in case:
-        return "#1f77b4"
-    if case.startswith("raw") or " raw " in case:
+    """Peers orange, raw-SQL and plain-table baselines green, ours blue."""
+    if any(p in case for p in PEERS):
+        return "#ff7f0e"
+    if "raw " in case or "plain" in case:
         return "#2ca02c"
-    if "plain" in case:
-        return "#2ca02c"
-    return "#ff7f0e"
+    return "#1f77b4"
 
 
 def chart(path: Path, results: list[Result], targets: list[Target], title: str) -> None:
@@ -95,8 +97,8 @@ def chart(path: Path, results: list[Result], targets: list[Target], title: str) 
         _bars(ax, name, rs)
     if targets:
         _target_panel(axes[-1, 0], targets)
-    fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    fig.suptitle(title + "\nblue: outbox, green: raw SQL / plain table, orange: peers", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.9 / sum(heights)))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -162,3 +164,29 @@ def markdown(doc: dict[str, Any], chart_path: str) -> str:
         value = "-" if t["value"] is None else f"{t['value']:.2f}"
         out.append(f"| {t['label']} | {value} | {bound} | {met} |")
     return "\n".join(out) + "\n"
+
+
+def rerender(path: Path = RESULTS / "latest.json") -> None:
+    """Redraw the chart and the markdown from a results document (no measuring)."""
+    doc = json.loads(path.read_text())
+    results = [
+        Result(r["scenario"], r["case"], r["unit"], r["higher_is_better"], r["samples"], r["note"])
+        for r in doc["results"]
+    ]
+    targets = []
+    for t in doc["targets"]:
+        tg = Target(t["label"], t["ours"], t["reference"], t["op"], t["bound"])
+        tg.ratio, tg.met, tg.detail = t["value"], t["met"], t["detail"]
+        targets.append(tg)
+    meta = doc["meta"]
+    chart(
+        path.with_suffix(".png"),
+        results,
+        targets,
+        f"outbox bench — {meta['when']} — {meta['command']}",
+    )
+    path.with_suffix(".md").write_text(markdown(doc, f"bench/results/{path.stem}.png"))
+
+
+if __name__ == "__main__":
+    rerender()

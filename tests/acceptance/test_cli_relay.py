@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 from outbox.cli import main
 from outbox.db.connection import Connection, Database
 from outbox.ids import new_message_id
+from tests.gaps import Gap, skip_unless
 from tests.relay_support import (
     MARKER,
     db_now_ms,
@@ -225,8 +226,7 @@ def test_relay_watch_runs_until_signalled_then_exits_0(
 def test_relay_shows_a_progress_bar_only_on_a_terminal(
     database: Database, db_url: str, backend: str
 ) -> None:
-    if backend != "sqlite":
-        pytest.skip("presentation only: one backend is enough")
+    skip_unless(backend, "sqlite", gap=Gap.PRESENTATION_ONLY)
     record_many(db_url, [f"p{i}" for i in range(4)])
     leader, follower = pty.openpty()
     proc = _outbox(db_url, "--log-level", "warning", "relay", "--batch-size", "1", stderr=follower)

@@ -30,38 +30,27 @@ from outbox.db.connection import Connection
 from outbox.errors import NoActiveTransaction, UnsupportedConnection
 from outbox.queue import push
 from tests.backends import raw_connect, sqlalchemy_url
+from tests.gaps import Gap, skip_unless
 from tests.record_support import counts, create_notes, insert_note, message_rows
 
 JOB = Job("notes.index", {"note_id": 1}, queue="search")
 INSERT_NOTE = sa.text("INSERT INTO notes (id, title) VALUES (:id, 't')")
 
 
-# Connection kinds that exist on one backend only: the registry of reasoned gaps.
-ONLY_ON = {
-    "sqlite": "a sqlite3.Connection exists only on SQLite",
-    "postgresql": "psycopg (and pg_stat_activity) belong to PostgreSQL",
-    "mysql": "PyMySQL connects to MariaDB/MySQL only",
-}
-
-
-def _only(backend: str, wanted: str) -> None:
-    if backend != wanted:
-        pytest.skip(ONLY_ON[wanted])
-
-
+# Connection kinds that exist on one backend only.
 @pytest.fixture
 def on_sqlite(backend: str) -> None:
-    _only(backend, "sqlite")
+    skip_unless(backend, "sqlite", gap=Gap.SQLITE3_CONNECTION)
 
 
 @pytest.fixture
 def on_postgresql(backend: str) -> None:
-    _only(backend, "postgresql")
+    skip_unless(backend, "postgresql", gap=Gap.PSYCOPG_CONNECTION)
 
 
 @pytest.fixture
 def on_mysql(backend: str) -> None:
-    _only(backend, "mysql")
+    skip_unless(backend, "mysql", gap=Gap.PYMYSQL_CONNECTION)
 
 
 @pytest.fixture

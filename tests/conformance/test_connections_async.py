@@ -21,13 +21,11 @@ from outbox.db.connection import Connection
 from outbox.errors import NoActiveTransaction, UnsupportedConnection
 from outbox.queue import push_async
 from tests.backends import raw_connect, sqlalchemy_url
+from tests.gaps import Gap, skip_gap, skip_unless
 from tests.record_support import counts, create_notes, message_rows
 
 JOB = Job("notes.index", {"note_id": 1}, queue="search")
 INSERT_NOTE = sa.text("INSERT INTO notes (id, title) VALUES (:id, 't')")
-# The registry of reasoned gaps for this module.
-NO_ASYNC_DRIVER = "no async MariaDB driver is part of the project (aiomysql/asyncmy)"
-PSYCOPG_ONLY = "psycopg's AsyncConnection connects to PostgreSQL only"
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -38,7 +36,7 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
 def has_async_driver(backend: str) -> None:
     """Asked before the database is made, so a skipped backend costs nothing."""
     if backend == "mysql":
-        pytest.skip(NO_ASYNC_DRIVER)
+        skip_gap(Gap.NO_ASYNC_MYSQL_DRIVER)
 
 
 @pytest.fixture
@@ -48,8 +46,7 @@ def async_url(has_async_driver: None, db_url: str) -> str:
 
 @pytest.fixture
 def pg_only(backend: str) -> None:
-    if backend != "postgresql":
-        pytest.skip(PSYCOPG_ONLY)
+    skip_unless(backend, "postgresql", gap=Gap.PSYCOPG_CONNECTION)
 
 
 @pytest.fixture

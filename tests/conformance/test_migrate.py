@@ -17,6 +17,7 @@ from outbox.db.connection import Connection, Database
 from outbox.errors import DatabaseError
 from outbox.schemas import LATEST, MIGRATIONS, applied_versions, migrate, migrations
 from tests import backends
+from tests.gaps import Gap, skip_unless
 from tests.record_support import db_now_ms, migrate_child
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -61,8 +62,7 @@ def test_migrate_creates_every_table_then_applies_nothing_the_second_time(
 
 
 def test_sqlite_database_is_in_wal_mode(fresh: Connection, backend: str) -> None:
-    if backend != "sqlite":
-        pytest.skip("journal modes are SQLite's")
+    skip_unless(backend, "sqlite", gap=Gap.SQLITE_JOURNAL)
     migrate(fresh)
     assert fresh.execute_sql("PRAGMA journal_mode")[0][0] == "wal"
 

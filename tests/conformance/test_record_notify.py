@@ -15,6 +15,7 @@ from outbox.config import configure, settings
 from outbox.db.dialect import dialect_named
 from outbox.queue import push
 from tests.backends import raw_connect
+from tests.gaps import Gap, skip_gap
 
 JOB = Job("notes.index", {"note_id": 1})
 CHANNELS = ("outbox_relay", "outbox_jobs", "test_sentinel")
@@ -24,7 +25,7 @@ CHANNELS = ("outbox_relay", "outbox_jobs", "test_sentinel")
 def needs_listen(backend: str) -> None:
     """Asked first, so no database is made for a backend that will be skipped."""
     if not dialect_named(backend).supports_listen:
-        pytest.skip(f"{backend} has no LISTEN/NOTIFY: relays and workers poll")
+        skip_gap(Gap.LISTEN_NOTIFY)
 
 
 @pytest.fixture

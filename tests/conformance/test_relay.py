@@ -16,6 +16,7 @@ from outbox.errors import ConfigurationError, DatabaseError
 from outbox.ids import new_message_id
 from outbox.relay import BatchResult, Relay, RelayConfig, RunTotals
 from outbox.relay.verify import REASONS
+from tests.gaps import Gap, skip_gap
 from tests.relay_support import (
     MARKER,
     captured_logs,
@@ -256,7 +257,7 @@ def test_relay_wakes_on_notify_and_survives_losing_its_listen_connection(
     database: Database, db_url: str, conn: Connection, backend: str
 ) -> None:
     if not database.dialect.supports_listen:
-        pytest.skip("LISTEN/NOTIFY: PostgreSQL only")
+        skip_gap(Gap.LISTEN_NOTIFY)
     # Polls too rarely to matter: only the NOTIFY can wake it within the deadline.
     relay = Relay(database, RelayConfig(poll_interval=60.0, max_poll_interval=60.0))
     with captured_logs() as logs, _watching(relay):
@@ -274,7 +275,7 @@ def test_relay_wakes_on_notify_and_survives_losing_its_listen_connection(
 
 def test_relay_notifies_idle_workers_when_it_hands_off(database: Database, db_url: str) -> None:
     if not database.dialect.supports_listen:
-        pytest.skip("LISTEN/NOTIFY: PostgreSQL only")
+        skip_gap(Gap.LISTEN_NOTIFY)
     listener = database.connect()
     listener.execute_sql("LISTEN outbox_jobs")
     record_many(db_url, ["j1"])
@@ -315,7 +316,7 @@ def test_relay_watch_survives_losing_its_database_connection(
     database: Database, db_url: str, conn: Connection
 ) -> None:
     if database.dialect.name == "sqlite":
-        pytest.skip("SQLite is a file: there is no connection to lose")
+        skip_gap(Gap.SQLITE_FILE)
     relay = Relay(database, RelayConfig(poll_interval=0.05, max_poll_interval=0.2))
     with captured_logs() as logs, _watching(relay):
         first = record_many(db_url, ["c1"])

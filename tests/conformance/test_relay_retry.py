@@ -12,6 +12,7 @@ import pytest
 from outbox.db.connection import Connection, Database
 from outbox.errors import DatabaseError
 from outbox.ids import new_message_id
+from tests.gaps import Gap, skip_gap, skip_unless
 from tests.relay_support import captured_logs, db_now_ms, placeholder
 
 
@@ -32,7 +33,7 @@ def test_transact_retries_the_victim_of_a_real_deadlock(
     database: Database, conn: Connection
 ) -> None:
     if database.dialect.name == "sqlite":
-        pytest.skip("SQLite has one writer (BEGIN IMMEDIATE): transactions cannot deadlock")
+        skip_gap(Gap.SQLITE_ONE_WRITER)
     a, b = _two_jobs(conn)
     both_hold_one = threading.Barrier(2, timeout=30)
     ph = placeholder(conn)
@@ -71,8 +72,7 @@ def test_transact_retries_the_victim_of_a_real_deadlock(
 
 
 def test_transact_retries_sqlite_busy_until_the_writer_lets_go(db_url: str, database: Any) -> None:
-    if database.dialect.name != "sqlite":
-        pytest.skip("SQLITE_BUSY is SQLite's; the deadlock test covers the servers")
+    skip_unless(database.dialect.name, "sqlite", gap=Gap.SQLITE_BUSY)
     holder = sqlite3.connect(database.url.database, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     impatient = Database(db_url, sqlite_busy_timeout_ms=100)
@@ -168,7 +168,7 @@ def test_a_failed_commit_is_rolled_back_and_the_connection_stays_usable(
     db_url: str, database: Database, conn: Connection
 ) -> None:
     if database.dialect.name == "mysql":
-        pytest.skip("MariaDB checks constraints per statement: its COMMIT cannot fail on one")
+        skip_gap(Gap.MYSQL_IMMEDIATE_CONSTRAINTS)
     if database.dialect.name == "sqlite":
         conn.execute_sql("PRAGMA foreign_keys = ON")
     conn.execute_sql("CREATE TEMP TABLE parent (id INTEGER PRIMARY KEY)")

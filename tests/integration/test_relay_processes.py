@@ -8,11 +8,10 @@ import random
 import signal
 import time
 
-import pytest
-
 from outbox.db.connection import Connection, Database
 from outbox.job import key_digest
 from outbox.relay import Relay, RelayConfig
+from tests.gaps import Gap, skip_gap
 from tests.relay_support import (
     fill_pending,
     outbox_rows,
@@ -95,7 +94,7 @@ def test_relay_never_skips_a_long_transaction_committed_after_a_later_one(
     database: Database, db_url: str, conn: Connection, backend: str
 ) -> None:
     if backend == "sqlite":
-        pytest.skip("SQLite has one writer: a later transaction cannot commit first")
+        skip_gap(Gap.SQLITE_ONE_WRITER)
     from outbox import Job, record
     from tests.backends import raw_connect
 

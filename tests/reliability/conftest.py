@@ -15,6 +15,7 @@ from outbox.db.connection import Database
 from outbox.schemas import migrate
 from tests import backends, pg_cluster
 from tests.fault_harness import install_ledger
+from tests.gaps import Gap, skip_gap
 
 SOAK = os.environ.get("OUTBOX_SOAK", "") not in ("", "0")
 
@@ -43,9 +44,9 @@ def sqlite_ledger_url(tmp_path: Path) -> str:
 def pg_private() -> Iterator[pg_cluster.PgCluster]:
     """A throwaway PostgreSQL cluster on a free port, always stopped at the end."""
     if "postgresql" not in backends.BACKENDS:
-        pytest.skip("postgresql backend not selected")
+        skip_gap(Gap.POSTGRESQL_NOT_SELECTED)
     if not pg_cluster.available():
-        pytest.skip("PostgreSQL 15 binaries not found")
+        skip_gap(Gap.NO_POSTGRESQL_BINARIES)
     cluster = pg_cluster.PgCluster()
     try:
         cluster.start()

@@ -27,6 +27,7 @@ from tests.fault_harness import (
     spawn,
     wait_until,
 )
+from tests.gaps import Gap, skip_gap
 
 
 def test_relays_killed_at_random_hand_off_every_intent_exactly_once(
@@ -121,7 +122,7 @@ def test_connection_dropped_around_commit_is_read_back_on_the_next_run(
     database: Database, ledger_url: str, when: str
 ) -> None:
     if database.dialect.name == "sqlite":
-        pytest.skip("SQLite has no server session to drop")
+        skip_gap(Gap.SQLITE_FILE)
     ids = _seed(ledger_url, 5)
     relay = Relay(database, RelayConfig(batch_size=10))
     conn = database.connect()

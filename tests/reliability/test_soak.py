@@ -36,12 +36,13 @@ from tests.fault_harness import (
     wait_until,
     worker_argv,
 )
+from tests.gaps import Gap, skip_mark
 from tests.pg_cluster import PgCluster
 from tests.reliability.conftest import SOAK, migrated
 
 pytestmark = [
     pytest.mark.soak,
-    pytest.mark.skipif(not SOAK, reason="soak mode: set OUTBOX_SOAK=1"),
+    skip_mark(not SOAK, Gap.SOAK_ONLY),
     pytest.mark.timeout(3 * 3600),
 ]
 JOBS = int(os.environ.get("OUTBOX_SOAK_JOBS", "25000"))

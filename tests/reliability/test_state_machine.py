@@ -37,6 +37,7 @@ from outbox.relay import Relay, RelayConfig
 from outbox.relay import admin as relay_admin
 from outbox.schemas import migrate
 from tests.backends import raw_connect
+from tests.gaps import Gap, skip_mark
 from tests.pg_cluster import PgCluster
 from tests.reliability.conftest import SOAK
 
@@ -313,7 +314,7 @@ def test_random_interleavings_match_the_model_on_sqlite() -> None:
 
 
 @pytest.mark.soak
-@pytest.mark.skipif(not SOAK, reason="soak mode: set OUTBOX_SOAK=1")
+@skip_mark(not SOAK, Gap.SOAK_ONLY)
 @pytest.mark.timeout(3600)
 def test_random_interleavings_match_the_model_on_postgresql(pg_private: PgCluster) -> None:
     counter = itertools.count()
