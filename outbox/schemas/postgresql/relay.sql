@@ -10,7 +10,7 @@
 -- A queue row that already holds a claimed message_id is a double handoff: the unique
 -- index fails the statement on purpose.
 WITH claimed AS MATERIALIZED (
-    SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at
+    SELECT ctid AS row_ctid, id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at
     FROM outbox_messages
     WHERE state = 'pending'
     ORDER BY id
@@ -53,9 +53,12 @@ WITH claimed AS MATERIALIZED (
         failed_at = CASE WHEN k.reason IS NULL THEN NULL ELSE clock.now_ms END,
         failure_reason = k.reason
     FROM checked k, clock
-    -- = ANY(ARRAY(...)) makes the planner fetch the rows by primary key; a plain join
-    -- on the CTE chose a hash join over a scan of the whole table.
-    WHERE m.id = ANY (ARRAY(SELECT id FROM checked)) AND m.id = k.id
+    -- By physical address: the rows are locked by this statement and not yet changed,
+    -- so their ctid is stable, and a TID join fetches each one directly whatever the
+    -- statistics say. (A join on id picked a hash join over the whole table, and
+    -- "id = ANY(ARRAY(...))" a per-row rescan when stats said nothing was pending:
+    -- 2,600 rows/s against 27,000 with a 300k-row table.)
+    WHERE m.ctid = k.row_ctid
     RETURNING m.message_id, k.reason
 )
 SELECT
