@@ -85,7 +85,13 @@ def test_status_prints_counts_and_json_in_the_documented_shape(
     as_json = cli(db_url, "status", "--json")
     assert as_json.exit_code == 0
     doc = orjson.loads(as_json.stdout)
-    assert set(doc["outbox"]) == {"pending", "published", "failed", "oldest_pending_age_s"}
+    assert set(doc["outbox"]) == {
+        "pending",
+        "published",
+        "failed",
+        "unknown_state",
+        "oldest_pending_age_s",
+    }
     assert doc["outbox"]["pending"] == 1
     assert doc["queues"] == {"q1": {"ready": 2, "delayed": 0, "reserved": 0, "dead": 0}}
 

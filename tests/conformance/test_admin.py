@@ -52,7 +52,13 @@ def test_status_counts_intents_by_state_and_jobs_by_queue(
 ) -> None:
     empty = admin.status(conn)
     assert empty.as_dict() == {
-        "outbox": {"pending": 0, "published": 0, "failed": 0, "oldest_pending_age_s": None},
+        "outbox": {
+            "pending": 0,
+            "published": 0,
+            "failed": 0,
+            "unknown_state": 0,
+            "oldest_pending_age_s": None,
+        },
         "queues": {},
     }
     done = record_many(db_url, ["s1", "s2", "s3"])
