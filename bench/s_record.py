@@ -31,7 +31,7 @@ def cases(
         "record_notify": "record() txn: business row + record(), NOTIFY on",
         "raw_single": "raw single INSERT+COMMIT",
         "record_single": "record() alone + COMMIT (single intents)",
-        "record_batch": "record() x100 per txn (batch recording)",
+        "record_batch": "record_many() of 100 per txn (batch recording)",
     }
     return [_case(url, prefix + labels[m], m, n * (5 if m == "record_batch" else 1)) for m in modes]
 

@@ -100,7 +100,7 @@ def _by_hand_sql(dialect: str, mark: str) -> str:
 
 def producer(url: str, n: int, mode: str, tag: str) -> Callable[[], dict[str, Any]]:
     """``n`` producer transactions in ``mode``; the count is of intents written."""
-    from outbox import Job, record
+    from outbox import Job, record, record_many
     from outbox.config import configure
 
     configure(notify=mode == "record_notify")
@@ -130,14 +130,25 @@ def producer(url: str, n: int, mode: str, tag: str) -> Callable[[], dict[str, An
         else:
             record(conn, f"bench:{tag}:{i}", Job(JOB_NAME, payload(i), queue=QUEUE))
 
+    def batch(first: int) -> None:
+        """Batch recording: ``BATCH`` intents in one ``record_many`` call."""
+        jobs = [
+            (f"bench:{tag}:{i}", Job(JOB_NAME, payload(i), queue=QUEUE))
+            for i in range(first, first + BATCH)
+        ]
+        record_many(conn, jobs)
+
     def work() -> dict[str, Any]:
         cur = conn.cursor()
         per_txn = BATCH if mode == "record_batch" else 1
         for t in range(n // per_txn):
             if mode in ("plain", "byhand", "record", "record_notify"):
                 cur.execute(business, (t, f"note {t}"))
-            for k in range(per_txn):
-                one(cur, t * per_txn + k)
+            if mode == "record_batch":
+                batch(t * per_txn)
+            else:
+                for k in range(per_txn):
+                    one(cur, t * per_txn + k)
             conn.commit()
         cur.close()
         conn.close()

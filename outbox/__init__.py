@@ -7,8 +7,17 @@ committed intents into the queue; workers run them at least once.
 from outbox.errors import PermanentFailure
 from outbox.job import Job
 from outbox.queue.registry import Registry
-from outbox.record import record, record_async
+from outbox.record import record, record_async, record_many, record_many_async
 
 __version__ = "0.1.0"
 
-__all__ = ["Job", "PermanentFailure", "Registry", "__version__", "record", "record_async"]
+__all__ = [
+    "Job",
+    "PermanentFailure",
+    "Registry",
+    "__version__",
+    "record",
+    "record_async",
+    "record_many",
+    "record_many_async",
+]

@@ -7,15 +7,20 @@ is sent, so a bad key or job leaves the database untouched.
 
 from __future__ import annotations
 
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from outbox.config import settings
 from outbox.db.adapters import adapt, adapt_async
-from outbox.errors import IdempotencyConflict, RetryTransaction
+from outbox.errors import IdempotencyConflict, InvalidJob, InvalidKey, RetryTransaction
 from outbox.ids import new_message_id
 from outbox.job import Job, availability_ms, fingerprint, key_digest, normalise
-from outbox.steps import Steps, drive, drive_async
+from outbox.steps import Row, Step, Steps, drive, drive_async
+
+MAX_BATCH = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +39,12 @@ class Intent:
     @classmethod
     def build(cls, key: str, job: Job, available_at: Any) -> Intent:
         """Validate key, job and availability, and pick the new message id."""
+        return cls.timed(key, job, availability_ms(available_at))
+
+    @classmethod
+    def timed(cls, key: str, job: Job, at_ms: int | None) -> Intent:
+        """``build`` with the availability already checked (shared by a whole batch)."""
         normal = normalise(job)
-        at_ms = availability_ms(available_at)
         return cls(
             message_id=new_message_id(),
             key_digest=key_digest(key),
@@ -59,6 +68,19 @@ class Intent:
             "max_attempts": self.max_attempts,
             "available_at": self.available_at,
         }
+
+    def row(self) -> tuple[Any, ...]:
+        """The intent as one row of ``record_many_insert``, in its column order."""
+        return (
+            self.message_id,
+            self.key_digest,
+            self.fingerprint,
+            self.job_name,
+            self.queue,
+            self.payload,
+            self.max_attempts,
+            self.available_at,
+        )
 
 
 def record_steps(intent: Intent, *, returning: bool, notify: bool) -> Steps:
@@ -107,3 +129,103 @@ async def record_async(conn: Any, key: str, job: Job, *, available_at: Any = 0) 
 
 def _notify(dialect: Any) -> bool:
     return bool(dialect.supports_listen and settings.notify)
+
+
+# key digest -> (message id, fingerprint) of the row that holds the key
+Held = dict[str, tuple[str, str]]
+BatchSteps = Generator[Step, list[Row], Held]
+
+
+def record_many(conn: Any, items: Iterable[tuple[str, Job]], *, available_at: Any = 0) -> list[str]:
+    """Record many ``(key, job)`` pairs in ``conn``'s transaction; return their ids in order.
+
+    One round trip inserts the whole batch, plus one lookup when some keys already
+    existed (always on MariaDB, which cannot return the inserted rows). Each item means
+    what ``record(conn, key, job, available_at=available_at)`` means: a key recorded with
+    the same job returns its existing id, also when it repeats within ``items``; a key
+    holding another job raises ``IdempotencyConflict`` (roll the transaction back).
+
+    Every item is validated before anything is sent: a bad key or job raises
+    ``InvalidKey``/``InvalidJob`` naming the item's index and nothing is written. At most
+    1,000 items per call (``InvalidJob`` beyond: one statement must stay a bounded
+    size); an empty ``items`` returns ``[]`` without touching the connection.
+    ``NoActiveTransaction``, ``UnsupportedConnection`` and ``RetryTransaction`` as in
+    ``record()``.
+    """
+    intents = build_batch(items, available_at)
+    if not intents:
+        return []
+    target = adapt(conn)
+    steps = record_many_steps(_unique(intents), notify=_notify(target.dialect))
+    return resolve(intents, drive(steps, target, "record_many"))
+
+
+async def record_many_async(
+    conn: Any, items: Iterable[tuple[str, Job]], *, available_at: Any = 0
+) -> list[str]:
+    """``record_many`` for SQLAlchemy AsyncConnection/AsyncSession and psycopg AsyncConnection."""
+    intents = build_batch(items, available_at)
+    if not intents:
+        return []
+    target = await adapt_async(conn)
+    steps = record_many_steps(_unique(intents), notify=_notify(target.dialect))
+    return resolve(intents, await drive_async(steps, target, "record_many"))
+
+
+def build_batch(items: Iterable[tuple[str, Job]], available_at: Any) -> list[Intent]:
+    """Every item validated, in order; an error names the failing item's index."""
+    at_ms = availability_ms(available_at)
+    intents: list[Intent] = []
+    for index, item in enumerate(items):
+        if index >= MAX_BATCH:
+            raise InvalidJob(f"record_many takes at most {MAX_BATCH:,} items per call")
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise InvalidJob(f"item {index}: expected a (key, Job) pair, got {type(item).__name__}")
+        try:
+            intents.append(Intent.timed(item[0], item[1], at_ms))
+        except (InvalidKey, InvalidJob) as exc:
+            raise type(exc)(f"item {index}: {exc}") from None
+    return intents
+
+
+def _unique(intents: list[Intent]) -> list[Intent]:
+    """The first intent of each key: a repeated key is written (or found) once."""
+    first: dict[str, Intent] = {}
+    for intent in intents:
+        first.setdefault(intent.key_digest, intent)
+    return list(first.values())
+
+
+def record_many_steps(unique: list[Intent], *, notify: bool) -> BatchSteps:
+    """Insert the keys that are new; look up the rows of those that were not."""
+    name = "record_many_insert_notify" if notify else "record_many_insert"
+    rows = yield (name, _rows(unique))
+    fingerprints = {i.key_digest: i.fingerprint for i in unique}
+    held: Held = {str(d): (str(m), fingerprints[str(d)]) for d, m in rows}
+    missing = [i.key_digest for i in unique if i.key_digest not in held]
+    if missing:
+        found = yield ("record_many_lookup", {"key_digests": orjson.dumps(missing).decode()})
+        held.update({str(d): (str(m), str(fp)) for d, m, fp in found})
+    if any(d not in held for d in missing):
+        # As in record_steps: a winner's row outside a REPEATABLE READ snapshot.
+        raise RetryTransaction(
+            "record_many: a key was taken by a concurrent transaction this snapshot cannot "
+            "see; roll the transaction back and run all of it again"
+        )
+    return held
+
+
+def resolve(intents: list[Intent], held: Held) -> list[str]:
+    """Each item's id; an item whose key holds another job is a conflict."""
+    out: list[str] = []
+    for intent in intents:
+        message_id, stored_fp = held[intent.key_digest]
+        if stored_fp != intent.fingerprint:
+            raise IdempotencyConflict(message_id)
+        out.append(message_id)
+    return out
+
+
+def _rows(unique: list[Intent]) -> dict[str, str]:
+    """The batch as one JSON array of rows: one parameter, read alike by every dialect."""
+    return {"rows": orjson.dumps([i.row() for i in unique]).decode()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from outbox.db.adapters import AsyncTarget, Target
 from outbox.db.errors import is_retryable
@@ -17,10 +17,12 @@ from outbox.db.sql import queries
 from outbox.errors import DatabaseError, OutboxError, RetryTransaction
 
 Row = tuple[Any, ...]
-Steps = Generator[tuple[str, Mapping[str, Any]], list[Row], str]
+T = TypeVar("T")
+Step = tuple[str, Mapping[str, Any]]
+Steps = Generator[Step, list[Row], str]
 
 
-def drive(steps: Steps, target: Target, operation: str) -> str:
+def drive(steps: Generator[Step, list[Row], T], target: Target, operation: str) -> T:
     """Run ``steps`` on a sync connection."""
     sql = queries(target.dialect)
     try:
@@ -30,10 +32,13 @@ def drive(steps: Steps, target: Target, operation: str) -> str:
                 rows = target.run(sql[name], params)
             name, params = steps.send(rows)
     except StopIteration as done:
-        return str(done.value)
+        value: T = done.value
+        return value
 
 
-async def drive_async(steps: Steps, target: AsyncTarget, operation: str) -> str:
+async def drive_async(
+    steps: Generator[Step, list[Row], T], target: AsyncTarget, operation: str
+) -> T:
     """Run ``steps`` on an async connection."""
     sql = queries(target.dialect)
     try:
@@ -43,7 +48,8 @@ async def drive_async(steps: Steps, target: AsyncTarget, operation: str) -> str:
                 rows = await target.run(sql[name], params)
             name, params = steps.send(rows)
     except StopIteration as done:
-        return str(done.value)
+        value: T = done.value
+        return value
 
 
 @contextmanager
