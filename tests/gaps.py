@@ -28,8 +28,8 @@ class Gap(Enum):
         "SQLite admits one writer at a time (BEGIN IMMEDIATE): transactions can neither"
         " deadlock nor commit out of their start order"
     )
-    SQLITE_BUSY = "SQLITE_BUSY is SQLite's lock wait; servers wait on row locks instead"
-    SQLITE_JOURNAL = "journal modes (WAL) are SQLite's; servers keep their own redo logs"
+    SQLITE_BUSY = "SQLITE_BUSY is SQLite's lock wait; servers queue on row locks and deadlock"
+    SQLITE_JOURNAL = "PRAGMA journal_mode (WAL) is SQLite's; a server's log is not ours to set"
     SQLITE3_CONNECTION = "a sqlite3.Connection connects to SQLite only"
     PSYCOPG_CONNECTION = "psycopg connections (and pg_stat_activity) belong to PostgreSQL"
     PYMYSQL_CONNECTION = "PyMySQL connects to MariaDB/MySQL only"
@@ -50,11 +50,13 @@ class Gap(Enum):
 
 def skip_gap(gap: Gap) -> NoReturn:
     """Skip the running test (or fixture) for a registered reason."""
+    __tracebackhide__ = True  # the skip summary names the caller's line, not this one
     pytest.skip(gap.reason)
 
 
 def skip_unless(backend: str, *supported: DialectName, gap: Gap) -> None:
     """Skip unless ``backend`` is one of ``supported``, for a registered reason."""
+    __tracebackhide__ = True
     if backend not in supported:
         skip_gap(gap)
 
