@@ -61,5 +61,3 @@ def test_reserved_prefix_is_case_sensitive_and_only_a_prefix() -> None:
 def test_invalid_key_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         key_digest("")
-
-
