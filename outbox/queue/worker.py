@@ -7,8 +7,11 @@ the reaper. Handlers never touch that connection, so the dispatcher stays respon
 however long they run, and leases are renewed on time.
 
 Per queue, a worker holds at most ``cap + prefetch`` jobs: up to ``cap`` running and up
-to ``prefetch`` claimed ahead, fetched ``prefetch`` at a time when no more than ``cap``
-remain. Sync handlers run on ``cap`` threads per queue, async handlers as tasks on one
+to ``prefetch`` claimed ahead. It tops the queue up as soon as half the prefetch (at
+least one job) is free, before the handlers run dry, and the acknowledgements of jobs
+finished meanwhile ride along in that claim's round trip; an ack goes alone only when
+no claim is coming (queue dry, limit reached, stopping) or after ``ACK_DELAY_S``.
+Sync handlers run on ``cap`` threads per queue, async handlers as tasks on one
 event loop (at most ``cap`` at a time per queue).
 
 Timeouts: an async handler is cancelled at its ``timeout``. A sync handler cannot be
@@ -179,7 +182,7 @@ class Worker:
         claimed = 0
         now = time.monotonic()
         for queue, cap in self._caps.items():
-            while self._held_per_queue[queue] <= cap and self._dry.get(queue, 0) <= now:
+            while self._has_room(queue, cap, now):
                 room = cap + self.config.prefetch - self._held_per_queue[queue]
                 limit = self._within_max_jobs(min(self.config.prefetch, room))
                 if limit <= 0:
@@ -191,6 +194,13 @@ class Worker:
                     self._dry[queue] = now + self.config.sleep
                     break
         return claimed
+
+    def _has_room(self, queue: str, cap: int, now: float) -> bool:
+        """Claim for ``queue`` now? Once half the prefetch is free: big enough batches
+        to keep round trips few, early enough that the handlers never wait on one."""
+        prefetch = self.config.prefetch
+        free = cap + prefetch - self._held_per_queue[queue]
+        return free >= max(1, prefetch // 2) and self._dry.get(queue, 0) <= now
 
     def _within_max_jobs(self, limit: int) -> int:
         if self.config.max_jobs is None:
@@ -266,10 +276,15 @@ class Worker:
         if self._stop_reason or self._stop_requests or self._at_max_jobs():
             return False
         now = time.monotonic()
-        return any(
-            self._held_per_queue[q] <= cap and self._dry.get(q, 0) <= now
-            for q, cap in self._caps.items()
-        )
+        return any(self._has_room(q, cap, now) for q, cap in self._caps.items())
+
+    def _claim_coming(self) -> bool:
+        """Will a claim be due soon (a queue not dry, no limit reached, not stopping)?
+        Then finished jobs wait for it, up to ``ACK_DELAY_S``, instead of a lone ack."""
+        if self._stop_reason or self._stop_requests or self._at_max_jobs():
+            return False
+        now = time.monotonic()
+        return any(self._dry.get(q, 0) <= now for q in self._caps)
 
     def _at_max_jobs(self) -> bool:
         return self.config.max_jobs is not None and self.stats.claimed >= self.config.max_jobs
@@ -286,7 +301,7 @@ class Worker:
                 break
             self._handle(item)
         if self._to_ack and (
-            not self._claim_due() or time.monotonic() - self._ack_since >= ACK_DELAY_S
+            not self._claim_coming() or time.monotonic() - self._ack_since >= ACK_DELAY_S
         ):
             self._flush_acks()
 

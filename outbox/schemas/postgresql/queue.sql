@@ -29,6 +29,9 @@ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 -- Up to :limit due, unheld jobs of one queue, oldest due first, in one statement.
 -- SKIP LOCKED lets concurrent workers take disjoint batches; the clock is read once
 -- (an InitPlan), so the comparison is an index condition on outbox_jobs_claim.
+-- The picked ids are matched as an array (another InitPlan) so the UPDATE finds them by
+-- primary key: joined to the CTE, a big batch (1,000) is planned as a hash join over a
+-- sequential scan of the whole table (20 ms instead of 9 at 50k rows, growing with it).
 WITH clock AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms),
 picked AS (
     SELECT id FROM outbox_jobs
@@ -40,8 +43,8 @@ picked AS (
 UPDATE outbox_jobs j
 SET reserved_by = :worker, reserved_at = clock.ms, lease_expires_at = clock.ms + :lease_ms,
     attempts = j.attempts + 1
-FROM picked, clock
-WHERE j.id = picked.id
+FROM clock
+WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts, j.max_attempts,
           j.created_at, j.available_at;
 
@@ -147,8 +150,8 @@ claimed AS (
     UPDATE outbox_jobs j
     SET reserved_by = :worker, reserved_at = clock.ms,
         lease_expires_at = clock.ms + :lease_ms, attempts = j.attempts + 1
-    FROM picked, clock
-    WHERE j.id = picked.id
+    FROM clock
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts,
               j.max_attempts, j.created_at, j.available_at
 )
