@@ -128,8 +128,11 @@ def _oban(ctx: Ctx, n: int) -> tuple[list[Case], str | None]:
 def _ours(ctx: Ctx, n: int) -> list[Case]:
     url = servers.fresh("postgresql", "outbox_bench_peers")
     rec_url = servers.fresh("postgresql", "outbox_bench_peers_rec")
+    # Our best setting against each peer's best: prefetch 1,000 claims in big batches.
     out = [
-        worker_case(url, n, k, 16, 100, f"drain: outbox worker, concurrency 16, {k} proc")
+        worker_case(
+            url, n, k, 16, 1_000, f"drain: outbox worker, concurrency 16, prefetch 1000, {k} proc"
+        )
         for k in (1, 2)
     ]
     modes = [("record_batch", "list", min(n, 20_000))]

@@ -53,7 +53,7 @@ def raw_case(url: str, n: int) -> Case:
 
 
 SETTINGS_FULL = [(1, 1, 100), (1, 16, 100), (1, 64, 100), (1, 16, 1), (1, 16, 1_000), (2, 16, 100)]
-SETTINGS_QUICK = [(1, 16, 100), (2, 16, 100)]
+SETTINGS_QUICK = [(1, 16, 100), (1, 16, 1_000), (2, 16, 1_000)]
 
 
 def plan(ctx: Ctx) -> Plan:
