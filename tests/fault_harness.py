@@ -163,6 +163,24 @@ def cli_argv(url: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "outbox", "--database-url", url, "--log-format", "json", *args]
 
 
+def relay_argv(
+    url: str, *, batch_size: int, poll_interval: float, log_level: str = "info"
+) -> list[str]:
+    """The real ``outbox relay --watch``, polling only (the harness never relies on NOTIFY)."""
+    return cli_argv(
+        url,
+        "--log-level",
+        log_level,
+        "relay",
+        "--watch",
+        "--batch-size",
+        str(batch_size),
+        "--poll-interval",
+        str(poll_interval),
+        "--poll-only",
+    )
+
+
 def worker_argv(
     url: str, *extra: str, concurrency: int = 2, lease: float = 2.0, log_level: str = "info"
 ) -> list[str]:

@@ -23,6 +23,7 @@ from tests.fault_harness import (
     fetch,
     finish,
     pending_count,
+    relay_argv,
     role_argv,
     spawn,
     wait_until,
@@ -38,16 +39,7 @@ def test_relays_killed_at_random_hand_off_every_intent_exactly_once(
     for i in range(3):
         relays.add(
             f"relay{i}",
-            cli_argv(
-                ledger_url,
-                "relay",
-                "--watch",
-                "--batch-size",
-                "7",
-                "--poll-interval",
-                "0.02",
-                "--poll-only",
-            ),
+            relay_argv(ledger_url, batch_size=7, poll_interval=0.02),
             ready="relay.watch",
         )
     producers = [
@@ -209,18 +201,7 @@ def test_many_relays_and_producers_on_hot_rows_retry_and_lose_nothing(
     for i in range(4):
         relays.add(
             f"relay{i}",
-            cli_argv(
-                ledger_url,
-                "--log-level",
-                "debug",
-                "relay",
-                "--watch",
-                "--batch-size",
-                "3",
-                "--poll-interval",
-                "0.01",
-                "--poll-only",
-            ),
+            relay_argv(ledger_url, batch_size=3, poll_interval=0.01, log_level="debug"),
             ready="relay.watch",
         )
     producers = [

@@ -28,9 +28,9 @@ from tests.fault_harness import (
     WORKER_READY,
     Supervisor,
     check_delivery,
-    cli_argv,
     fetch,
     finish,
+    relay_argv,
     role_argv,
     spawn,
     wait_until,
@@ -81,16 +81,7 @@ def _soak(
     for i in range(2):
         crew.add(
             f"relay{i}",
-            cli_argv(
-                url,
-                "relay",
-                "--watch",
-                "--batch-size",
-                "200",
-                "--poll-interval",
-                "0.05",
-                "--poll-only",
-            ),
+            relay_argv(url, batch_size=200, poll_interval=0.05),
             ready="relay.watch",
         )
     for i in range(WORKERS):

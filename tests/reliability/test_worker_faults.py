@@ -15,12 +15,12 @@ from tests.fault_harness import (
     WORKER_READY,
     Supervisor,
     check_delivery,
-    cli_argv,
     fetch,
     finish,
     harness_job,
     pending_count,
     placeholder,
+    relay_argv,
     role_argv,
     spawn,
     wait_until,
@@ -44,16 +44,7 @@ def test_workers_and_relays_killed_at_random_lose_nothing(
     for i in range(2):
         crew.add(
             f"relay{i}",
-            cli_argv(
-                ledger_url,
-                "relay",
-                "--watch",
-                "--batch-size",
-                "10",
-                "--poll-interval",
-                "0.05",
-                "--poll-only",
-            ),
+            relay_argv(ledger_url, batch_size=10, poll_interval=0.05),
             ready="relay.watch",
         )
     for i in range(3):
