@@ -11,12 +11,14 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import click
 import orjson
 
 from outbox.cli.context import CliContext, pass_cli
+from outbox.db.connection import Connection
 from outbox.errors import MessageNotFound
 from outbox.queue import admin
 from outbox.queue.registry import Registry
@@ -232,18 +234,40 @@ def _confirm(yes: bool, question: str) -> None:
         click.confirm(question, abort=True)
 
 
+def _delete_one(
+    cli: CliContext,
+    message_id: str,
+    yes: bool,
+    delete: Callable[[Connection, str], int],
+    *,
+    question: str,
+    missing: str,
+    done: str,
+) -> None:
+    """Check the id, ask unless ``--yes``, delete one row; a missing row is an error."""
+    admin.check_message_id(message_id)
+    _confirm(yes, question)
+    with cli.connect() as conn:
+        if delete(conn, message_id) == 0:
+            raise MessageNotFound(missing)
+    click.echo(done)
+
+
 @queue_group.command("forget")
 @click.argument("message_id", metavar="ID")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @pass_cli
 def forget_command(cli: CliContext, message_id: str, yes: bool) -> None:
     """Delete one dead letter for good."""
-    admin.check_message_id(message_id)
-    _confirm(yes, f"Delete dead letter {message_id} for good?")
-    with cli.connect() as conn:
-        if admin.forget(conn, message_id) == 0:
-            raise MessageNotFound(f"no dead letter with message id {message_id}")
-    click.echo(f"forgot {message_id}")
+    _delete_one(
+        cli,
+        message_id,
+        yes,
+        admin.forget,
+        question=f"Delete dead letter {message_id} for good?",
+        missing=f"no dead letter with message id {message_id}",
+        done=f"forgot {message_id}",
+    )
 
 
 @queue_group.command("remove")
@@ -252,12 +276,15 @@ def forget_command(cli: CliContext, message_id: str, yes: bool) -> None:
 @pass_cli
 def remove_command(cli: CliContext, message_id: str, yes: bool) -> None:
     """Remove one job from the queue (it will not run)."""
-    admin.check_message_id(message_id)
-    _confirm(yes, f"Remove job {message_id} from the queue? It will not run.")
-    with cli.connect() as conn:
-        if admin.remove(conn, message_id) == 0:
-            raise MessageNotFound(f"no job with message id {message_id} in the queue")
-    click.echo(f"removed {message_id}")
+    _delete_one(
+        cli,
+        message_id,
+        yes,
+        admin.remove,
+        question=f"Remove job {message_id} from the queue? It will not run.",
+        missing=f"no job with message id {message_id} in the queue",
+        done=f"removed {message_id}",
+    )
 
 
 @queue_group.command("clear")
