@@ -23,7 +23,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -56,9 +56,12 @@ class Job:
     max_attempts: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class NormalJob:
-    """A validated job: names checked, payload as canonical JSON text."""
+class NormalJob(NamedTuple):
+    """A validated job: names checked, payload as canonical JSON text.
+
+    A named tuple, not a frozen dataclass: one is built per intent on the recording
+    path, and a tuple is built in a third of the time.
+    """
 
     name: str
     queue: str
@@ -91,10 +94,10 @@ def normalise(job: Job) -> NormalJob:
     if not isinstance(job, Job):
         raise InvalidJob(f"expected an outbox.Job (got {type(job).__name__})")
     return NormalJob(
-        name=check_name(job.name, "job name"),
-        queue=check_name(job.queue, "queue name"),
-        payload_json=canonical_json(job.payload),
-        max_attempts=check_max_attempts(job.max_attempts),
+        check_name(job.name, "job name"),
+        check_name(job.queue, "queue name"),
+        canonical_json(job.payload),
+        check_max_attempts(job.max_attempts),
     )
 
 

@@ -33,7 +33,8 @@ SELECT message_id, fingerprint FROM outbox_messages WHERE key_digest = :key_dige
 -- [message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
 -- available_at], in the given order so ids follow it. (JSON, not one array per column:
 -- psycopg's text-array dumper escapes every JSON payload with a regex, which cost more
--- than the round trip.) Rows whose key already exists come back missing;
+-- than the round trip. jsonb, not json: json re-parses an element for every ->>, which
+-- made the same batch 1.4x slower.) Rows whose key already exists come back missing;
 -- record_many_lookup decides for those.
 INSERT INTO outbox_messages
     (message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
@@ -41,7 +42,7 @@ INSERT INTO outbox_messages
 SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, r.value ->> 4,
        r.value ->> 5, CAST(r.value ->> 6 AS integer), CAST(r.value ->> 7 AS bigint),
        'pending', (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-FROM json_array_elements(CAST(:rows AS json)) WITH ORDINALITY AS r (value, ord)
+FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r (value, ord)
 ORDER BY r.ord
 ON CONFLICT (key_digest) DO NOTHING
 RETURNING key_digest, message_id;
@@ -56,7 +57,7 @@ WITH ins AS (
     SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, r.value ->> 4,
            r.value ->> 5, CAST(r.value ->> 6 AS integer), CAST(r.value ->> 7 AS bigint),
            'pending', (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-    FROM json_array_elements(CAST(:rows AS json)) WITH ORDINALITY AS r (value, ord)
+    FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r (value, ord)
     ORDER BY r.ord
     ON CONFLICT (key_digest) DO NOTHING
     RETURNING key_digest, message_id
