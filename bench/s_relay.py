@@ -11,6 +11,7 @@ from bench.plan import Ctx, Plan, rate
 from bench.w_outbox import missing
 
 NAME = "relay"
+DIAGNOSTIC_BATCH = 500
 
 
 @cache
@@ -31,17 +32,23 @@ def relay_case(url: str, n: int, batch: int, label: str) -> Case:
     return Case(label, measure, unit="rows/s", pending=missing("relay"))
 
 
-def raw_case(url: str, n: int, batch: int) -> Case:
+def raw_case(url: str, n: int, batch: int, tombstones: bool = False) -> Case:
     def measure() -> float:
         conn = data.connect(url)
         data.clear(conn)
         data.load(conn, "outbox_messages", data.INTENT_COLUMNS, iter(_rows(n)))
         data.analyze(conn)
         conn.close()
-        o = procs.run_one("bench.w_raw:move", url=url, batch=batch)
+        o = procs.run_one("bench.w_raw:move", url=url, batch=batch, tombstones=tombstones)
         return rate(o.total(), o.elapsed_s)
 
-    return Case(f"raw move, {batch} rows/statement", measure, unit="rows/s")
+    return Case(raw_label(batch, tombstones), measure, unit="rows/s")
+
+
+def raw_label(batch: int, tombstones: bool) -> str:
+    if tombstones:
+        return f"raw move keeping tombstones, {batch} rows/statement (diagnostic)"
+    return f"raw move, {batch} rows/statement"
 
 
 def plan(ctx: Ctx) -> Plan:
@@ -65,5 +72,17 @@ def plan(ctx: Ctx) -> Plan:
                     0.8,
                 )
             )
+    if raw_url:
+        # The contract's floor: the same move, marking tombstones instead of deleting.
+        p.cases.append(raw_case(raw_url, n, DIAGNOSTIC_BATCH, tombstones=True))
+        p.targets.append(
+            Target(
+                f"relay batch {DIAGNOSTIC_BATCH} vs raw move keeping tombstones (no target)",
+                f"{NAME}: outbox relay, batch {DIAGNOSTIC_BATCH}",
+                [f"{NAME}: {raw_label(DIAGNOSTIC_BATCH, True)}"],
+                "<=",
+                float("inf"),
+            )
+        )
     p.notes.append(f"relay: {n:,} pending intents per sample")
     return p

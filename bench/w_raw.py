@@ -4,6 +4,12 @@ The raw move deletes intents and inserts queue rows in one statement per batch (
 verification, no tombstones); the raw claim deletes due jobs 100 at a time and reads
 their payloads into Python. Both run on their own database with the same schema and
 indexes as ours, so the difference is what our relay and worker add.
+
+Two diagnostics sit between those baselines and the product: the same move keeping a
+tombstone (what the contract requires of the relay, still without verification), and a
+claim that writes a lease and deletes the previous batch in the same statement (what
+at-least-once with leases requires of the worker, still without a handler). They show
+how much of a gap is the contract's own row writes and how much is ours.
 """
 
 from __future__ import annotations
@@ -29,6 +35,28 @@ SELECT message_id, queue, job_name, payload, 0, max_attempts,
 FROM moved
 """
 
+MOVE_KEEPING_TOMBSTONES = """
+WITH batch AS (
+    SELECT id FROM outbox_messages WHERE state = 'pending' ORDER BY id LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), old AS (
+    SELECT m.id, m.message_id, m.queue, m.job_name, m.payload, m.max_attempts
+    FROM outbox_messages m JOIN batch b ON m.id = b.id
+), marked AS (
+    UPDATE outbox_messages m
+    SET state = 'published', payload = NULL,
+        published_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+    FROM old WHERE m.id = old.id
+    RETURNING m.id
+)
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
+SELECT old.message_id, old.queue, old.job_name, old.payload, 0, old.max_attempts,
+       (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+       (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+FROM old JOIN marked ON marked.id = old.id
+"""
+
 CLAIM_DELETE = """
 DELETE FROM outbox_jobs WHERE id IN (
     SELECT id FROM outbox_jobs
@@ -38,15 +66,31 @@ DELETE FROM outbox_jobs WHERE id IN (
 ) RETURNING id, job_name, payload
 """
 
+CLAIM_LEASE = """
+WITH done AS (
+    DELETE FROM outbox_jobs WHERE id = ANY(%(done)s) AND reserved_by = 'raw'
+)
+UPDATE outbox_jobs SET attempts = attempts + 1, reserved_by = 'raw',
+    reserved_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+    lease_expires_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint + 30000
+WHERE id IN (
+    SELECT id FROM outbox_jobs
+    WHERE queue = %(queue)s AND reserved_by IS NULL
+      AND available_at <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+    ORDER BY available_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED
+) RETURNING id, job_name, payload
+"""
 
-def move(url: str, batch: int) -> Callable[[], dict[str, Any]]:
+
+def move(url: str, batch: int, tombstones: bool = False) -> Callable[[], dict[str, Any]]:
     conn = connect(url, migrate=False)
+    sql = MOVE_KEEPING_TOMBSTONES if tombstones else MOVE
 
     def work() -> dict[str, Any]:
         total = 0
         while True:
             with conn.raw.cursor() as cur:  # autocommit: one statement, one transaction
-                cur.execute(MOVE, {"n": batch})
+                cur.execute(sql, {"n": batch})
                 moved = cur.rowcount
             if moved <= 0:
                 return {"count": total}
@@ -66,6 +110,25 @@ def claim_delete(url: str, batch: int, queue: str) -> Callable[[], dict[str, Any
                 rows = cur.fetchall()
             if not rows:
                 return {"count": total}
+            total += len(rows)
+
+    return work
+
+
+def claim_lease_delete(url: str, batch: int, queue: str) -> Callable[[], dict[str, Any]]:
+    """Claim with a lease, deleting the previous batch in the same statement."""
+    conn = connect(url, migrate=False)
+
+    def work() -> dict[str, Any]:
+        total = 0
+        done: list[int] = []
+        while True:
+            with conn.raw.cursor() as cur:
+                cur.execute(CLAIM_LEASE, {"n": batch, "queue": queue, "done": done})
+                rows = cur.fetchall()
+            if not rows:
+                return {"count": total}
+            done = [r[0] for r in rows]
             total += len(rows)
 
     return work
