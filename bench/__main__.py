@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import shlex
 import sys
 import time
@@ -92,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     title = f"outbox bench — {meta['when']} — {command.strip()}"
     report.chart(ns.chart, results, targets, title)
     doc = json.loads(ns.out.read_text())
-    ns.out.with_suffix(".md").write_text(report.markdown(doc, f"bench/results/{ns.chart.name}"))
+    ns.out.with_suffix(".md").write_text(
+        report.markdown(doc, os.path.relpath(ns.chart, ns.out.parent))
+    )
     print(f"\nwrote {ns.out}, {ns.out.with_suffix('.md')} and {ns.chart} in {took:.0f} s")
     return 0
 

@@ -185,7 +185,7 @@ def rerender(path: Path = RESULTS / "latest.json") -> None:
         targets,
         f"outbox bench — {meta['when']} — {meta['command']}",
     )
-    path.with_suffix(".md").write_text(markdown(doc, f"bench/results/{path.stem}.png"))
+    path.with_suffix(".md").write_text(markdown(doc, f"{path.stem}.png"))
 
 
 if __name__ == "__main__":
