@@ -16,6 +16,7 @@ from outbox.db.connection import Connection, Database
 from outbox.errors import ConfigurationError
 from outbox.queue import Backoff, JobContext, Worker, WorkerConfig, ops, push
 from outbox.queue.worker import UNKNOWN_JOB
+from tests.gaps import Gap, skip_gap
 from tests.queue_support import count
 
 SECRET = "payload-secret-4711"
@@ -386,3 +387,46 @@ def test_idle_worker_wakes_for_a_new_job_before_its_next_poll(
         worker.stop()
         thread.join(30)
     assert worker.stats.succeeded == 1
+
+
+def _listen_sessions(conn: Connection) -> list[int]:
+    rows = conn.execute_sql(
+        "SELECT pid FROM pg_stat_activity WHERE query = 'LISTEN outbox_jobs'"
+        " AND datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    return [int(r[0]) for r in rows]
+
+
+def test_worker_listener_survives_losing_its_connection_and_closes_with_the_worker(
+    database: Database, app_conn: Any, conn: Connection
+) -> None:
+    if not database.dialect.supports_listen:
+        skip_gap(Gap.LISTEN_NOTIFY)
+    registry = Registry()
+    ran = threading.Event()
+    registry.job("a.wake")(lambda payload, ctx: ran.set())
+    worker = Worker(database, registry, WorkerConfig(sleep=300, lease=600))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not worker._dry and time.monotonic() < deadline:  # idle: polled, found nothing
+            time.sleep(0.02)
+        assert worker.listener is not None and worker.listener.ready.wait(30)
+        first = _listen_sessions(conn)
+        assert len(first) == 1
+        conn.execute_sql("SELECT pg_terminate_backend(%(pid)s)", {"pid": first[0]})
+        deadline = time.monotonic() + 30
+        while _listen_sessions(conn) in ([], first) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_listen_sessions(conn)) == 1 and _listen_sessions(conn) != first
+        _push(app_conn, Job("a.wake", {}))
+        assert ran.wait(60), "the re-made LISTEN did not wake the worker before its 300 s poll"
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive() and worker.stats.succeeded == 1
+    deadline = time.monotonic() + 10  # the server notices the closed socket a moment later
+    while _listen_sessions(conn) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _listen_sessions(conn) == []  # close() ended the listener and its connection
