@@ -154,7 +154,7 @@ def _ours(ctx: Ctx, n: int) -> list[Case]:
 
 
 def plan(ctx: Ctx) -> Plan:
-    n = ctx.size(50_000, 10_000)
+    n = ctx.size(50_000, 30_000)
     p = Plan()
     p.cases += _ours(ctx, n)
     p.cases += _pgqueuer(ctx, n)

@@ -65,7 +65,7 @@ SETTINGS_QUICK = [(1, 16, 100), (1, 16, 1_000), (2, 16, 1_000)]
 
 
 def plan(ctx: Ctx) -> Plan:
-    n = ctx.size(50_000, 10_000)
+    n = ctx.size(50_000, 30_000)
     url = servers.fresh(ctx.backend, "outbox_bench_worker")
     p = Plan()
     for s in SETTINGS_QUICK if ctx.quick else SETTINGS_FULL:
