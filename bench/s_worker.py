@@ -85,10 +85,11 @@ def plan(ctx: Ctx) -> Plan:
             )
         )
         # The floor of at-least-once with leases: a claim writes the row before the delete.
+        # Compared at the same batch size: 100 jobs per claim.
         p.targets.append(
             Target(
-                "worker, best 1-process setting vs raw claim with lease (no target)",
-                ours,
+                "worker c16/p100 vs raw claim with lease, 100 per statement (no target)",
+                f"{NAME}: {label(1, 16, 100)}",
                 [f"{NAME}: {RAW['claim_lease_delete']}"],
                 "<=",
                 float("inf"),

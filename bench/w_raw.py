@@ -37,24 +37,21 @@ FROM moved
 
 MOVE_KEEPING_TOMBSTONES = """
 WITH batch AS (
-    SELECT id FROM outbox_messages WHERE state = 'pending' ORDER BY id LIMIT %(n)s
+    SELECT ctid AS row_ctid, message_id, queue, job_name, payload, max_attempts
+    FROM outbox_messages WHERE state = 'pending' ORDER BY id LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
-), old AS (
-    SELECT m.id, m.message_id, m.queue, m.job_name, m.payload, m.max_attempts
-    FROM outbox_messages m JOIN batch b ON m.id = b.id
 ), marked AS (
     UPDATE outbox_messages m
     SET state = 'published', payload = NULL,
         published_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-    FROM old WHERE m.id = old.id
-    RETURNING m.id
+    FROM batch b WHERE m.ctid = b.row_ctid
 )
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
-SELECT old.message_id, old.queue, old.job_name, old.payload, 0, old.max_attempts,
+SELECT message_id, queue, job_name, payload, 0, max_attempts,
        (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
        (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-FROM old JOIN marked ON marked.id = old.id
+FROM batch
 """
 
 CLAIM_DELETE = """

@@ -2,15 +2,18 @@
 
 ``push()`` and the relay send a payload-less ``NOTIFY outbox_jobs`` on commit; an idle
 worker then claims within milliseconds instead of at its next poll. Polling stays on as
-the safety net (a notification can be missed while the connection is re-made).
+the safety net; and each time LISTEN is (re)established the worker is woken once, for
+whatever was committed while nobody was listening.
 """
 
 from __future__ import annotations
 
-import select
+import contextlib
+import selectors
 import socket
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -54,22 +57,36 @@ class Listener:
         try:
             conn.execute_sql(f"LISTEN {self._channel}")
             self.ready.set()
+            self._on_notify()  # whatever was committed while we were not listening
             raw = conn.raw
-            while not self._closed.is_set():
-                readable, _, _ = select.select([raw.fileno(), self._wake_r], [], [], POLL_S)
-                if self._closed.is_set():
-                    return
-                # Reading with a zero timeout takes what arrived; several commits' worth
-                # of notifications are one wake-up. A dropped connection raises here.
-                if readable and any(True for _ in raw.notifies(timeout=0.0)):
-                    self._on_notify()
+            with selectors.DefaultSelector() as sel:
+                sel.register(raw.fileno(), selectors.EVENT_READ)
+                sel.register(self._wake_r, selectors.EVENT_READ)
+                while not self._closed.is_set():
+                    sel.select(POLL_S)
+                    if self._closed.is_set():
+                        return
+                    if self._arrived(raw):
+                        self._on_notify()
         finally:
             conn.close()
 
+    @staticmethod
+    def _arrived(raw: Any) -> bool:
+        """Take every notification that is here: read from the socket, or kept by psycopg
+        from an earlier read (the socket is not readable for those). Several commits'
+        worth are one wake-up. A dropped connection raises here."""
+        arrived = False
+        for _ in raw.notifies(timeout=0.0):
+            arrived = True
+        return arrived
+
     def close(self) -> None:
+        """Stop the thread and wait for it (it closes its connection); safe to repeat."""
+        if self._closed.is_set():
+            return
         self._closed.set()
-        try:
+        with contextlib.suppress(OSError):  # the thread may have gone already
             self._wake_w.send(b"x")
-        finally:
-            self._wake_w.close()
+        self._wake_w.close()
         self._thread.join(timeout=2.0)
