@@ -19,6 +19,19 @@ from typing import Any
 
 from bench.data import connect
 
+
+def _queue_rows_from(source: str) -> str:
+    """The INSERT both moves end with: queue rows from ``source``'s intents, due now."""
+    return f"""
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
+SELECT message_id, queue, job_name, payload, 0, max_attempts,
+       (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+       (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+FROM {source}
+"""
+
+
 MOVE = """
 WITH batch AS (
     SELECT id FROM outbox_messages WHERE state = 'pending' ORDER BY id LIMIT %(n)s
@@ -27,13 +40,7 @@ WITH batch AS (
     DELETE FROM outbox_messages m USING batch b WHERE m.id = b.id
     RETURNING m.message_id, m.queue, m.job_name, m.payload, m.max_attempts
 )
-INSERT INTO outbox_jobs
-    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
-SELECT message_id, queue, job_name, payload, 0, max_attempts,
-       (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
-       (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-FROM moved
-"""
+""" + _queue_rows_from("moved")
 
 MOVE_KEEPING_TOMBSTONES = """
 WITH batch AS (
@@ -46,13 +53,7 @@ WITH batch AS (
         published_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
     FROM batch b WHERE m.ctid = b.row_ctid
 )
-INSERT INTO outbox_jobs
-    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
-SELECT message_id, queue, job_name, payload, 0, max_attempts,
-       (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
-       (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-FROM batch
-"""
+""" + _queue_rows_from("batch")
 
 CLAIM_DELETE = """
 DELETE FROM outbox_jobs WHERE id IN (

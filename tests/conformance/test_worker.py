@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -362,10 +364,10 @@ def test_stop_releases_unstarted_jobs_without_spending_an_attempt(
     assert count(conn, "outbox_jobs") == 4
 
 
-def test_idle_worker_wakes_for_a_new_job_before_its_next_poll(
-    database: Database, app_conn: Any, conn: Connection
-) -> None:
-    """PostgreSQL: push's NOTIFY wakes the LISTENing worker. Elsewhere ``wake()`` does."""
+@contextlib.contextmanager
+def _idle_worker(database: Database) -> Iterator[tuple[Worker, threading.Event]]:
+    """A worker that has polled, found nothing, and will not poll again for 300 s (and,
+    on PostgreSQL, LISTENs); yields it with the event its ``a.wake`` handler sets."""
     registry = Registry()
     ran = threading.Event()
     registry.job("a.wake")(lambda payload, ctx: ran.set())
@@ -374,18 +376,27 @@ def test_idle_worker_wakes_for_a_new_job_before_its_next_poll(
     thread.start()
     try:
         deadline = time.monotonic() + 30
-        while not worker._dry and time.monotonic() < deadline:  # idle: polled, found nothing
+        while not worker._dry and time.monotonic() < deadline:
             time.sleep(0.02)
         assert worker._dry
         if database.dialect.supports_listen:
             assert worker.listener is not None and worker.listener.ready.wait(30)
+        yield worker, ran
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+def test_idle_worker_wakes_for_a_new_job_before_its_next_poll(
+    database: Database, app_conn: Any
+) -> None:
+    """PostgreSQL: push's NOTIFY wakes the LISTENing worker. Elsewhere ``wake()`` does."""
+    with _idle_worker(database) as (worker, ran):
         _push(app_conn, Job("a.wake", {}))
         if not database.dialect.supports_listen:
             worker.wake()
         assert ran.wait(60), "the job waited for the 300 s poll"
-    finally:
-        worker.stop()
-        thread.join(30)
     assert worker.stats.succeeded == 1
 
 
@@ -404,17 +415,7 @@ def test_worker_listener_survives_losing_its_connection_and_closes_with_the_work
     listener wakes it once it listens again, since that job's NOTIFY reached nobody."""
     if not database.dialect.supports_listen:
         skip_gap(Gap.LISTEN_NOTIFY)
-    registry = Registry()
-    ran = threading.Event()
-    registry.job("a.wake")(lambda payload, ctx: ran.set())
-    worker = Worker(database, registry, WorkerConfig(sleep=300, lease=600))
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not worker._dry and time.monotonic() < deadline:  # idle: polled, found nothing
-            time.sleep(0.02)
-        assert worker.listener is not None and worker.listener.ready.wait(30)
+    with _idle_worker(database) as (worker, ran):
         first = _listen_sessions(conn)
         assert len(first) == 1
         conn.execute_sql("SELECT pg_terminate_backend(%(pid)s)", {"pid": first[0]})
@@ -422,10 +423,7 @@ def test_worker_listener_survives_losing_its_connection_and_closes_with_the_work
         assert ran.wait(60), "the job waited for the 300 s poll"
         again = _listen_sessions(conn)
         assert len(again) == 1 and again != first
-    finally:
-        worker.stop()
-        thread.join(30)
-    assert not thread.is_alive() and worker.stats.succeeded == 1
+    assert worker.stats.succeeded == 1
     deadline = time.monotonic() + 10  # the server notices the closed socket a moment later
     while _listen_sessions(conn) and time.monotonic() < deadline:
         time.sleep(0.02)
