@@ -4,7 +4,8 @@ A notification is only a hint that work *may* be waiting: NOTIFY is lost across
 reconnects and does not pass PgBouncer's transaction pooling. So a waiter never decides
 *whether* to look, only *how soon*: it returns early on a notification and otherwise at
 the timeout, and the relay polls either way. Losing the LISTEN connection is logged and
-repaired with backoff while the relay keeps polling.
+repaired with backoff while the relay keeps polling; once it listens again it wakes the
+relay at once, for whatever was committed while nobody was listening.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class ListenWaiter:
         self._conn: Connection | None = None
         self._retry_at = 0.0
         self._pause = RECONNECT_MIN_S
+        self._caught_up = True  # False from a (re)connect until that wake-up is given
 
     def wait(self, stop: threading.Event, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -62,6 +64,9 @@ class ListenWaiter:
             if left <= 0:
                 return False
             conn = self._connected()
+            if conn is not None and not self._caught_up:
+                self._caught_up = True
+                return True
             if conn is None:
                 if stop.wait(min(WAIT_SLICE_S, left)):
                     return True
@@ -81,7 +86,7 @@ class ListenWaiter:
                 conn.close()
             self._schedule_reconnect(exc)
             return None
-        self._conn, self._pause = conn, RECONNECT_MIN_S
+        self._conn, self._pause, self._caught_up = conn, RECONNECT_MIN_S, False
         log.info("relay.listening")
         return conn
 

@@ -253,12 +253,13 @@ def _wait_for(condition: Any, deadline_s: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-def test_relay_wakes_on_notify_and_survives_losing_its_listen_connection(
-    database: Database, db_url: str, conn: Connection, backend: str
-) -> None:
+@contextmanager
+def _listening_relay(database: Database, conn: Connection) -> Iterator[list[Any]]:
+    """A watching relay that polls too rarely to matter (60 s): within the tests'
+    deadlines only a wake-up moves rows. Yields its captured log events once it listens;
+    then ends its LISTEN session, as a failover or an admin would."""
     if not database.dialect.supports_listen:
         skip_gap(Gap.LISTEN_NOTIFY)
-    # Polls too rarely to matter: only the NOTIFY can wake it within the deadline.
     relay = Relay(database, RelayConfig(poll_interval=60.0, max_poll_interval=60.0))
     with captured_logs() as logs, _watching(relay):
         _wait_for(lambda: any(e["event"] == "relay.listening" for e in logs))
@@ -267,10 +268,26 @@ def test_relay_wakes_on_notify_and_survives_losing_its_listen_connection(
             " WHERE query = 'LISTEN outbox_relay' AND pid <> pg_backend_pid()"
             " AND datname = current_database()"
         )
+        yield logs
+
+
+def test_relay_wakes_on_notify_and_survives_losing_its_listen_connection(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    with _listening_relay(database, conn) as logs:
         _wait_for(lambda: sum(e["event"] == "relay.listening" for e in logs) >= 2)
         record_many(db_url, ["n1"])
         _wait_for(lambda: len(queued_ids(conn)) == 1)
     assert any(e["event"] == "relay.listen_lost" for e in logs)
+
+
+def test_relay_hands_off_at_once_what_was_recorded_while_it_was_not_listening(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    with _listening_relay(database, conn):
+        record_many(db_url, ["gap"])  # its NOTIFY reaches nobody: no session listens
+        # Well before the 60 s poll: the relay catches up as soon as it listens again.
+        _wait_for(lambda: len(queued_ids(conn)) == 1, deadline_s=20)
 
 
 def test_relay_notifies_idle_workers_when_it_hands_off(database: Database, db_url: str) -> None:
