@@ -19,13 +19,18 @@ def _rows(n: int) -> list[tuple[Any, ...]]:
     return list(data.intent_rows(0, n, "relay"))
 
 
+def _preload(url: str, n: int) -> None:
+    """``n`` pending intents in freshly emptied tables, statistics up to date."""
+    conn = data.connect(url)
+    data.clear(conn)
+    data.load(conn, "outbox_messages", data.INTENT_COLUMNS, iter(_rows(n)))
+    data.analyze(conn)
+    conn.close()
+
+
 def relay_case(url: str, n: int, batch: int, label: str) -> Case:
     def measure() -> float:
-        conn = data.connect(url)
-        data.clear(conn)
-        data.load(conn, "outbox_messages", data.INTENT_COLUMNS, iter(_rows(n)))
-        data.analyze(conn)
-        conn.close()
+        _preload(url, n)
         o = procs.run_one("bench.w_outbox:relay", url=url, batch=batch)
         return rate(o.total(), o.elapsed_s)
 
@@ -34,11 +39,7 @@ def relay_case(url: str, n: int, batch: int, label: str) -> Case:
 
 def raw_case(url: str, n: int, batch: int, tombstones: bool = False) -> Case:
     def measure() -> float:
-        conn = data.connect(url)
-        data.clear(conn)
-        data.load(conn, "outbox_messages", data.INTENT_COLUMNS, iter(_rows(n)))
-        data.analyze(conn)
-        conn.close()
+        _preload(url, n)
         o = procs.run_one("bench.w_raw:move", url=url, batch=batch, tombstones=tombstones)
         return rate(o.total(), o.elapsed_s)
 

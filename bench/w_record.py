@@ -17,12 +17,8 @@ from typing import Any
 import orjson
 
 from bench.data import JOB_NAME, QUEUE, clear, connect, payload
+from outbox.db.dialect import dialect_named
 
-NOW_MS = {
-    "postgresql": "(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-    "mysql": "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
-    "sqlite": "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
-}
 SERIAL = {
     "postgresql": "bigserial PRIMARY KEY",
     "mysql": "BIGINT AUTO_INCREMENT PRIMARY KEY",
@@ -90,7 +86,7 @@ def _by_hand_sql(dialect: str, mark: str) -> str:
     head = (
         "INSERT INTO outbox_messages (message_id, key_digest, fingerprint, job_name, queue, "
         f"payload, max_attempts, available_at, state, created_at) VALUES ({mark}, {mark}, "
-        f"{mark}, {mark}, {mark}, {mark}, NULL, NULL, 'pending', {NOW_MS[dialect]})"
+        f"{mark}, {mark}, {mark}, {mark}, NULL, NULL, 'pending', {dialect_named(dialect).now_ms})"
     )
     if dialect == "mysql":
         return head + " ON DUPLICATE KEY UPDATE id = id"
@@ -107,11 +103,11 @@ def producer(url: str, n: int, mode: str, tag: str) -> Callable[[], dict[str, An
     mark = "?" if d == "sqlite" else "%s"
     business = (
         f"INSERT INTO bench_business (note_id, title, updated_at) "
-        f"VALUES ({mark}, {mark}, {NOW_MS[d]})"
+        f"VALUES ({mark}, {mark}, {dialect_named(d).now_ms})"
     )
     plain = (
         f"INSERT INTO bench_plain (message_id, idem_key, job_name, queue, payload, "
-        f"created_at) VALUES ({mark}, {mark}, {mark}, {mark}, {mark}, {NOW_MS[d]})"
+        f"created_at) VALUES ({mark}, {mark}, {mark}, {mark}, {mark}, {dialect_named(d).now_ms})"
     )
 
     by_hand = _by_hand_sql(d, mark)

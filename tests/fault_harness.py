@@ -261,6 +261,29 @@ def spawn(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Pope
     )
 
 
+def spawn_producers(
+    url: str,
+    n: int,
+    count: int,
+    *,
+    rollback_ratio: float = 0.1,
+    pause: float = 0.0,
+    env: dict[str, str] | None = None,
+) -> list[subprocess.Popen[str]]:
+    """``n`` producer processes (prefixes ``p0``.., seeds 0..), ``count`` transactions each."""
+    return [
+        spawn(
+            role_argv(
+                "produce",
+                *("--url", url, "--prefix", f"p{i}", "--count", str(count)),
+                *("--rollback-ratio", str(rollback_ratio), "--seed", str(i), "--pause", str(pause)),
+            ),
+            env,
+        )
+        for i in range(n)
+    ]
+
+
 def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
     """Wait for ``proc``; on timeout kill it, so a test never leaves children behind."""
     try:

@@ -83,7 +83,7 @@ def seed_jobs(
     delay_ms: int = 0,
 ) -> None:
     """Insert ``n`` ready jobs in one statement, due ``delay_ms`` from the DB's now."""
-    now = int(conn.execute("queue_now")[0][0]) + delay_ms
+    now = int(conn.execute("now_ms")[0][0]) + delay_ms
     params = {"name": job_name, "queue": queue, "payload": payload, "now": now, "n": n}
     conn.execute_sql(_SEED[conn.dialect.name], params)
 

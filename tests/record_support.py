@@ -39,12 +39,6 @@ FINGERPRINT_SQL = {
     ),
 }
 
-DB_NOW_MS = {
-    "sqlite": "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
-    "postgresql": "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-    "mysql": "SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
-}
-
 
 def placeholder(backend: str) -> str:
     return "?" if backend == "sqlite" else "%s"
@@ -81,7 +75,7 @@ def message_rows(conn: Connection) -> list[dict[str, Any]]:
 
 
 def db_now_ms(conn: Connection) -> int:
-    return int(conn.execute_sql(DB_NOW_MS[conn.dialect.name])[0][0])
+    return int(conn.execute("now_ms")[0][0])
 
 
 def outcome(call: Callable[[], str]) -> tuple[str, str | None, str]:

@@ -72,7 +72,7 @@ def adapt(conn: object) -> Target:
         return Target(dialect, run_sa)
     if mod.startswith("psycopg") and _is_psycopg(conn, is_async=False):
         _check_dbapi(conn)
-        return Target(dialect_named("postgresql"), _run_dbapi(conn, _psycopg_has_rows))
+        return Target(dialect_named("postgresql"), _run_dbapi(conn, psycopg_has_rows))
     if mod.startswith("pymysql") and _is_pymysql(conn):
         _check_dbapi(conn)
         return Target(dialect_named("mysql"), _run_dbapi(conn))
@@ -98,7 +98,7 @@ async def adapt_async(conn: object) -> AsyncTarget:
 
         async def run_pg(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
             cur = await conn.execute(stmt.driver, params)  # type: ignore[attr-defined]
-            return list(await cur.fetchall()) if _psycopg_has_rows(cur) else []
+            return list(await cur.fetchall()) if psycopg_has_rows(cur) else []
 
         return AsyncTarget(dialect_named("postgresql"), run_pg)
     raise UnsupportedConnection(_unsupported(conn, is_async=True))
@@ -241,8 +241,13 @@ def _run_sqlite(conn: sqlite3.Connection) -> Callable[[Statement, Mapping[str, A
     return run
 
 
+def described(cur: Any) -> bool:
+    """Did the statement return a result set? (The DB-API way.)"""
+    return cur.description is not None
+
+
 def _run_dbapi(
-    conn: Any, has_rows: Callable[[Any], bool] = lambda cur: bool(cur.description)
+    conn: Any, has_rows: Callable[[Any], bool] = described
 ) -> Callable[[Statement, Mapping[str, Any]], list[Row]]:
     def run(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
         cur = conn.cursor()
@@ -255,9 +260,10 @@ def _run_dbapi(
     return run
 
 
-def _psycopg_has_rows(cur: Any) -> bool:
+def psycopg_has_rows(cur: Any) -> bool:
     """``rownumber`` is None unless rows came back; ``description`` would build Column
-    objects on every call (6 of the ~120 us a ``record()`` takes on a local server)."""
+    objects on every call (6 of the ~120 us a ``record()`` takes on a local server).
+    Our own connections use it too (``Connection.execute``)."""
     return cur.rownumber is not None
 
 

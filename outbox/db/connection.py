@@ -26,6 +26,7 @@ import orjson
 import structlog
 from sqlalchemy.engine import URL, make_url
 
+from outbox.db.adapters import described, psycopg_has_rows
 from outbox.db.dialect import MYSQL, POSTGRESQL, SQLITE, Dialect
 from outbox.db.errors import error_code, is_retryable
 from outbox.db.sql import Statement, queries
@@ -67,6 +68,7 @@ class Connection:
         self.dialect = dialect
         self._sql = queries(dialect)
         self._in_tx = False
+        self._has_rows = psycopg_has_rows if dialect is POSTGRESQL else described
 
     def statement(self, name: str) -> Statement:
         """The named statement of this connection's dialect (KeyError naming it if absent)."""
@@ -79,7 +81,7 @@ class Connection:
         """Run the named statement; return its rows (empty when it returns none)."""
         cur = self._run(self.statement(name).driver, params)
         try:
-            return list(cur.fetchall()) if cur.description else []
+            return list(cur.fetchall()) if self._has_rows(cur) else []
         finally:
             cur.close()
 
@@ -101,7 +103,7 @@ class Connection:
                 cur.execute(sql)
             else:
                 cur.execute(sql, params)
-            return list(cur.fetchall()) if cur.description else []
+            return list(cur.fetchall()) if self._has_rows(cur) else []
         finally:
             cur.close()
 
@@ -167,6 +169,12 @@ class Connection:
         """
         if self.dialect is SQLITE:
             return self.transact(fn, operation=operation)
+        return self._retrying(lambda: fn(self), operation)
+
+    def read(self, fn: Callable[[Connection], T], *, operation: str) -> T:
+        """Run ``fn``, which only reads, under the same retry policy, outside any
+        transaction: unlike ``atomic`` it takes no writer lock on SQLite, so listings and
+        scans never queue behind workers."""
         return self._retrying(lambda: fn(self), operation)
 
     def _retrying(self, attempt_once: Callable[[], T], operation: str) -> T:

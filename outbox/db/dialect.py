@@ -23,11 +23,32 @@ class Dialect:
     transactional_ddl: bool
     # The driver's parameter style: "named" (:name) or "pyformat" (%(name)s).
     paramstyle: Literal["named", "pyformat"]
+    # The database's clock as integer UNIX milliseconds: every stored time comes from it.
+    # Named SQL writes it as {now_ms}.
+    now_ms: str
 
 
-SQLITE = Dialect("sqlite", False, False, True, True, "named")
-POSTGRESQL = Dialect("postgresql", True, True, True, True, "pyformat")
-MYSQL = Dialect("mysql", True, False, False, False, "pyformat")
+SQLITE = Dialect(
+    "sqlite",
+    False,
+    False,
+    True,
+    True,
+    "named",
+    "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+)
+POSTGRESQL = Dialect(
+    "postgresql",
+    True,
+    True,
+    True,
+    True,
+    "pyformat",
+    "(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+)
+MYSQL = Dialect(
+    "mysql", True, False, False, False, "pyformat", "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+)
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (SQLITE, POSTGRESQL, MYSQL)}
 

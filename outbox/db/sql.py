@@ -1,9 +1,11 @@
-"""Named SQL, one folder per dialect: ``outbox/schemas/<dialect>/*.sql``.
+"""Named SQL, one folder per dialect (``outbox/schemas/<dialect>/*.sql``) plus ``common/``.
 
 Each file holds statements headed by ``-- name: NAME``; comment lines after the header
-say what the statement is for. Statements use ``:name`` placeholders; ``Queries``
-converts them once, at load, to the driver's own style, so the hot path does no
-string work. Only ``outbox.db`` reads these files.
+say what the statement is for. Statements every dialect writes alike live once, in
+``outbox/schemas/common/``; a name is defined in one place only. ``{now_ms}`` stands for
+the dialect's clock expression. Statements use ``:name`` placeholders, converted once, at
+load, to the driver's own style, so the hot path does no string work. Only
+``outbox.db`` reads these files.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def parse(text: str, dialect: Dialect) -> dict[str, Statement]:
     parts = _HEADER.split(text)
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
-        sql = "\n".join(lines).strip().rstrip(";").strip()
+        sql = "\n".join(lines).strip().rstrip(";").strip().replace("{now_ms}", dialect.now_ms)
         if name in out:
             raise ValueError(f"query {name!r} is defined twice")
         driver = sql if dialect.paramstyle == "named" else to_pyformat(sql)
@@ -49,13 +51,14 @@ def parse(text: str, dialect: Dialect) -> dict[str, Statement]:
 
 @cache
 def queries(dialect: Dialect) -> dict[str, Statement]:
-    """Every named statement of ``dialect``, from all of its ``.sql`` files."""
-    folder = resources.files("outbox.schemas") / dialect.name
+    """Every named statement of ``dialect``: the common files' and its own."""
     out: dict[str, Statement] = {}
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".sql"):
-            for name, stmt in parse(entry.read_text(encoding="utf-8"), dialect).items():
-                if name in out:
-                    raise ValueError(f"query {name!r} is defined twice for {dialect.name}")
-                out[name] = stmt
+    for folder_name in ("common", dialect.name):
+        folder = resources.files("outbox.schemas") / folder_name
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+            if entry.name.endswith(".sql"):
+                for name, stmt in parse(entry.read_text(encoding="utf-8"), dialect).items():
+                    if name in out:
+                        raise ValueError(f"query {name!r} is defined twice for {dialect.name}")
+                    out[name] = stmt
     return out

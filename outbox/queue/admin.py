@@ -14,7 +14,6 @@ from outbox.db.connection import Connection, Row
 from outbox.errors import ConfigurationError, InvalidJob, InvalidMessageId
 from outbox.ids import is_message_id
 from outbox.job import NAME_PATTERN
-from outbox.queue.ops import atomic
 
 RETRY_BATCH = 500
 MAX_LIMIT = 100_000
@@ -87,11 +86,11 @@ def check_limit(value: int) -> int:
 
 def _read(conn: Connection, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
     """A read whose driver errors come back as ``DatabaseError`` (one line in the CLI)."""
-    return atomic(conn, lambda c: c.execute(name, params), f"queue {name.split('_')[-1]}")
+    return conn.read(lambda c: c.execute(name, params), operation=f"queue {name.split('_')[-1]}")
 
 
 def now_ms(conn: Connection) -> int:
-    return int(_read(conn, "queue_admin_now")[0][0])
+    return int(_read(conn, "now_ms")[0][0])
 
 
 def jobs(conn: Connection, *, queue: str | None = None, limit: int = 50) -> list[JobRow]:
@@ -101,9 +100,9 @@ def jobs(conn: Connection, *, queue: str | None = None, limit: int = 50) -> list
 
 def stats(conn: Connection) -> list[QueueCounts]:
     """Counts per queue, as ``outbox status`` defines them; dead from the dead letters."""
-    dead = {str(q): int(n) for q, n in _read(conn, "queue_admin_dead_counts")}
+    dead = {str(q): int(n) for q, n in _read(conn, "dead_counts")}
     out: dict[str, QueueCounts] = {}
-    for queue, ready, delayed, reserved, oldest in _read(conn, "queue_admin_stats"):
+    for queue, ready, delayed, reserved, oldest in _read(conn, "queue_counts"):
         out[queue] = QueueCounts(
             queue,
             int(ready or 0),

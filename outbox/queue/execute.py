@@ -115,13 +115,13 @@ class Runner:
             payload = binder(payload)
         return payload
 
-    def _ctx(self, job: ClaimedJob, handler: Handler, conn: Connection | None) -> JobContext:
+    def _ctx(self, job: ClaimedJob, conn: Connection | None) -> JobContext:
         return JobContext(
             message_id=job.message_id,
             job_name=job.job_name,
             queue=job.queue,
             attempt=job.attempts,
-            max_attempts=job.max_attempts or handler.max_attempts,
+            max_attempts=self.registry.max_attempts(job.job_name, job.max_attempts),
             enqueued_at_ms=job.created_at,
             connection=conn,
         )
@@ -134,7 +134,7 @@ class Runner:
         if handler.transactional:
             return self._run_transactional(job, handler, payload)
         try:
-            handler.fn(payload, self._ctx(job, handler, None))
+            handler.fn(payload, self._ctx(job, None))
         except Exception as exc:
             return _failed(job, exc)
         return Outcome(Kind.DONE, job)
@@ -142,7 +142,7 @@ class Runner:
     def _run_transactional(self, job: ClaimedJob, handler: Handler, payload: Any) -> Outcome:
         def body(c: Connection) -> None:
             try:
-                handler.fn(payload, self._ctx(job, handler, c))
+                handler.fn(payload, self._ctx(job, c))
             except Exception as exc:
                 if is_retryable(exc):
                     raise
@@ -176,7 +176,7 @@ class Runner:
     async def run_async(self, job: ClaimedJob, handler: Handler) -> Outcome:
         try:
             payload = self._prepare(job)
-            coro = handler.fn(payload, self._ctx(job, handler, None))
+            coro = handler.fn(payload, self._ctx(job, None))
         except Exception as exc:
             return Outcome(Kind.PERMANENT, job, failure_of(exc))
         try:

@@ -64,7 +64,7 @@ def atomic(conn: Connection, fn: Callable[[Connection], T], operation: str) -> T
 
 def now_ms(conn: Connection) -> int:
     """The database's clock, in milliseconds since the UNIX epoch."""
-    return int(atomic(conn, lambda c: c.execute("queue_now"), "clock")[0][0])
+    return int(conn.read(lambda c: c.execute("now_ms"), operation="clock")[0][0])
 
 
 def start_session(conn: Connection) -> None:
@@ -84,13 +84,11 @@ def claim(conn: Connection, queue: str, limit: int, worker: str, lease_ms: int) 
     Each claimed job has its attempt counted and a lease of ``lease_ms``.
     """
     params = {"queue": queue, "limit": limit, "worker": worker, "lease_ms": lease_ms}
-    if conn.dialect.supports_returning:
-        rows = atomic(conn, lambda c: c.execute("job_claim", params), "claim")
+    if conn.dialect.supports_returning:  # one statement: no transaction needed
+        rows = atomic(conn, lambda c: _claim_rows(c, params), "claim")
     else:
-        rows = conn.transact(lambda c: _claim_pick_then_mark(c, params), operation="claim")
-    jobs = [ClaimedJob(*row) for row in rows]
-    jobs.sort(key=lambda j: (j.available_at, j.id))
-    return jobs
+        rows = conn.transact(lambda c: _claim_rows(c, params), operation="claim")
+    return _jobs(rows)
 
 
 def ack_and_claim(
@@ -112,16 +110,23 @@ def ack_and_claim(
         claimed = [r for r in rows if r[1] is not None]
     else:
         acked, claimed = conn.transact(lambda c: _ack_then_claim(c, params), operation="claim")
-    jobs = [ClaimedJob(*r) for r in claimed]
-    jobs.sort(key=lambda j: (j.available_at, j.id))
-    return acked, jobs
+    return acked, _jobs(claimed)
+
+
+def _jobs(rows: Sequence[Row]) -> list[ClaimedJob]:
+    """Claimed rows as jobs, oldest due first (RETURNING gives no order)."""
+    return sorted((ClaimedJob(*r) for r in rows), key=lambda j: (j.available_at, j.id))
 
 
 def _ack_then_claim(conn: Connection, params: dict[str, Any]) -> tuple[set[int], list[Row]]:
     acked = {int(r[0]) for r in conn.execute("job_ack", params)}
+    return acked, _claim_rows(conn, params)
+
+
+def _claim_rows(conn: Connection, params: dict[str, Any]) -> list[Row]:
     if conn.dialect.supports_returning:
-        return acked, conn.execute("job_claim", params)
-    return acked, _claim_pick_then_mark(conn, params)
+        return conn.execute("job_claim", params)
+    return _claim_pick_then_mark(conn, params)
 
 
 def _claim_pick_then_mark(conn: Connection, params: dict[str, Any]) -> list[Row]:
@@ -250,7 +255,7 @@ def reap(conn: Connection, limit_for: Any, *, batch: int = REAP_BATCH) -> ReapRe
     the scan is never resurrected. One indexed read when nothing has expired.
     """
     result = ReapResult()
-    rows = atomic(conn, lambda c: c.execute("job_reap_scan", {"limit": batch}), "reap")
+    rows = conn.read(lambda c: c.execute("job_reap_scan", {"limit": batch}), operation="reap")
     for row in rows:
         exp = Expired(int(row[0]), int(row[1]), row[2], str(row[3]), str(row[4]))
         if exp.attempts >= limit_for(exp.job_name, exp.max_attempts):

@@ -13,12 +13,11 @@ from typing import Any, Literal, TypeVar
 
 import structlog
 
-from outbox.db.connection import Connection, translate
+from outbox.db.connection import Connection
 from outbox.errors import (
     InvalidJob,
     InvalidMessageId,
     MessageNotFound,
-    OutboxError,
     RetryRefused,
 )
 from outbox.ids import is_message_id
@@ -86,7 +85,7 @@ _KNOWN_STATES = frozenset({"pending", "published", "failed"})
 
 def status(conn: Connection) -> Status:
     """Read the counts; every age comes from the database's clock."""
-    return _read(conn, _status, "status")
+    return conn.read(_status, operation="status")
 
 
 def _status(conn: Connection) -> Status:
@@ -101,27 +100,27 @@ def _status(conn: Connection) -> Status:
         oldest_pending_age_s=age,
     )
     queues: dict[str, dict[str, int]] = {}
-    for name, ready, delayed, reserved in conn.execute("status_queue_counts"):
+    for name, ready, delayed, reserved, _oldest_ready in conn.execute("queue_counts"):
         queues[str(name)] = {
             "ready": int(ready),
             "delayed": int(delayed),
             "reserved": int(reserved),
         }
-    for name, dead in conn.execute("status_dead_counts"):
+    for name, dead in conn.execute("dead_counts"):
         queues.setdefault(str(name), {})["dead"] = int(dead)
     return Status(counts, {name: QueueCounts(**q) for name, q in queues.items()})
 
 
 def pending_count(conn: Connection) -> int:
     """How many intents are pending (sizes the CLI's progress bar)."""
-    return _read(conn, lambda c: int(c.execute("status_pending_count")[0][0]), "status")
+    return conn.read(lambda c: int(c.execute("status_pending_count")[0][0]), operation="status")
 
 
 def failed(conn: Connection, limit: int = 50) -> list[FailedIntent]:
     """Quarantined intents, oldest first: id, reason code and times, never the payload."""
     if limit < 1:
         raise ValueError("limit must be at least 1")
-    rows = _read(conn, lambda c: c.execute("failed_list", {"limit": limit}), "failed")
+    rows = conn.read(lambda c: c.execute("failed_list", {"limit": limit}), operation="failed")
     return [FailedIntent(str(m), r, int(c), None if f is None else int(f)) for m, r, c, f in rows]
 
 
@@ -210,16 +209,6 @@ def prune(
 def _prune_batch(conn: Connection, age_ms: int, size: int) -> int:
     params = {"age_ms": age_ms, "batch": size}
     return conn.transact(lambda c: c.execute_count("prune_batch", params), operation="prune")
-
-
-def _read(conn: Connection, fn: Callable[[Connection], T], operation: str) -> T:
-    """Run a read outside any transaction, with driver errors translated like transact's."""
-    try:
-        return fn(conn)
-    except OutboxError:
-        raise
-    except Exception as exc:
-        raise translate(exc, operation) from exc
 
 
 __all__ = [

@@ -73,19 +73,11 @@ def render_sql(dialect: Dialect) -> str:
         lines.extend(f"{stmt};" for stmt in m.ddl(dialect))
         lines.append(
             "INSERT INTO outbox_schema_version (version, description, applied_at) "
-            f"VALUES ({m.version}, '{m.description}', {_now_ms_sql(dialect)});"
+            f"VALUES ({m.version}, '{m.description}', {dialect.now_ms});"
         )
         if dialect.transactional_ddl:
             lines.append("COMMIT;")
     return "\n".join(lines) + "\n"
-
-
-def _now_ms_sql(dialect: Dialect) -> str:
-    return {
-        "sqlite": "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
-        "postgresql": "(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-        "mysql": "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
-    }[dialect.name]
 
 
 def applied_versions(conn: Connection) -> list[int]:

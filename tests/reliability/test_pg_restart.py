@@ -25,8 +25,7 @@ from tests.fault_harness import (
     drained,
     fetch,
     finish,
-    role_argv,
-    spawn,
+    spawn_producers,
     wait_until,
     worker_argv,
 )
@@ -71,26 +70,7 @@ def test_relays_workers_and_producers_ride_out_a_server_restart(
             ready=WORKER_READY,
             env={"HARNESS_URL": cluster_url},
         )
-    producers = [
-        spawn(
-            role_argv(
-                "produce",
-                "--url",
-                cluster_url,
-                "--prefix",
-                f"p{i}",
-                "--count",
-                "150",
-                "--rollback-ratio",
-                "0.1",
-                "--seed",
-                str(i),
-                "--pause",
-                "0.01",
-            )
-        )
-        for i in range(2)
-    ]
+    producers = spawn_producers(cluster_url, 2, 150, pause=0.01)
     try:
         wait_until(
             lambda: fetch(cluster_url, "SELECT count(*) FROM harness_orders")[0][0] >= 60,

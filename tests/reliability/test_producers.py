@@ -18,6 +18,7 @@ from tests.fault_harness import (
     pending_count,
     role_argv,
     spawn,
+    spawn_producers,
     wait_until,
     worker_argv,
 )
@@ -27,24 +28,7 @@ TRANSACTIONS = 40
 
 
 def _producers(url: str, n: int, count: int, rollback_ratio: float) -> list[dict[str, object]]:
-    procs = [
-        spawn(
-            role_argv(
-                "produce",
-                "--url",
-                url,
-                "--prefix",
-                f"p{i}",
-                "--count",
-                str(count),
-                "--rollback-ratio",
-                str(rollback_ratio),
-                "--seed",
-                str(i),
-            )
-        )
-        for i in range(n)
-    ]
+    procs = spawn_producers(url, n, count, rollback_ratio=rollback_ratio)
     results = []
     for proc in procs:
         code, out, err = finish(proc, 240)

@@ -24,8 +24,8 @@ from tests.fault_harness import (
     finish,
     pending_count,
     relay_argv,
-    role_argv,
     spawn,
+    spawn_producers,
     wait_until,
 )
 from tests.gaps import Gap, skip_gap
@@ -42,26 +42,7 @@ def test_relays_killed_at_random_hand_off_every_intent_exactly_once(
             relay_argv(ledger_url, batch_size=7, poll_interval=0.02),
             ready="relay.watch",
         )
-    producers = [
-        spawn(
-            role_argv(
-                "produce",
-                "--url",
-                ledger_url,
-                "--prefix",
-                f"p{i}",
-                "--count",
-                "120",
-                "--rollback-ratio",
-                "0.1",
-                "--seed",
-                str(i),
-                "--pause",
-                "0.005",
-            )
-        )
-        for i in range(2)
-    ]
+    producers = spawn_producers(ledger_url, 2, 120, pause=0.005)
     try:
         while any(p.poll() is None for p in producers):
             time.sleep(rng.uniform(0.1, 0.4))
@@ -204,24 +185,7 @@ def test_many_relays_and_producers_on_hot_rows_retry_and_lose_nothing(
             relay_argv(ledger_url, batch_size=3, poll_interval=0.01, log_level="debug"),
             ready="relay.watch",
         )
-    producers = [
-        spawn(
-            role_argv(
-                "produce",
-                "--url",
-                ledger_url,
-                "--prefix",
-                f"p{i}",
-                "--count",
-                "100",
-                "--rollback-ratio",
-                "0.1",
-                "--seed",
-                str(i),
-            )
-        )
-        for i in range(4)
-    ]
+    producers = spawn_producers(ledger_url, 4, 100)
     try:
         for proc in producers:
             code, out, err = finish(proc, 240)

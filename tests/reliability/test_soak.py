@@ -31,8 +31,7 @@ from tests.fault_harness import (
     fetch,
     finish,
     relay_argv,
-    role_argv,
-    spawn,
+    spawn_producers,
     wait_until,
     worker_argv,
 )
@@ -92,25 +91,7 @@ def _soak(
             env=env,
         )
     per = JOBS // PRODUCERS
-    producers = [
-        spawn(
-            role_argv(
-                "produce",
-                "--url",
-                url,
-                "--prefix",
-                f"p{i}",
-                "--count",
-                str(per),
-                "--rollback-ratio",
-                "0.1",
-                "--seed",
-                str(i),
-            ),
-            env,
-        )
-        for i in range(PRODUCERS)
-    ]
+    producers = spawn_producers(url, PRODUCERS, per, env=env)
     faults, worst = 0, 0.0
     began = time.monotonic()
     try:

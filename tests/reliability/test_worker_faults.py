@@ -21,8 +21,8 @@ from tests.fault_harness import (
     pending_count,
     placeholder,
     relay_argv,
-    role_argv,
     spawn,
+    spawn_producers,
     wait_until,
     worker_argv,
 )
@@ -54,27 +54,7 @@ def test_workers_and_relays_killed_at_random_lose_nothing(
             ready=WORKER_READY,
             env=env,
         )
-    producers = [
-        spawn(
-            role_argv(
-                "produce",
-                "--url",
-                ledger_url,
-                "--prefix",
-                f"p{i}",
-                "--count",
-                "80",
-                "--rollback-ratio",
-                "0.1",
-                "--seed",
-                str(i),
-                "--pause",
-                "0.01",
-            ),
-            env,
-        )
-        for i in range(2)
-    ]
+    producers = spawn_producers(ledger_url, 2, 80, pause=0.01, env=env)
     try:
         while any(p.poll() is None for p in producers):
             time.sleep(rng.uniform(0.2, 0.5))

@@ -4,21 +4,17 @@ INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
 VALUES
     (:message_id, :queue, :job_name, :payload, 0, :max_attempts,
-     CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + :delay_ms,
-     CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED));
-
--- name: queue_now
--- The database's clock in milliseconds: every job time is compared against it.
-SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED);
+     {now_ms} + :delay_ms,
+     {now_ms});
 
 -- name: job_claim_pick
 -- MariaDB has no UPDATE ... RETURNING: first lock up to :limit due, unheld jobs of one
 -- queue (READ COMMITTED, SKIP LOCKED: no gap locks, disjoint batches), with the clock.
 SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
-       available_at, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) AS now_ms
+       available_at, {now_ms} AS now_ms
 FROM outbox_jobs
 WHERE queue = :queue AND reserved_by IS NULL
-  AND available_at <= CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
+  AND available_at <= {now_ms}
 ORDER BY available_at, id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
@@ -39,7 +35,7 @@ RETURNING id;
 -- name: job_heartbeat
 -- Renew the leases of every job this worker holds, in one statement.
 UPDATE outbox_jobs
-SET lease_expires_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + :lease_ms
+SET lease_expires_at = {now_ms} + :lease_ms
 WHERE id IN :ids AND (id, attempts) IN :pairs AND reserved_by = :worker;
 
 -- name: job_release_unspent
@@ -49,23 +45,10 @@ UPDATE outbox_jobs
 SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL,
     attempts = attempts - 1,
     available_at = CASE WHEN :delay_ms > 0
-        THEN CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + :delay_ms
+        THEN {now_ms} + :delay_ms
         ELSE available_at END,
     last_error = COALESCE(:error, last_error)
 WHERE id IN :ids AND (id, attempts) IN :pairs AND reserved_by = :worker;
-
--- name: job_release
--- A failed attempt goes back to the queue after :delay_ms; compare-and-set on the holder.
-UPDATE outbox_jobs
-SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL, last_error = :error,
-    available_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + :delay_ms
-WHERE id = :id AND reserved_by = :holder AND attempts = :attempts;
-
--- name: job_dead_take
--- First half of dead-lettering: remove the row while :holder still holds this attempt.
-DELETE FROM outbox_jobs
-WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
-RETURNING message_id, queue, job_name, payload, attempts, max_attempts;
 
 -- name: job_dead_insert
 -- Second half, in the same transaction: the dead letter keeps class, message and trace.
@@ -74,32 +57,16 @@ INSERT INTO outbox_failed_jobs
      exception_message, exception_trace, failed_at)
 VALUES
     (:message_id, :queue, :job_name, :payload, :attempts, :max_attempts, :exception_class,
-     :exception_message, :exception_trace, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED));
+     :exception_message, :exception_trace, {now_ms});
 
 -- name: job_reap_scan
 -- Held jobs whose lease has expired (their worker died or stalled).
 SELECT id, attempts, max_attempts, reserved_by, job_name
 FROM outbox_jobs
 WHERE reserved_by IS NOT NULL
-  AND lease_expires_at < CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
+  AND lease_expires_at < {now_ms}
 ORDER BY lease_expires_at
 LIMIT :limit;
-
--- name: job_reap_release
--- Back to the queue, only if the lease is still expired and held by the same attempt:
--- a job acknowledged or renewed since the scan is left alone.
-UPDATE outbox_jobs
-SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL, last_error = :error,
-    available_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
-WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
-  AND lease_expires_at < CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED);
-
--- name: job_reap_take
--- Dead-letter an expired job at its attempt limit: as job_dead_take, lease still expired.
-DELETE FROM outbox_jobs
-WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
-  AND lease_expires_at < CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
-RETURNING message_id, queue, job_name, payload, attempts, max_attempts;
 
 -- name: queue_worker_session
 -- The worker's own connection need not wait for each commit to reach disk: a commit

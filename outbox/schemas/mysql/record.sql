@@ -6,7 +6,7 @@ INSERT INTO outbox_messages
      available_at, state, created_at)
 VALUES
     (:message_id, :key_digest, :fingerprint, :job_name, :queue, :payload, :max_attempts,
-     :available_at, 'pending', CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED))
+     :available_at, 'pending', {now_ms})
 ON DUPLICATE KEY UPDATE id = id;
 
 -- name: record_lookup
@@ -25,7 +25,7 @@ INSERT INTO outbox_messages
      available_at, state, created_at)
 SELECT r.message_id, r.key_digest, r.fingerprint, r.job_name, r.queue, r.payload,
        r.max_attempts, r.available_at, 'pending',
-       CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
+       {now_ms}
 FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
     ord FOR ORDINALITY,
     message_id VARCHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',

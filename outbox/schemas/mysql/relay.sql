@@ -42,18 +42,18 @@ INSERT INTO outbox_jobs
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
     COALESCE(available_at, clock.now_ms), clock.now_ms
 FROM outbox_messages,
-    (SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) AS now_ms) AS clock
+    (SELECT {now_ms} AS now_ms) AS clock
 WHERE id IN :ids AND state = 'pending'
 ORDER BY id;
 
 -- name: relay_mark_published
 UPDATE outbox_messages
 SET state = 'published', payload = NULL,
-    published_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
+    published_at = {now_ms}
 WHERE id IN :ids AND state = 'pending';
 
 -- name: relay_mark_failed
 UPDATE outbox_messages
 SET state = 'failed', failure_reason = :reason,
-    failed_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)
+    failed_at = {now_ms}
 WHERE id IN :ids AND state = 'pending';

@@ -5,7 +5,7 @@ INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
 SELECT :message_id, :queue, :job_name, :payload, 0, :max_attempts,
     clock.now_ms + :delay_ms, clock.now_ms
-FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms) AS clock
+FROM (SELECT {now_ms} AS now_ms) AS clock
 RETURNING message_id;
 
 -- name: queue_push_notify
@@ -16,14 +16,10 @@ WITH ins AS (
          created_at)
     SELECT :message_id, :queue, :job_name, :payload, 0, :max_attempts,
         clock.now_ms + :delay_ms, clock.now_ms
-    FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms) AS clock
+    FROM (SELECT {now_ms} AS now_ms) AS clock
     RETURNING message_id
 )
 SELECT message_id, pg_notify('outbox_jobs', '') FROM ins;
-
--- name: queue_now
--- The database's clock in milliseconds: every job time is compared against it.
-SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 
 -- name: job_claim
 -- Up to :limit due, unheld jobs of one queue, oldest due first, in one statement.
@@ -32,7 +28,7 @@ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 -- The picked ids are matched as an array (another InitPlan) so the UPDATE finds them by
 -- primary key: joined to the CTE, a big batch (1,000) is planned as a hash join over a
 -- sequential scan of the whole table (20 ms instead of 9 at 50k rows, growing with it).
-WITH clock AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms),
+WITH clock AS (SELECT {now_ms} AS ms),
 picked AS (
     SELECT id FROM outbox_jobs
     WHERE queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT ms FROM clock)
@@ -58,7 +54,7 @@ RETURNING j.id;
 -- name: job_heartbeat
 -- Renew the leases of every job this worker holds, in one statement.
 UPDATE outbox_jobs j
-SET lease_expires_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint + :lease_ms
+SET lease_expires_at = {now_ms} + :lease_ms
 FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[])) AS f(id, attempts)
 WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker;
 
@@ -69,24 +65,11 @@ UPDATE outbox_jobs j
 SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL,
     attempts = j.attempts - 1,
     available_at = CASE WHEN CAST(:delay_ms AS bigint) > 0
-        THEN (extract(epoch FROM clock_timestamp()) * 1000)::bigint + :delay_ms
+        THEN {now_ms} + :delay_ms
         ELSE j.available_at END,
     last_error = COALESCE(CAST(:error AS varchar), j.last_error)
 FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[])) AS f(id, attempts)
 WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker;
-
--- name: job_release
--- A failed attempt goes back to the queue after :delay_ms; compare-and-set on the holder.
-UPDATE outbox_jobs
-SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL, last_error = :error,
-    available_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint + :delay_ms
-WHERE id = :id AND reserved_by = :holder AND attempts = :attempts;
-
--- name: job_dead_take
--- First half of dead-lettering: remove the row while :holder still holds this attempt.
-DELETE FROM outbox_jobs
-WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
-RETURNING message_id, queue, job_name, payload, attempts, max_attempts;
 
 -- name: job_dead_insert
 -- Second half, in the same transaction: the dead letter keeps class, message and trace.
@@ -96,32 +79,16 @@ INSERT INTO outbox_failed_jobs
 VALUES
     (:message_id, :queue, :job_name, :payload, :attempts, :max_attempts, :exception_class,
      :exception_message, :exception_trace,
-     (extract(epoch FROM clock_timestamp()) * 1000)::bigint);
+     {now_ms});
 
 -- name: job_reap_scan
 -- Held jobs whose lease has expired (their worker died or stalled).
 SELECT id, attempts, max_attempts, reserved_by, job_name
 FROM outbox_jobs
 WHERE reserved_by IS NOT NULL
-  AND lease_expires_at < (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+  AND lease_expires_at < (SELECT {now_ms})
 ORDER BY lease_expires_at
 LIMIT :limit;
-
--- name: job_reap_release
--- Back to the queue, only if the lease is still expired and held by the same attempt:
--- a job acknowledged or renewed since the scan is left alone.
-UPDATE outbox_jobs
-SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL, last_error = :error,
-    available_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
-  AND lease_expires_at < (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-
--- name: job_reap_take
--- Dead-letter an expired job at its attempt limit: as job_dead_take, lease still expired.
-DELETE FROM outbox_jobs
-WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
-  AND lease_expires_at < (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-RETURNING message_id, queue, job_name, payload, attempts, max_attempts;
 
 -- name: queue_worker_session
 -- The worker's own connection need not wait for each commit to reach disk: a commit
@@ -138,7 +105,7 @@ WITH acked AS (
     WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker
     RETURNING j.id
 ),
-clock AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms),
+clock AS (SELECT {now_ms} AS ms),
 picked AS (
     SELECT id FROM outbox_jobs
     WHERE queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT ms FROM clock)

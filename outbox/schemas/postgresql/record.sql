@@ -5,7 +5,7 @@ INSERT INTO outbox_messages
      available_at, state, created_at)
 VALUES
     (:message_id, :key_digest, :fingerprint, :job_name, :queue, :payload, :max_attempts,
-     :available_at, 'pending', (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+     :available_at, 'pending', {now_ms})
 ON CONFLICT (key_digest) DO NOTHING
 RETURNING message_id;
 
@@ -17,7 +17,7 @@ WITH ins AS (
          available_at, state, created_at)
     VALUES
         (:message_id, :key_digest, :fingerprint, :job_name, :queue, :payload, :max_attempts,
-         :available_at, 'pending', (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+         :available_at, 'pending', {now_ms})
     ON CONFLICT (key_digest) DO NOTHING
     RETURNING message_id
 )
@@ -41,7 +41,7 @@ INSERT INTO outbox_messages
      available_at, state, created_at)
 SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, r.value ->> 4,
        r.value ->> 5, CAST(r.value ->> 6 AS integer), CAST(r.value ->> 7 AS bigint),
-       'pending', (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+       'pending', {now_ms}
 FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r (value, ord)
 ORDER BY r.ord
 ON CONFLICT (key_digest) DO NOTHING
@@ -56,7 +56,7 @@ WITH ins AS (
          available_at, state, created_at)
     SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, r.value ->> 4,
            r.value ->> 5, CAST(r.value ->> 6 AS integer), CAST(r.value ->> 7 AS bigint),
-           'pending', (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+           'pending', {now_ms}
     FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r (value, ord)
     ORDER BY r.ord
     ON CONFLICT (key_digest) DO NOTHING

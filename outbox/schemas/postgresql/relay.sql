@@ -34,7 +34,7 @@ WITH claimed AS MATERIALIZED (
         END AS reason
     FROM claimed c
 ), clock AS MATERIALIZED (
-    SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms
+    SELECT {now_ms} AS now_ms
 ), ins AS (
     INSERT INTO outbox_jobs
         (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
@@ -86,20 +86,20 @@ INSERT INTO outbox_jobs
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
     coalesce(available_at, clock.now_ms), clock.now_ms
 FROM outbox_messages,
-    (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms) AS clock
+    (SELECT {now_ms} AS now_ms) AS clock
 WHERE id = ANY(:ids) AND state = 'pending'
 ORDER BY id;
 
 -- name: relay_mark_published
 UPDATE outbox_messages
 SET state = 'published', payload = NULL,
-    published_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+    published_at = {now_ms}
 WHERE id = ANY(:ids) AND state = 'pending';
 
 -- name: relay_mark_failed
 UPDATE outbox_messages
 SET state = 'failed', failure_reason = :reason,
-    failed_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+    failed_at = {now_ms}
 WHERE id = ANY(:ids) AND state = 'pending';
 
 -- name: relay_notify

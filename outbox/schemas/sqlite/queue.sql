@@ -4,26 +4,22 @@ INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
 VALUES
     (:message_id, :queue, :job_name, :payload, 0, :max_attempts,
-     CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) + :delay_ms,
-     CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER))
+     {now_ms} + :delay_ms,
+     {now_ms})
 RETURNING message_id;
-
--- name: queue_now
--- The database's clock in milliseconds: every job time is compared against it.
-SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER);
 
 -- name: job_claim
 -- Up to :limit due, unheld jobs of one queue, oldest due first, in one statement run
 -- inside BEGIN IMMEDIATE (SQLite has one writer; 'now' is fixed for the statement).
 UPDATE outbox_jobs
 SET reserved_by = :worker,
-    reserved_at = CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER),
-    lease_expires_at = CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) + :lease_ms,
+    reserved_at = {now_ms},
+    lease_expires_at = {now_ms} + :lease_ms,
     attempts = attempts + 1
 WHERE id IN (
     SELECT id FROM outbox_jobs
     WHERE queue = :queue AND reserved_by IS NULL
-      AND available_at <= CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)
+      AND available_at <= {now_ms}
     ORDER BY available_at, id
     LIMIT :limit
 )
@@ -43,7 +39,7 @@ RETURNING id;
 -- name: job_heartbeat
 -- Renew the leases of every job this worker holds, in one statement.
 UPDATE outbox_jobs
-SET lease_expires_at = CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) + :lease_ms
+SET lease_expires_at = {now_ms} + :lease_ms
 WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:pairs))
   AND reserved_by = :worker
   AND (id, attempts) IN (
@@ -56,26 +52,13 @@ UPDATE outbox_jobs
 SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL,
     attempts = attempts - 1,
     available_at = CASE WHEN :delay_ms > 0
-        THEN CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) + :delay_ms
+        THEN {now_ms} + :delay_ms
         ELSE available_at END,
     last_error = COALESCE(:error, last_error)
 WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:pairs))
   AND reserved_by = :worker
   AND (id, attempts) IN (
       SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:pairs));
-
--- name: job_release
--- A failed attempt goes back to the queue after :delay_ms; compare-and-set on the holder.
-UPDATE outbox_jobs
-SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL, last_error = :error,
-    available_at = CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) + :delay_ms
-WHERE id = :id AND reserved_by = :holder AND attempts = :attempts;
-
--- name: job_dead_take
--- First half of dead-lettering: remove the row while :holder still holds this attempt.
-DELETE FROM outbox_jobs
-WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
-RETURNING message_id, queue, job_name, payload, attempts, max_attempts;
 
 -- name: job_dead_insert
 -- Second half, in the same transaction: the dead letter keeps class, message and trace.
@@ -85,32 +68,16 @@ INSERT INTO outbox_failed_jobs
 VALUES
     (:message_id, :queue, :job_name, :payload, :attempts, :max_attempts, :exception_class,
      :exception_message, :exception_trace,
-     CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER));
+     {now_ms});
 
 -- name: job_reap_scan
 -- Held jobs whose lease has expired (their worker died or stalled).
 SELECT id, attempts, max_attempts, reserved_by, job_name
 FROM outbox_jobs
 WHERE reserved_by IS NOT NULL
-  AND lease_expires_at < CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)
+  AND lease_expires_at < {now_ms}
 ORDER BY lease_expires_at
 LIMIT :limit;
-
--- name: job_reap_release
--- Back to the queue, only if the lease is still expired and held by the same attempt:
--- a job acknowledged or renewed since the scan is left alone.
-UPDATE outbox_jobs
-SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL, last_error = :error,
-    available_at = CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)
-WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
-  AND lease_expires_at < CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER);
-
--- name: job_reap_take
--- Dead-letter an expired job at its attempt limit: as job_dead_take, lease still expired.
-DELETE FROM outbox_jobs
-WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
-  AND lease_expires_at < CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)
-RETURNING message_id, queue, job_name, payload, attempts, max_attempts;
 
 -- name: queue_worker_session
 -- The worker's own connection need not wait for each commit to reach disk: a commit

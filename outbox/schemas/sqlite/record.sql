@@ -5,7 +5,7 @@ INSERT INTO outbox_messages
      available_at, state, created_at)
 VALUES
     (:message_id, :key_digest, :fingerprint, :job_name, :queue, :payload, :max_attempts,
-     :available_at, 'pending', CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER))
+     :available_at, 'pending', {now_ms})
 ON CONFLICT (key_digest) DO NOTHING
 RETURNING message_id;
 
@@ -24,7 +24,7 @@ SELECT json_extract(r.value, '$[0]'), json_extract(r.value, '$[1]'),
        json_extract(r.value, '$[2]'), json_extract(r.value, '$[3]'),
        json_extract(r.value, '$[4]'), json_extract(r.value, '$[5]'),
        json_extract(r.value, '$[6]'), json_extract(r.value, '$[7]'), 'pending',
-       CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)
+       {now_ms}
 FROM json_each(:rows) AS r
 WHERE true
 ORDER BY r.key

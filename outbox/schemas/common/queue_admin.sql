@@ -1,0 +1,21 @@
+-- name: queue_admin_failed
+-- Dead letters, newest first: ids, names, attempts, exception class and time only.
+SELECT message_id, queue, job_name, attempts, exception_class, failed_at
+FROM outbox_failed_jobs
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: queue_admin_failed_show
+-- One dead letter in full, for an operator who asks (message and traceback included).
+SELECT message_id, queue, job_name, attempts, max_attempts, exception_class,
+       exception_message, exception_trace, failed_at
+FROM outbox_failed_jobs
+WHERE message_id = :message_id;
+
+-- name: queue_admin_failed_ids
+-- The next dead letters to retry, oldest first.
+SELECT message_id FROM outbox_failed_jobs ORDER BY id LIMIT :limit;
+
+-- name: queue_admin_remove
+-- Remove one job from the queue (a worker holding it then loses its lease).
+DELETE FROM outbox_jobs WHERE message_id = :message_id;
