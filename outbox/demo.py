@@ -18,9 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, insert
 
 from outbox.db.connection import Database
+from outbox.db.migrate import migrate
 from outbox.job import Job
 from outbox.queue.backoff import Backoff
 from outbox.queue.context import JobContext
@@ -28,7 +29,6 @@ from outbox.queue.registry import Registry
 from outbox.queue.worker import Worker, WorkerConfig, WorkerStats
 from outbox.record import record
 from outbox.relay import Relay
-from outbox.schemas import migrate
 
 ROLLBACK_EVERY = 10
 DELAY_EVERY = 15
@@ -37,6 +37,10 @@ DELAY_S = 2.0
 POISON_ATTEMPTS = 3
 DEMO_BACKOFF = Backoff(base=0.2, cap=1.0)
 _DRIVERS = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql", "sqlite": "sqlite"}
+
+# The simulated application's own table: its business rows commit with the intents.
+_app = MetaData()
+demo_notes = Table("demo_notes", _app, Column("run", String(32)), Column("note_id", Integer))
 
 
 @dataclass
@@ -69,14 +73,11 @@ def demo_registry(tally: Tally) -> Registry:
 
 def _simulate(database: Database, queue: str, run: str, intents: int, tally: Tally) -> None:
     engine = create_engine(database.url.set(drivername=_DRIVERS[database.dialect.name]))
-    with engine.begin() as conn:
-        conn.execute(
-            text("CREATE TABLE IF NOT EXISTS demo_notes (run VARCHAR(32), note_id INTEGER)")
-        )
+    _app.create_all(engine)
     for i in range(intents):
         try:
             with engine.begin() as conn:
-                conn.execute(text("INSERT INTO demo_notes VALUES (:run, :i)"), {"run": run, "i": i})
+                conn.execute(insert(demo_notes).values(run=run, note_id=i))
                 at = time.time() + DELAY_S if i % DELAY_EVERY == 1 else 0
                 job = Job("demo.index_note", {"note_id": i, "flaky": i % FLAKY_EVERY == 3}, queue)
                 record(conn, f"demo:{run}:note:{i}", job, available_at=at)
@@ -104,7 +105,7 @@ def _drain(database: Database, registry: Registry, queue: str) -> WorkerStats:
     thread = threading.Thread(target=worker.run, name="outbox-demo-worker")
     thread.start()
     with database.connect() as conn:
-        while conn.execute_sql(f"SELECT COUNT(*) FROM outbox_jobs WHERE queue = '{queue}'")[0][0]:
+        while conn.driver.queue_job_count(queue):
             time.sleep(0.1)
     worker.stop()
     thread.join()

@@ -32,9 +32,11 @@ from outbox.errors import InvalidJob, InvalidKey
 MAX_PAYLOAD_BYTES = 65_535
 MAX_DEPTH = 64
 MAX_KEY_BYTES = 200
+MAX_NAME_CHARS = 200
+FINGERPRINT_VERSION = "v1"
 MAX_ATTEMPTS_LIMIT = 1_000
 RESERVED_KEY_PREFIX = "schedule:"
-NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+NAME_PATTERN = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_NAME_CHARS}}}")
 _KEY_PATTERN = re.compile(r"[\x20-\x7e]{1,200}")
 _JSON_SCALARS = (str, int, float, type(None))
 _MAX_INT = 2**63 - 1
@@ -204,7 +206,7 @@ def availability_ms(available_at: object) -> int | None:
 def fingerprint(job: NormalJob, available_at_ms: int | None) -> str:
     """SHA-256 (hex) over the layout in the module docstring."""
     parts = (
-        "v1",
+        FINGERPRINT_VERSION,
         job.name,
         job.queue,
         "" if job.max_attempts is None else str(job.max_attempts),

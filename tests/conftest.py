@@ -15,7 +15,7 @@ import pytest
 import structlog
 
 from outbox.db.connection import Connection, Database
-from outbox.schemas import migrate
+from outbox.db.migrate import migrate
 from tests import backends
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from outbox import PermanentFailure, Registry
 from outbox.db.connection import Connection, Database
+from outbox.db.migrate import migrate
 from outbox.queue import Backoff, JobContext
-from outbox.schemas import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 

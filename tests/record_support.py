@@ -200,7 +200,7 @@ def racing_child(db_url: str, who: int, rounds: int, barrier: Any, pipe: Pipe) -
 def migrate_child(db_url: str, barrier: Any, pipe: Pipe) -> None:
     """One of several processes that run ``migrate`` against one database at once."""
     from outbox.db.connection import Database
-    from outbox.schemas import migrate
+    from outbox.db.migrate import migrate
 
     try:
         database = Database(db_url)

@@ -210,7 +210,7 @@ def _raw_move(db: Database, size: int) -> int:
 
 
 def _fresh(db: Database, rows: int) -> None:
-    from outbox.schemas import migrate
+    from outbox.db.migrate import migrate
 
     with db.connect() as conn:
         migrate(conn)

@@ -6,7 +6,7 @@ import click
 
 from outbox.cli.context import CliContext, pass_cli
 from outbox.db.dialect import DIALECTS
-from outbox.schemas import LATEST, migrate, render_sql
+from outbox.db.migrate import LATEST, migrate, render_sql
 
 
 @click.command("migrate")

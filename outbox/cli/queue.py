@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import click
 import orjson
 
+from outbox import status
 from outbox.cli.context import CliContext, pass_cli
 from outbox.db.connection import Connection
 from outbox.errors import MessageNotFound
@@ -132,7 +133,7 @@ def jobs_command(cli: CliContext, limit: int, queue_name: str | None) -> None:
     """List jobs in the queue, oldest first (no payloads)."""
     with cli.connect() as conn:
         rows = admin.jobs(conn, queue=queue_name, limit=limit)
-        now = admin.now_ms(conn)
+        now = conn.driver.clock_now()
     click.echo(
         f"{'message_id':36}  {'queue':12} {'job':24} {'tries':>5}  {'state':9} {'due':19}  "
         "last_error"
@@ -153,8 +154,8 @@ def jobs_command(cli: CliContext, limit: int, queue_name: str | None) -> None:
 def stats_command(cli: CliContext, as_json: bool) -> None:
     """Ready, delayed, reserved and dead jobs per queue."""
     with cli.connect() as conn:
-        counts = admin.stats(conn)
-        now = admin.now_ms(conn)
+        counts = status.queue_counts(conn)
+        now = conn.driver.clock_now()
     if as_json:
         data = {
             c.queue: {

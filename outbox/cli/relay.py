@@ -18,6 +18,7 @@ from types import FrameType
 import click
 import orjson
 
+from outbox import status as outbox_status
 from outbox.cli.context import CliContext, pass_cli
 from outbox.config import settings
 from outbox.ids import is_message_id
@@ -87,7 +88,7 @@ def _drain(relay: Relay, limit: int | None) -> RunTotals:
     if not sys.stderr.isatty():
         return relay.run(limit)
     with relay.database.connect() as conn:
-        total = admin.pending_count(conn)
+        total = outbox_status.pending_count(conn)
     length = total if limit is None else min(limit, total)
     with click.progressbar(length=length, label="relaying", file=sys.stderr) as bar:
         return relay.run(limit, progress=lambda batch: bar.update(batch.claimed))
@@ -138,7 +139,7 @@ def status_command(
     Exits 3 when --max-pending or --max-age is exceeded (for cron and health checks).
     """
     with cli.connect() as conn:
-        status = admin.status(conn)
+        status = outbox_status.status(conn)
     if as_json:
         click.echo(orjson.dumps(status.as_dict()).decode())
     else:
@@ -156,7 +157,7 @@ def status_command(
         sys.exit(EXIT_THRESHOLD)
 
 
-def _print_status(status: admin.Status) -> None:
+def _print_status(status: outbox_status.Status) -> None:
     o = status.outbox
     age = "-" if o.oldest_pending_age_s is None else f"{o.oldest_pending_age_s:.1f} s"
     click.echo(
@@ -170,7 +171,9 @@ def _print_status(status: admin.Status) -> None:
         )
 
 
-def _exceeded(o: admin.OutboxCounts, max_pending: int | None, max_age: float | None) -> list[str]:
+def _exceeded(
+    o: outbox_status.OutboxCounts, max_pending: int | None, max_age: float | None
+) -> list[str]:
     problems = []
     if max_pending is not None and o.pending > max_pending:
         problems.append(f"{o.pending} pending > {max_pending}")

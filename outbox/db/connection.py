@@ -20,7 +20,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 import structlog
@@ -28,9 +28,12 @@ from sqlalchemy.engine import URL, make_url
 
 from outbox.db.adapters import described, psycopg_has_rows
 from outbox.db.dialect import MYSQL, POSTGRESQL, SQLITE, Dialect
-from outbox.db.errors import error_code, is_retryable
+from outbox.db.errors import is_retryable, translate
 from outbox.db.sql import Statement, queries
 from outbox.errors import ConfigurationError, DatabaseError, OutboxError
+
+if TYPE_CHECKING:
+    from outbox.db.driver import Driver
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -69,6 +72,16 @@ class Connection:
         self._sql = queries(dialect)
         self._in_tx = False
         self._has_rows = psycopg_has_rows if dialect is POSTGRESQL else described
+        self._driver: Driver | None = None
+
+    @property
+    def driver(self) -> Driver:
+        """This connection's typed operations (the dialect's ``Driver``)."""
+        if self._driver is None:
+            from outbox.db.drivers import driver_class
+
+            self._driver = driver_class(self.dialect)(self)
+        return self._driver
 
     def statement(self, name: str) -> Statement:
         """The named statement of this connection's dialect (KeyError naming it if absent)."""
@@ -234,22 +247,6 @@ class Connection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def translate(exc: BaseException, operation: str) -> DatabaseError:
-    """A ``DatabaseError`` naming the operation and the driver's error class and code.
-
-    The driver's own message is left on ``__cause__``: it can quote row values.
-    """
-    code = error_code(exc)
-    suffix = f" ({code})" if code else ""
-    if code in _MISSING_TABLE or "no such table" in str(exc):
-        suffix += "; the outbox tables are missing: run `outbox migrate`"
-    return DatabaseError(f"{operation} failed: {type(exc).__name__}{suffix}")
-
-
-# PostgreSQL undefined_table, MariaDB ER_NO_SUCH_TABLE (SQLite only says it in the message).
-_MISSING_TABLE = frozenset({"42P01", 1146})
 
 
 class Database:

@@ -29,10 +29,9 @@ import orjson
 
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
+from outbox.db.rows import ClaimedJob, Failure, JobFence
 from outbox.errors import OutboxError, PermanentFailure
-from outbox.queue import ops
 from outbox.queue.context import JobContext
-from outbox.queue.ops import ClaimedJob, Failure
 from outbox.queue.registry import Handler, Registry
 
 
@@ -123,7 +122,7 @@ class Runner:
             attempt=job.attempts,
             max_attempts=self.registry.max_attempts(job.job_name, job.max_attempts),
             enqueued_at_ms=job.created_at,
-            connection=conn,
+            connection=None if conn is None else conn.raw,
         )
 
     def run_sync(self, job: ClaimedJob, handler: Handler) -> Outcome:
@@ -147,7 +146,7 @@ class Runner:
                 if is_retryable(exc):
                     raise
                 raise _HandlerRaised(exc) from exc
-            if not ops.ack_in_transaction(c, self.worker_id, job):
+            if not c.driver.job_ack_in_tx(JobFence(self.worker_id, [job])):
                 raise _LeaseLost()
 
         try:

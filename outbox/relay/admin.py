@@ -8,12 +8,12 @@ transaction that requeues it, and never echoes it back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
 import structlog
 
 from outbox.db.connection import Connection
+from outbox.db.rows import FailedIntent
 from outbox.errors import (
     InvalidJob,
     InvalidMessageId,
@@ -21,107 +21,19 @@ from outbox.errors import (
     RetryRefused,
 )
 from outbox.ids import is_message_id
-from outbox.relay.verify import StoredIntent, reason_for, refingerprint
+from outbox.relay.verify import reason_for, refingerprint
 
 log = structlog.get_logger("outbox.relay")
 
 DAY_MS = 86_400_000
 PRUNE_BATCH = 500
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxCounts:
-    """Intents by state; the oldest pending one's age in seconds (None when none is).
-
-    ``unknown_state`` counts rows whose state is none of the three (edited by hand or by
-    a newer version): the relay never touches them, so they must at least be seen.
-    """
-
-    pending: int = 0
-    published: int = 0
-    failed: int = 0
-    unknown_state: int = 0
-    oldest_pending_age_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class QueueCounts:
-    """One queue's jobs: due and free, not yet due, leased to a worker, dead-lettered."""
-
-    ready: int = 0
-    delayed: int = 0
-    reserved: int = 0
-    dead: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    """Counts by state, the oldest pending intent's age, and per-queue job counts."""
-
-    outbox: OutboxCounts
-    queues: dict[str, QueueCounts] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The shape ``outbox status --json`` prints (the contract names its keys)."""
-        return {
-            "outbox": asdict(self.outbox),
-            "queues": {name: asdict(q) for name, q in sorted(self.queues.items())},
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class FailedIntent:
-    """One quarantined intent as ``outbox failed`` lists it: no payload, by design."""
-
-    message_id: str
-    reason: str | None
-    created_at_ms: int
-    failed_at_ms: int | None
-
-
-_KNOWN_STATES = frozenset({"pending", "published", "failed"})
-
-
-def status(conn: Connection) -> Status:
-    """Read the counts; every age comes from the database's clock."""
-    return conn.read(_status, operation="status")
-
-
-def _status(conn: Connection) -> Status:
-    by_state = {str(s): int(n) for s, n in conn.execute("status_state_counts")}
-    oldest, now_ms = conn.execute("status_oldest_pending")[0]
-    age = None if oldest is None else round(max(0, int(now_ms) - int(oldest)) / 1000, 3)
-    counts = OutboxCounts(
-        pending=by_state.get("pending", 0),
-        published=by_state.get("published", 0),
-        failed=by_state.get("failed", 0),
-        unknown_state=sum(n for s, n in by_state.items() if s not in _KNOWN_STATES),
-        oldest_pending_age_s=age,
-    )
-    queues: dict[str, dict[str, int]] = {}
-    for name, ready, delayed, reserved, _oldest_ready in conn.execute("queue_counts"):
-        queues[str(name)] = {
-            "ready": int(ready),
-            "delayed": int(delayed),
-            "reserved": int(reserved),
-        }
-    for name, dead in conn.execute("dead_counts"):
-        queues.setdefault(str(name), {})["dead"] = int(dead)
-    return Status(counts, {name: QueueCounts(**q) for name, q in queues.items()})
-
-
-def pending_count(conn: Connection) -> int:
-    """How many intents are pending (sizes the CLI's progress bar)."""
-    return conn.read(lambda c: int(c.execute("status_pending_count")[0][0]), operation="status")
 
 
 def failed(conn: Connection, limit: int = 50) -> list[FailedIntent]:
     """Quarantined intents, oldest first: id, reason code and times, never the payload."""
     if limit < 1:
         raise ValueError("limit must be at least 1")
-    rows = conn.read(lambda c: c.execute("failed_list", {"limit": limit}), operation="failed")
-    return [FailedIntent(str(m), r, int(c), None if f is None else int(f)) for m, r, c, f in rows]
+    return conn.driver.outbox_failed_list(limit)
 
 
 def retry(
@@ -146,13 +58,15 @@ def retry(
 def _retry(
     conn: Connection, message_id: str, accept_current: bool
 ) -> Literal["requeued", "accepted"]:
-    rows = conn.execute("retry_lookup", {"message_id": message_id})
-    if not rows:
+    driver = conn.driver
+    found = driver.outbox_retry_lookup_in_tx(message_id)
+    if found is None:
         raise MessageNotFound(f"no outbox message {message_id}")
-    row_id, _, state, *columns = rows[0]
-    if state != "failed":
-        raise RetryRefused(f"message {message_id} is {state}, not failed; only failed ones retry")
-    intent = StoredIntent(row_id, message_id, *columns)
+    if found.state != "failed":
+        raise RetryRefused(
+            f"message {message_id} is {found.state}, not failed; only failed ones retry"
+        )
+    intent = found.intent
     if not accept_current:
         reason = reason_for(intent)
         if reason is not None:
@@ -160,7 +74,7 @@ def _retry(
                 f"message {message_id} still does not verify ({reason}); repair the row, or "
                 "pass --accept-current to accept its current contents and re-fingerprint it"
             )
-        conn.execute_count("retry_requeue", {"id": row_id})
+        driver.outbox_requeue_in_tx(intent.id)
         log.info("relay.retry", message_id=message_id, accepted=False)
         return "requeued"
     try:
@@ -169,8 +83,7 @@ def _retry(
         raise RetryRefused(
             f"message {message_id}: its current contents cannot be accepted ({exc})"
         ) from None
-    params = {"id": row_id, "payload": payload, "fingerprint": fingerprint}
-    conn.execute_count("retry_accept", params)
+    driver.outbox_accept_in_tx(intent.id, payload, fingerprint)
     log.info("relay.retry", message_id=message_id, accepted=True)
     return "accepted"
 
@@ -196,7 +109,7 @@ def prune(
     deleted = 0
     while deleted < limit:
         want = min(batch, limit - deleted)
-        n = _prune_batch(conn, days * DAY_MS, want)
+        n = conn.driver.outbox_prune(days * DAY_MS, want)
         deleted += n
         log.info("prune.batch", deleted=n)
         if progress is not None:
@@ -206,19 +119,4 @@ def prune(
     return deleted
 
 
-def _prune_batch(conn: Connection, age_ms: int, size: int) -> int:
-    params = {"age_ms": age_ms, "batch": size}
-    return conn.transact(lambda c: c.execute_count("prune_batch", params), operation="prune")
-
-
-__all__ = [
-    "FailedIntent",
-    "OutboxCounts",
-    "QueueCounts",
-    "Status",
-    "failed",
-    "pending_count",
-    "prune",
-    "retry",
-    "status",
-]
+__all__ = ["FailedIntent", "failed", "prune", "retry"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from outbox import status as outbox_status
 from outbox.db.connection import Connection, Database
 from outbox.errors import InvalidMessageId, MessageNotFound, RetryRefused
 from outbox.ids import new_message_id
@@ -50,7 +51,7 @@ def _insert_dead(conn: Connection, queue: str) -> None:
 def test_status_counts_intents_by_state_and_jobs_by_queue(
     database: Database, db_url: str, conn: Connection
 ) -> None:
-    empty = admin.status(conn)
+    empty = outbox_status.status(conn)
     assert empty.as_dict() == {
         "outbox": {
             "pending": 0,
@@ -69,7 +70,7 @@ def test_status_counts_intents_by_state_and_jobs_by_queue(
     _insert_job(conn, "q2", reserved=True)
     _insert_dead(conn, "q2")
     _insert_dead(conn, "q3")
-    status = admin.status(conn).as_dict()
+    status = outbox_status.status(conn).as_dict()
     assert status["outbox"]["pending"] == 2
     assert status["outbox"]["published"] == 2
     assert status["outbox"]["failed"] == 1
@@ -88,7 +89,7 @@ def test_status_ages_the_oldest_pending_intent_by_the_database_clock(
     [mid] = record_many(db_url, ["old"])
     set_column(conn, mid, "created_at", db_now_ms(conn) - 90_000)
     record_many(db_url, ["new"])
-    age = admin.status(conn).outbox.oldest_pending_age_s
+    age = outbox_status.status(conn).outbox.oldest_pending_age_s
     assert age is not None and 90 <= age < 90 + 600
 
 

@@ -13,9 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from outbox.cli import main
+from outbox.db import migrate as migrations
 from outbox.db.connection import Connection, Database
+from outbox.db.migrate import LATEST, MIGRATIONS, applied_versions, migrate
 from outbox.errors import DatabaseError
-from outbox.schemas import LATEST, MIGRATIONS, applied_versions, migrate, migrations
 from tests import backends
 from tests.gaps import Gap, skip_unless
 from tests.record_support import db_now_ms, migrate_child

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from outbox import status as outbox_status
 from outbox.db.connection import Connection, Database
 from outbox.db.sql import queries
 from outbox.errors import ConfigurationError, DatabaseError
@@ -87,8 +88,7 @@ def test_relay_copies_the_job_into_the_queue_row(
 def test_relay_hands_off_future_intents_early_but_keeps_their_time(
     database: Database, db_url: str, conn: Connection
 ) -> None:
-    from outbox.queue import ops
-    from outbox.relay import admin
+    from tests.fixtures import queue_ops as ops
 
     due = time.time() + 3600
     [later] = record_many(db_url, ["later"], available_at=due)
@@ -99,7 +99,7 @@ def test_relay_hands_off_future_intents_early_but_keeps_their_time(
     )
     assert available_at == round(due * 1000)
     assert available_at > db_now_ms(conn)
-    assert admin.status(conn).queues["q1"].delayed == 1
+    assert outbox_status.status(conn).queues["q1"].delayed == 1
     # Handed off early, but a worker cannot claim it before its time; its peer it can.
     claimed = ops.claim(conn, "q1", 10, "w1", 60_000)
     assert [j.message_id for j in claimed] == [now]

@@ -16,8 +16,9 @@ from structlog.testing import capture_logs
 from outbox import Job, PermanentFailure, Registry
 from outbox.db.connection import Connection, Database
 from outbox.errors import ConfigurationError
-from outbox.queue import Backoff, JobContext, Worker, WorkerConfig, ops, push
+from outbox.queue import Backoff, JobContext, Worker, WorkerConfig, push
 from outbox.queue.worker import UNKNOWN_JOB
+from tests.fixtures import queue_ops as ops
 from tests.gaps import Gap, skip_gap
 from tests.queue_support import count
 
@@ -25,8 +26,11 @@ SECRET = "payload-secret-4711"
 
 
 def _run(database: Database, registry: Registry, **kw: Any) -> Any:
-    config = WorkerConfig(stop_when_empty=True, **kw)
-    return Worker(database, registry, config).run()
+    """Step the worker, round by round, until a round claims nothing."""
+    with Worker(database, registry, WorkerConfig(**kw)) as worker:
+        while worker.run_once():
+            pass
+    return worker.stats
 
 
 def _push(app_conn: Any, *jobs: Job, delay: float = 0) -> list[str]:
@@ -192,7 +196,7 @@ def test_transactional_handler_commits_its_writes_with_the_acknowledgement(
     @registry.job("a.tx", transactional=True, backoff=Backoff(base=30, jitter=False))
     def job(payload: Any, ctx: JobContext) -> None:
         assert ctx.connection is not None
-        ctx.connection.execute_sql(
+        ctx.connection.cursor().execute(
             f"INSERT INTO notes_index (note_id) VALUES ({int(payload['note_id'])})"
         )
         if payload.get("fail"):
@@ -375,10 +379,7 @@ def _idle_worker(database: Database) -> Iterator[tuple[Worker, threading.Event]]
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while not worker._dry and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert worker._dry
+        assert worker.idle.wait(30)
         if database.dialect.supports_listen:
             assert worker.listener is not None and worker.listener.ready.wait(30)
         yield worker, ran

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from outbox.db.connection import Database
-from outbox.schemas import migrate
+from outbox.db.migrate import migrate
 from tests import backends, pg_cluster
 from tests.fault_harness import install_ledger
 from tests.gaps import Gap, skip_gap

@@ -64,6 +64,6 @@ def run_tx(payload: dict[str, Any], ctx: Any) -> None:
     if "fail" in payload:
         raise HarnessFailure(payload["fail"])
     ph = placeholder(os.environ["HARNESS_URL"])
-    ctx.connection.execute_sql(
+    ctx.connection.cursor().execute(
         INSERT.format(", ".join([ph] * 4)), (ctx.message_id, str(os.getpid()), ctx.attempt, 1)
     )

@@ -129,6 +129,6 @@ def test_an_idle_worker_survives_a_server_restart(
     pg_private.restart("fast")
     thread.join(timeout=3.0)  # several reaper periods
     alive = thread.is_alive()
-    worker.stop(now=True)
+    worker.stop_now()
     thread.join(timeout=30)
     assert alive and crashed == [], [type(e).__name__ for e in crashed]

@@ -29,14 +29,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from outbox import Job, record
 from outbox.db.connection import Connection, Database
+from outbox.db.migrate import migrate
+from outbox.db.rows import ClaimedJob, Failure
 from outbox.errors import IdempotencyConflict
 from outbox.queue import admin as queue_admin
-from outbox.queue import ops
-from outbox.queue.ops import ClaimedJob, Failure
 from outbox.relay import Relay, RelayConfig
 from outbox.relay import admin as relay_admin
-from outbox.schemas import migrate
 from tests.backends import raw_connect
+from tests.fixtures import queue_ops as ops
 from tests.gaps import Gap, skip_mark
 from tests.pg_cluster import PgCluster
 from tests.reliability.conftest import SOAK

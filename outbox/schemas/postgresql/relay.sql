@@ -20,15 +20,15 @@ WITH claimed AS MATERIALIZED (
     SELECT c.*,
         CASE
             WHEN c.payload IS NULL OR json_typeof(c.payload::json) IS NULL THEN 'invalid_json'
-            WHEN char_length(c.job_name) NOT BETWEEN 1 AND 200
+            WHEN char_length(c.job_name) NOT BETWEEN 1 AND {max_name_chars}
                 OR c.job_name ~ '[^A-Za-z0-9_.:-]' THEN 'invalid_name'
-            WHEN char_length(c.queue) NOT BETWEEN 1 AND 200
+            WHEN char_length(c.queue) NOT BETWEEN 1 AND {max_name_chars}
                 OR c.queue ~ '[^A-Za-z0-9_.:-]' THEN 'invalid_queue'
-            WHEN c.max_attempts NOT BETWEEN 1 AND 1000 THEN 'invalid_max_attempts'
+            WHEN c.max_attempts NOT BETWEEN 1 AND {max_attempts_limit} THEN 'invalid_max_attempts'
             WHEN c.available_at < 0 THEN 'invalid_available_at'
-            WHEN octet_length(c.payload) > 65535 THEN 'payload_too_large'
+            WHEN octet_length(c.payload) > {max_payload_bytes} THEN 'payload_too_large'
             WHEN c.fingerprint IS NULL OR encode(sha256(convert_to(concat_ws(E'\n',
-                    'v1', c.job_name, c.queue, coalesce(c.max_attempts::text, ''),
+                    '{fingerprint_version}', c.job_name, c.queue, coalesce(c.max_attempts::text, ''),
                     coalesce(c.available_at::text, ''), c.payload), 'UTF8')), 'hex')
                 <> c.fingerprint THEN 'fingerprint_mismatch'
         END AS reason
@@ -106,5 +106,10 @@ WHERE id = ANY(:ids) AND state = 'pending';
 -- Wakes idle workers when the transaction commits.
 SELECT pg_notify('outbox_jobs', '');
 
--- name: relay_listen
+-- name: listen_relay
+-- Wake-ups for relays: record() notifies at commit.
 LISTEN outbox_relay;
+
+-- name: listen_jobs
+-- Wake-ups for workers: push() and the relay's handoffs notify at commit.
+LISTEN outbox_jobs;
