@@ -36,7 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from outbox import Job
-from tests.backends import backend_of, raw_connect
+from tests.fixtures.databases import (
+    placeholder,  # noqa: F401 - part of this module's vocabulary
+    raw_connect,
+)
+from tests.fixtures.processes import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB_NAME = "harness.exec"
@@ -51,9 +55,6 @@ _DDL = {
     " transactional INTEGER NOT NULL)",
 }
 
-
-def placeholder(url: str) -> str:
-    return "?" if backend_of(url) == "sqlite" else "%s"
 
 
 def install_ledger(url: str) -> None:
@@ -147,15 +148,6 @@ def drained(url: str) -> bool:
 def pending_count(url: str) -> int:
     return int(fetch(url, "SELECT count(*) FROM outbox_messages WHERE state = 'pending'")[0][0])
 
-
-def wait_until(predicate: Any, timeout: float, what: str) -> float:
-    """Poll ``predicate`` until true; return the seconds it took, or raise naming ``what``."""
-    began = time.monotonic()
-    while not predicate():
-        if time.monotonic() - began > timeout:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-    return time.monotonic() - began
 
 
 def cli_argv(url: str, *args: str) -> list[str]:

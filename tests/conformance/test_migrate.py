@@ -17,7 +17,7 @@ from outbox.db import migrate as migrations
 from outbox.db.connection import Connection, Database
 from outbox.db.migrate import LATEST, MIGRATIONS, applied_versions, migrate
 from outbox.errors import DatabaseError
-from tests import backends
+from tests.fixtures import databases as backends
 from tests.gaps import Gap, skip_unless
 from tests.record_support import db_now_ms, migrate_child
 

@@ -18,7 +18,7 @@ import pytest
 from outbox.db.connection import Connection, Database
 from outbox.db.migrate import migrate
 from outbox.job import key_digest
-from tests import backends
+from tests.fixtures import databases as backends
 from tests.record_support import (
     counts,
     create_notes,

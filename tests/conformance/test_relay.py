@@ -64,7 +64,7 @@ def test_relay_copies_the_job_into_the_queue_row(
     database: Database, db_url: str, conn: Connection
 ) -> None:
     from outbox import Job, record
-    from tests.backends import raw_connect
+    from tests.fixtures.databases import raw_connect
 
     app = raw_connect(db_url)
     mid = record(app, "one", Job("mail.send", {"to": "é", "n": [1, 2]}, "mail", max_attempts=7))

@@ -96,7 +96,7 @@ def test_relay_never_skips_a_long_transaction_committed_after_a_later_one(
     if backend == "sqlite":
         skip_gap(Gap.SQLITE_ONE_WRITER)
     from outbox import Job, record
-    from tests.backends import raw_connect
+    from tests.fixtures.databases import raw_connect
 
     long_tx = raw_connect(db_url)
     try:

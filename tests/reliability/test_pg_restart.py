@@ -15,7 +15,6 @@ from outbox import Job, errors, record
 from outbox.db.connection import Database
 from outbox.errors import DatabaseError, NoActiveTransaction, OutboxError
 from outbox.queue.worker import Worker, WorkerConfig
-from tests.backends import raw_connect
 from tests.fault_harness import (
     QUEUE,
     WORKER_READY,
@@ -29,6 +28,7 @@ from tests.fault_harness import (
     wait_until,
     worker_argv,
 )
+from tests.fixtures.databases import raw_connect
 from tests.pg_cluster import PgCluster
 
 

@@ -35,8 +35,8 @@ from outbox.errors import IdempotencyConflict
 from outbox.queue import admin as queue_admin
 from outbox.relay import Relay, RelayConfig
 from outbox.relay import admin as relay_admin
-from tests.backends import raw_connect
 from tests.fixtures import queue_ops as ops
+from tests.fixtures.databases import raw_connect
 from tests.gaps import Gap, skip_mark
 from tests.pg_cluster import PgCluster
 from tests.reliability.conftest import SOAK
