@@ -171,7 +171,7 @@ def _batch_plan(intents: list[Intent], dialect: Dialect) -> Any:
         first.setdefault(intent.key_digest, intent)
     unique = list(first.values())
     fingerprints = {i.key_digest: i.fingerprint for i in unique}
-    return intents_insert(IntentsInsert(unique, _notify(dialect)), fingerprints)
+    return intents_insert(IntentsInsert(unique, _notify(dialect)), fingerprints, dialect)
 
 
 def resolve(intents: list[Intent], held: dict[str, KeyHolder]) -> list[str]:

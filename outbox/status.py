@@ -24,6 +24,9 @@ _QUEUE_KEYS = ("ready", "delayed", "reserved", "dead")
 class OutboxCounts:
     """Intents by state; the oldest pending one's age in seconds (None when none is).
 
+    ``published`` counts the key rows of intents handed off and not yet pruned: it falls
+    after ``outbox prune``.
+
     ``unknown_state`` counts rows whose state is none of the three (edited by hand or by
     a newer version): the relay never touches them, so they must at least be seen.
     """
@@ -62,10 +65,13 @@ def status(conn: Connection) -> Status:
         if intents.oldest_pending_ms is None
         else round(max(0, intents.now_ms - intents.oldest_pending_ms) / 1000, 3)
     )
+    pending, failed = by_state.get("pending", 0), by_state.get("failed", 0)
     counts = OutboxCounts(
-        pending=by_state.get("pending", 0),
-        published=by_state.get("published", 0),
-        failed=by_state.get("failed", 0),
+        pending=pending,
+        # Every intent has a key row until pruned; those with no row left in the outbox
+        # (or only a tombstone a version-1 relay left) were handed off.
+        published=max(0, intents.keys - sum(n for s, n in by_state.items() if s != "published")),
+        failed=failed,
         unknown_state=sum(n for s, n in by_state.items() if s not in _KNOWN_STATES),
         oldest_pending_age_s=age,
     )

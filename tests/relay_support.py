@@ -83,11 +83,15 @@ def sha256_hex(text: str) -> str:
 
 
 def outbox_rows(conn: Connection) -> dict[str, tuple[Any, ...]]:
-    """message_id → (state, failure_reason, payload is NULL)."""
+    """message_id → (state, failure_reason, payload is NULL) of every intent recorded;
+    one handed off (its outbox row gone, its key row left) is ``("handed_off", None, True)``."""
     rows = conn.execute_sql(
         "SELECT message_id, state, failure_reason, payload FROM outbox_messages"
     )
-    return {r[0]: (r[1], r[2], r[3] is None) for r in rows}
+    out = {r[0]: (r[1], r[2], r[3] is None) for r in rows}
+    for (message_id,) in conn.execute_sql("SELECT message_id FROM outbox_keys"):
+        out.setdefault(message_id, ("handed_off", None, True))
+    return out
 
 
 def queued_ids(conn: Connection) -> list[str]:

@@ -60,9 +60,15 @@ class JobPush:
 
 
 def intent_insert(p: IntentInsert, dialect: Dialect) -> Plan[KeyHolder | None]:
-    """Insert unless the key exists; the holder of the key (ours if inserted), or None
-    when the key's holder is outside this transaction's snapshot."""
+    """Insert the key row and the intent unless the key exists; the holder of the key
+    (ours if inserted), or None when it is outside this transaction's snapshot.
+
+    One statement where the dialect can insert in a WITH clause; elsewhere the key row
+    first, then the intent only if that key row is its own.
+    """
     rows = yield ("record_insert_notify" if p.notify else "record_insert", p.row)
+    if not dialect.supports_insert_cte:
+        yield ("record_insert_intent", p.row)
     if dialect.supports_returning and rows:
         return KeyHolder(str(rows[0][0]), str(p.row["fingerprint"]))
     found = yield ("record_lookup", {"key_digest": p.row["key_digest"]})
@@ -71,14 +77,20 @@ def intent_insert(p: IntentInsert, dialect: Dialect) -> Plan[KeyHolder | None]:
     return KeyHolder(str(found[0][0]), str(found[0][1]))
 
 
-def intents_insert(p: IntentsInsert, fingerprints: Mapping[str, str]) -> Plan[dict[str, KeyHolder]]:
-    """Insert the keys that are new; look up the holders of those that were not.
+def intents_insert(
+    p: IntentsInsert, fingerprints: Mapping[str, str], dialect: Dialect
+) -> Plan[dict[str, KeyHolder]]:
+    """Insert the keys that are new, with their intents; look up the holders of those
+    that were not.
 
     ``fingerprints`` maps each key digest of the batch to its fingerprint. A key
     missing from the result is held outside this transaction's snapshot.
     """
     name = "record_many_insert_notify" if p.notify else "record_many_insert"
-    rows = yield (name, {"rows": orjson.dumps([tuple(r) for r in p.rows]).decode()})
+    batch = {"rows": orjson.dumps([tuple(r) for r in p.rows]).decode()}
+    rows = yield (name, batch)
+    if not dialect.supports_insert_cte:
+        yield ("record_many_insert_intents", batch)
     held = {str(d): KeyHolder(str(m), fingerprints[str(d)]) for d, m in rows}
     missing = [d for d in fingerprints if d not in held]
     if missing:

@@ -239,7 +239,7 @@ class Driver:
         valid = [row_id for row_id, _, reason in claimed if reason is None]
         if valid:
             self._expect("relay_insert_jobs", valid)
-            self._expect("relay_mark_published", valid)
+            self._expect("relay_delete_moved", valid)
             if p.notify:
                 self._notify_jobs_in_tx()
         by_reason: dict[str, list[int]] = defaultdict(list)
@@ -280,8 +280,10 @@ class Driver:
 
         def both(c: Connection) -> IntentCounts:
             by_state = {str(s): int(n) for s, n in c.execute("status_state_counts")}
+            keys = int(c.execute("status_key_count")[0][0])
             oldest, now = c.execute("status_oldest_pending")[0]
-            return IntentCounts(by_state, None if oldest is None else int(oldest), int(now))
+            oldest_ms = None if oldest is None else int(oldest)
+            return IntentCounts(by_state, keys, oldest_ms, int(now))
 
         return self.conn.read(both, operation="status")
 
@@ -303,15 +305,21 @@ class Driver:
         return self.conn.execute_count("retry_requeue", {"id": row_id})
 
     def outbox_accept_in_tx(self, row_id: int, payload: str, fingerprint: str) -> int:
+        """The row's current contents, re-sealed: its key row takes the new fingerprint."""
         params = {"id": row_id, "payload": payload, "fingerprint": fingerprint}
+        self.conn.execute_count("retry_accept_key", params)
         return self.conn.execute_count("retry_accept", params)
 
     def outbox_prune(self, age_ms: int, batch: int) -> int:
-        """Delete at most ``batch`` handed-off intents older than ``age_ms``."""
-        return self._transact(
-            "prune",
-            lambda c: c.execute_count("prune_batch", {"age_ms": age_ms, "batch": batch}),
-        )
+        """Delete at most ``batch`` key rows older than ``age_ms`` whose intents were
+        handed off (and as many leftover tombstones); how many key rows went."""
+
+        def prune(c: Connection) -> int:
+            params = {"age_ms": age_ms, "batch": batch}
+            c.execute_count("prune_tombstones", params)
+            return c.execute_count("prune_keys", params)
+
+        return self._transact("prune", prune)
 
     # -- queue administration -----------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """The migration runner: numbered migrations, the same numbers in every dialect.
 
 The migrations themselves are data: ``outbox/schemas/<dialect>/migrations/NNNN_<what>.sql``,
-statements separated by ``;`` at a line's end. A change to the tables adds the next
-file in each dialect's folder; a file once released never changes.
+statements separated by ``;`` at a line's end (a trigger or function body, between
+``BEGIN`` and ``END;`` or ``$$`` quotes, is one statement). A change to the tables adds
+the next file in each dialect's folder; a file once released never changes.
 
 Atomicity per dialect:
 
@@ -29,7 +30,7 @@ from outbox.db.sql import queries
 from outbox.errors import DatabaseError
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_STATEMENT_END = re.compile(r";\s*$", re.MULTILINE)
+_BODY_BEGIN = re.compile(r"^\s*BEGIN\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +51,34 @@ def _files(dialect_name: str) -> dict[int, tuple[str, list[str]]]:
         match = _FILE.match(entry.name)
         if match is None:
             continue
-        text = "\n".join(
-            ln
-            for ln in entry.read_text(encoding="utf-8").splitlines()
-            if not ln.lstrip().startswith("--")
+        out[int(match.group(1))] = (
+            match.group(2).replace("_", " "),
+            split_statements(entry.read_text(encoding="utf-8")),
         )
-        statements = [s.strip() for s in _STATEMENT_END.split(text) if s.strip()]
-        out[int(match.group(1))] = (match.group(2).replace("_", " "), statements)
     return out
+
+
+def split_statements(text: str) -> list[str]:
+    """A migration file's statements, comment lines dropped, in order."""
+    statements: list[str] = []
+    current: list[str] = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("--") or not (current or line.strip()):
+            continue
+        current.append(line)
+        body = "\n".join(current)
+        in_dollars = body.count("$$") % 2 == 1
+        in_block = (
+            "$$" not in body
+            and _BODY_BEGIN.search(body) is not None
+            and line.strip() != "END;"
+        )
+        if line.rstrip().endswith(";") and not in_dollars and not in_block:
+            statements.append(body.strip().removesuffix(";").rstrip())
+            current = []
+    if "\n".join(current).strip():
+        statements.append("\n".join(current).strip())
+    return statements
 
 
 def _load() -> tuple[Migration, ...]:
@@ -89,12 +110,20 @@ def render_sql(dialect: Dialect) -> str:
         lines.append(f"\n-- migration {m.version}: {m.description}")
         if dialect.transactional_ddl:
             lines.append("BEGIN;")
-        lines.extend(f"{stmt};" for stmt in m.ddl(dialect))
+        lines.extend(_printable(stmt, dialect) for stmt in m.ddl(dialect))
         row = record.replace(":version", str(m.version))
         lines.append(row.replace(":description", f"'{m.description}'") + ";")
         if dialect.transactional_ddl:
             lines.append("COMMIT;")
     return "\n".join(lines) + "\n"
+
+
+def _printable(statement: str, dialect: Dialect) -> str:
+    """One statement for a script: the MariaDB client needs another delimiter around a
+    trigger body, whose statements end in ``;``."""
+    if dialect.transactional_ddl or not _BODY_BEGIN.search(statement):
+        return f"{statement};"
+    return f"DELIMITER //\n{statement}//\nDELIMITER ;"
 
 
 def applied_versions(conn: Connection) -> list[int]:

@@ -88,6 +88,11 @@ def _in_one_statement(conn: Connection, p: OutboxHandoff) -> Outcome:
         if error_code(exc) == INVALID_TEXT:
             raise _NeedsPythonVerify() from exc
         raise
-    claimed, handed_off, failed_ids, reasons, _woken = rows[0]
+    claimed, handed_off, failed_ids, reasons, _woken, moved = rows[0]
+    if moved != handed_off:  # rows are locked by this statement: a broken invariant
+        raise DatabaseError(
+            f"relay batch aborted: {moved} rows left the outbox, {handed_off} reached the queue",
+            operation="relay batch",
+        )
     failed = tuple(zip(failed_ids or (), reasons or (), strict=True))
     return int(claimed), int(handed_off), failed

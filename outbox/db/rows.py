@@ -160,9 +160,11 @@ class QueueCounts:
 
 @dataclass(frozen=True, slots=True)
 class IntentCounts:
-    """Outbox rows by state, the oldest pending one's creation time and the clock."""
+    """Outbox rows by state, key rows, the oldest pending one's creation time and the
+    clock."""
 
     by_state: dict[str, int]
+    keys: int
     oldest_pending_ms: int | None
     now_ms: int
 

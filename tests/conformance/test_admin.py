@@ -123,7 +123,7 @@ def test_retry_returns_a_repaired_intent_to_pending_and_the_relay_hands_it_off(
     assert admin.retry(conn, mid) == "requeued"
     assert outbox_rows(conn)[mid] == ("pending", None, False)
     _run(database)
-    assert outbox_rows(conn)[mid] == ("published", None, True)
+    assert outbox_rows(conn)[mid] == ("handed_off", None, True)
     assert queued_ids(conn) == [mid]
 
 
@@ -184,26 +184,52 @@ def test_retry_names_unknown_pending_and_malformed_ids(
     assert outbox_rows(conn)[mid] == ("pending", None, False)
 
 
-def _age_published(conn: Connection, message_id: str, days: float) -> None:
-    set_column(conn, message_id, "published_at", db_now_ms(conn) - int(days * DAY_MS))
+def _age_key(conn: Connection, message_id: str, days: float) -> None:
+    """Make the key row of ``message_id`` look recorded ``days`` ago."""
+    at = db_now_ms(conn) - int(days * DAY_MS)
+    conn.execute_sql(
+        f"UPDATE outbox_keys SET created_at = {at} WHERE message_id = '{message_id}'"
+    )
 
 
-def test_prune_deletes_old_published_tombstones_oldest_first_within_the_limit(
+def _keys(conn: Connection) -> set[str]:
+    return {r[0] for r in conn.execute_sql("SELECT message_id FROM outbox_keys")}
+
+
+def test_prune_deletes_old_keys_of_handed_off_intents_oldest_first_within_the_limit(
     database: Database, db_url: str, conn: Connection
 ) -> None:
     ids = record_many(db_url, [f"p{i}" for i in range(6)])
     set_column(conn, ids[5], "payload", "[")
-    _run(database)  # ids[0..4] published, ids[5] failed
+    _run(database)  # ids[0..4] handed off, ids[5] quarantined
     for mid, days in zip(ids[:5], (40, 35, 31, 5, 1), strict=True):
-        _age_published(conn, mid, days)
+        _age_key(conn, mid, days)
     pending = record_many(db_url, ["p-pending"])
+    _age_key(conn, ids[5], 90)  # old, but quarantined: its key stays
+    _age_key(conn, pending[0], 90)  # old, but pending: its key stays
     assert admin.prune(conn, 30, limit=2, batch=1) == 2
-    assert set(outbox_rows(conn)) == set(ids[2:]) | set(pending)
+    assert _keys(conn) == set(ids[2:]) | set(pending)
     assert admin.prune(conn, 30) == 1
-    assert set(outbox_rows(conn)) == set(ids[3:]) | set(pending)
+    assert _keys(conn) == set(ids[3:]) | set(pending)
     assert admin.prune(conn, 0) == 2
+    assert _keys(conn) == {ids[5], pending[0]}
     rows = outbox_rows(conn)
     assert rows == {ids[5]: ("failed", "invalid_json", False), pending[0]: ("pending", None, False)}
+    status = outbox_status.status(conn).outbox
+    assert (status.pending, status.failed, status.published) == (1, 1, 0)
+
+
+def test_status_counts_published_as_the_keys_of_handed_off_intents(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    record_many(db_url, ["s1", "s2", "s3"])
+    assert outbox_status.status(conn).outbox.published == 0
+    _run(database)
+    record_many(db_url, ["s4"])
+    counts = outbox_status.status(conn).outbox
+    assert (counts.pending, counts.published, counts.failed) == (1, 3, 0)
+    admin.prune(conn, 0)
+    assert outbox_status.status(conn).outbox.published == 0
 
 
 def test_prune_ends_deduplication_for_the_pruned_keys(

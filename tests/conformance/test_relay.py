@@ -57,7 +57,7 @@ def test_relay_hands_off_pending_intents_once_oldest_first(
         assert (second.claimed, second.handed_off) == (2, 2)
         assert relay.run_once().claimed == 0
     assert queued_ids(conn) == ids
-    assert outbox_rows(conn) == {i: ("published", None, True) for i in ids}
+    assert outbox_rows(conn) == {i: ("handed_off", None, True) for i in ids}
 
 
 def test_relay_copies_the_job_into_the_queue_row(
@@ -75,14 +75,15 @@ def test_relay_copies_the_job_into_the_queue_row(
     after = db_now_ms(conn)
     rows = conn.execute_sql(
         "SELECT j.message_id, j.queue, j.job_name, j.payload, j.attempts, j.max_attempts,"
-        " j.available_at, j.created_at, j.reserved_by, m.published_at FROM outbox_jobs j"
-        " JOIN outbox_messages m ON m.message_id = j.message_id"
+        " j.available_at, j.created_at, j.reserved_by, k.created_at FROM outbox_jobs j"
+        " JOIN outbox_keys k ON k.message_id = j.message_id"
     )
-    [(m, queue, name, payload, attempts, max_attempts, available_at, created, by, pub)] = rows
+    [(m, queue, name, payload, attempts, max_attempts, available_at, created, by, keyed)] = rows
     assert (m, queue, name, payload) == (mid, "mail", "mail.send", '{"n":[1,2],"to":"é"}')
     assert (attempts, max_attempts, by) == (0, 7, None)
     assert before <= created == available_at <= after
-    assert before <= pub <= after
+    assert keyed <= before  # the key row stays, as recorded
+    assert outbox_rows(conn) == {mid: ("handed_off", None, True)}  # the intent moved
 
 
 def test_relay_hands_off_future_intents_early_but_keeps_their_time(
@@ -144,7 +145,7 @@ def test_relay_quarantines_corrupt_rows_and_hands_off_their_peers(
     for mid, reason in expected.items():
         assert rows[mid] == ("failed", reason, False)
     for mid in good_before + good_after:
-        assert rows[mid] == ("published", None, True)
+        assert rows[mid] == ("handed_off", None, True)
     quarantined = {e["message_id"]: e["reason"] for e in logs if e["event"] == "relay.quarantined"}
     assert quarantined == expected
     assert set(expected.values()) <= set(REASONS)

@@ -46,10 +46,11 @@ FROM outbox_messages,
 WHERE id IN :ids AND state = 'pending'
 ORDER BY id;
 
--- name: relay_mark_published
-UPDATE outbox_messages
-SET state = 'published', payload = NULL,
-    published_at = {now_ms}
+-- name: relay_delete_moved
+-- The handed-off rows leave the outbox (their key rows stay in outbox_keys). The rows
+-- were selected FOR UPDATE by relay_claim: select-then-delete under the row locks,
+-- since MySQL 8 has no DELETE ... RETURNING.
+DELETE FROM outbox_messages
 WHERE id IN :ids AND state = 'pending';
 
 -- name: relay_mark_failed

@@ -1,8 +1,9 @@
 -- name: relay_handoff
 -- One whole batch in one statement (one round trip): lock the oldest pending rows,
--- verify each in SQL, copy the valid ones into the queue, mark every claimed row
--- published (payload cleared) or failed (with a reason code), and, when :notify is
--- true and anything was handed off, NOTIFY idle workers (delivered at commit).
+-- verify each in SQL, move the valid ones into the queue (insert there, delete here:
+-- their key rows stay in outbox_keys), mark the others failed (with a reason code),
+-- and, when :notify is true and anything was handed off, NOTIFY idle workers
+-- (delivered at commit).
 -- The reason codes and their order match outbox.relay.verify.reason_for.
 -- PostgreSQL 15 has no JSON validity test that cannot raise: a payload that is not
 -- JSON makes the ::json cast fail with SQLSTATE 22P02 and the relay verifies that
@@ -45,29 +46,30 @@ WITH claimed AS MATERIALIZED (
     WHERE k.reason IS NULL
     ORDER BY k.id
     RETURNING 1
-), upd AS (
-    UPDATE outbox_messages m SET
-        state = CASE WHEN k.reason IS NULL THEN 'published' ELSE 'failed' END,
-        payload = CASE WHEN k.reason IS NULL THEN NULL ELSE m.payload END,
-        published_at = CASE WHEN k.reason IS NULL THEN clock.now_ms END,
-        failed_at = CASE WHEN k.reason IS NULL THEN NULL ELSE clock.now_ms END,
-        failure_reason = k.reason
-    FROM checked k, clock
+), moved AS (
     -- By physical address: the rows are locked by this statement and not yet changed,
     -- so their ctid is stable, and a TID join fetches each one directly whatever the
     -- statistics say. (A join on id picked a hash join over the whole table, and
-    -- "id = ANY(ARRAY(...))" a per-row rescan when stats said nothing was pending:
-    -- 2,600 rows/s against 27,000 with a 300k-row table.)
-    WHERE m.ctid = k.row_ctid
+    -- "id = ANY(ARRAY(...))" a per-row rescan when stats said nothing was pending.)
+    DELETE FROM outbox_messages m
+    USING checked k
+    WHERE m.ctid = k.row_ctid AND k.reason IS NULL
+    RETURNING m.message_id
+), quarantined AS (
+    UPDATE outbox_messages m SET
+        state = 'failed', failed_at = clock.now_ms, failure_reason = k.reason
+    FROM checked k, clock
+    WHERE m.ctid = k.row_ctid AND k.reason IS NOT NULL
     RETURNING m.message_id, k.reason
 )
 SELECT
-    (SELECT count(*) FROM upd),
+    (SELECT count(*) FROM checked),
     (SELECT count(*) FROM ins),
-    (SELECT array_agg(message_id ORDER BY message_id) FROM upd WHERE reason IS NOT NULL),
-    (SELECT array_agg(reason ORDER BY message_id) FROM upd WHERE reason IS NOT NULL),
+    (SELECT array_agg(message_id ORDER BY message_id) FROM quarantined),
+    (SELECT array_agg(reason ORDER BY message_id) FROM quarantined),
     (SELECT count(*) FROM (SELECT pg_notify('outbox_jobs', '') FROM ins
-                           WHERE :notify LIMIT 1) AS woken);
+                           WHERE :notify LIMIT 1) AS woken),
+    (SELECT count(*) FROM moved);
 
 -- name: relay_claim_rows
 -- The Python verifier's claim: the oldest pending rows, locked, with every column the
@@ -90,10 +92,9 @@ FROM outbox_messages,
 WHERE id = ANY(:ids) AND state = 'pending'
 ORDER BY id;
 
--- name: relay_mark_published
-UPDATE outbox_messages
-SET state = 'published', payload = NULL,
-    published_at = {now_ms}
+-- name: relay_delete_moved
+-- The handed-off rows leave the outbox (their key rows stay in outbox_keys).
+DELETE FROM outbox_messages
 WHERE id = ANY(:ids) AND state = 'pending';
 
 -- name: relay_mark_failed

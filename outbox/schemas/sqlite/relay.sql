@@ -46,10 +46,9 @@ FROM outbox_messages,
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
 ORDER BY id;
 
--- name: relay_mark_published
-UPDATE outbox_messages
-SET state = 'published', payload = NULL,
-    published_at = {now_ms}
+-- name: relay_delete_moved
+-- The handed-off rows leave the outbox (their key rows stay in outbox_keys).
+DELETE FROM outbox_messages
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending';
 
 -- name: relay_mark_failed
