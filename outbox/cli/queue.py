@@ -67,7 +67,13 @@ def parse_queues(specs: tuple[str, ...]) -> dict[str, int | None]:
 @click.argument("queues", nargs=-1, metavar="QUEUE[=CAP]...")
 @click.option("--app", envvar="OUTBOX_APP", required=True, help="MODULE:ATTR of a Registry.")
 @click.option("--concurrency", type=click.IntRange(1), help="Cap of queues given without one.")
-@click.option("--prefetch", type=click.IntRange(1), default=10, show_default=True)
+@click.option(
+    "--prefetch",
+    type=click.IntRange(1),
+    default=None,
+    help="Jobs claimed ahead of those running, per queue.  [default: adaptive: up to 500 "
+    "while handlers are quick, one per slot when they are slow]",
+)
 @click.option("--lease", type=click.FloatRange(0.3), default=30.0, show_default=True)
 @click.option("--sleep", type=click.FloatRange(0.001), default=1.0, show_default=True)
 @click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True)
@@ -81,7 +87,7 @@ def worker_command(
     queues: tuple[str, ...],
     app: str,
     concurrency: int | None,
-    prefetch: int,
+    prefetch: int | None,
     lease: float,
     sleep: float,
     grace: float,

@@ -7,10 +7,11 @@ the reaper. Handlers never touch that connection, so the dispatcher stays respon
 however long they run, and leases are renewed on time.
 
 Per queue, a worker holds at most ``cap + prefetch`` jobs: up to ``cap`` running and up
-to ``prefetch`` claimed ahead. It tops the queue up as soon as half the prefetch (at
-least one job) is free, before the handlers run dry, and the acknowledgements of jobs
-finished meanwhile ride along in that claim's round trip; an ack goes alone only when
-no claim is coming (queue dry, limit reached, stopping) or after ``ACK_DELAY_S``.
+to ``prefetch`` claimed ahead (adaptive by default: ``outbox.queue.prefetch``). It tops
+the queue up as soon as half the prefetch (at least one job) is free, before the
+handlers run dry, and the acknowledgements of jobs finished meanwhile ride along in that
+claim's round trip; an ack goes alone only when no claim is coming (queue dry, limit
+reached, stopping) or after ``ACK_DELAY_S``.
 Sync handlers run on ``cap`` threads per queue, async handlers as tasks on one
 event loop (at most ``cap`` at a time per queue).
 
@@ -49,6 +50,7 @@ from outbox.db.listen import Listener
 from outbox.db.rows import ClaimedJob
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
 from outbox.queue.execute import AsyncPool, JobTimeout, Kind, Outcome, Runner, SyncPool, failure_of
+from outbox.queue.prefetch import Prefetch
 from outbox.queue.registry import Registry
 from outbox.queue.settle import UNKNOWN_JOB, Settler
 
@@ -80,6 +82,7 @@ class Worker:
         self.worker_id = new_worker_id()
         self.stats = WorkerStats()
         self._caps = self.config.caps()
+        self._prefetch = {q: Prefetch(cap, self.config.prefetch) for q, cap in self._caps.items()}
         self._lease_ms = round(self.config.lease * 1000)
         self._results: SimpleQueue[Any] = SimpleQueue()
         self._stopping = threading.Event()
@@ -157,7 +160,8 @@ class Worker:
         """Run until stopped, empty (``stop_when_empty``) or a limit; return the stats."""
         self._start_pools()
         listener = self.listener = self._start_listener()
-        self._log.info("worker.started", queues=self._caps, prefetch=self.config.prefetch)
+        prefetch = "adaptive" if self.config.prefetch is None else self.config.prefetch
+        self._log.info("worker.started", queues=self._caps, prefetch=prefetch)
         try:
             self._loop()
         finally:
@@ -236,6 +240,7 @@ class Worker:
                 self._db.heartbeat([*self._held.values(), *self._to_ack])
                 next_beat = now + cfg.lease / 3
             self._check_timeouts(now)
+            self._check_stalls(now)
             if self._stop_reason:
                 if self._stop_step(now):
                     return
@@ -250,8 +255,9 @@ class Worker:
         now = self._clock()
         for queue, cap in self._caps.items():
             while self._has_room(queue, cap, now):
-                room = cap + self.config.prefetch - self._held_per_queue[queue]
-                limit = self._within_max_jobs(min(self.config.prefetch, room))
+                prefetch = self._prefetch[queue].value
+                room = cap + prefetch - self._held_per_queue[queue]
+                limit = self._within_max_jobs(min(prefetch, room))
                 if limit <= 0:
                     break
                 jobs = self._claim(queue, limit)
@@ -266,9 +272,13 @@ class Worker:
     def _has_room(self, queue: str, cap: int, now: float) -> bool:
         """Claim for ``queue`` now? Once half the prefetch is free: big enough batches
         to keep round trips few, early enough that the handlers never wait on one."""
-        prefetch = self.config.prefetch
+        prefetch = self._prefetch[queue].value
         free = cap + prefetch - self._held_per_queue[queue]
-        return free >= max(1, prefetch // 2) and self._dry.get(queue, 0) <= now
+        return (
+            free >= max(1, prefetch // 2)
+            and self._dry.get(queue, 0) <= now
+            and not self._stalled(queue)
+        )
 
     def _within_max_jobs(self, limit: int) -> int:
         if self.config.max_jobs is None:
@@ -319,8 +329,8 @@ class Worker:
         if not self._should_block():
             return
         timeout = min(until_timer, self._next_dry() - self._clock(), 60.0)
-        if self._started:
-            timeout = min(timeout, 0.1)  # sync handlers with a timeout are watched
+        if self._started or self._buffered():
+            timeout = min(timeout, 0.1)  # timeouts and stalls are watched
         if self._stop_deadline is not None:
             timeout = min(timeout, self._stop_deadline - self._clock())
         if self._to_ack:
@@ -382,6 +392,8 @@ class Worker:
             return
         outcome: Outcome = item
         job = outcome.job
+        if outcome.ran_s is not None:
+            self._prefetch[job.queue].observe(outcome.ran_s)
         self._started.pop(job.id, None)
         if job.id in self._abandoned:
             self._abandoned.discard(job.id)
@@ -440,6 +452,31 @@ class Worker:
                 self._forget(job)
                 exc = JobTimeout(f"the handler ran past its {handler.timeout} s timeout")
                 self._fail(job, Outcome(Kind.FAILED, job, failure_of(exc)))
+
+    def _buffered(self) -> bool:
+        """Are sync jobs waiting unstarted in an adaptive queue's buffer?"""
+        return any(
+            self._prefetch[q].adaptive and pool.waiting() for q, pool in self._sync_pools.items()
+        )
+
+    def _stalled(self, queue: str) -> bool:
+        """Has every thread of an adaptive sync queue been busy far longer than its usual
+        run time? Then nothing more is claimed for it until one is free."""
+        prefetch, pool = self._prefetch[queue], self._sync_pools.get(queue)
+        if pool is None or not prefetch.adaptive:
+            return False
+        return pool.stalled_for(time.monotonic()) >= prefetch.stall_after_s()
+
+    def _check_stalls(self, now: float) -> None:
+        """A stalled queue hands its unstarted jobs back so that other workers run them."""
+        for queue, pool in self._sync_pools.items():
+            if not pool.waiting() or not self._stalled(queue):
+                continue
+            self._prefetch[queue].stalled()
+            waiting = [job for job, _ in pool.drain()]
+            if waiting:
+                self._log.info("worker.prefetch_returned", queue=queue, jobs=len(waiting))
+                self._release_unspent(waiting)
 
     # -- stopping -----------------------------------------------------------------
 
