@@ -21,11 +21,12 @@ from outbox.relay import Relay
 from tests.fixtures.databases import raw_connect
 
 ACTOR = Path(__file__).with_name("v1_actor.py")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def v1(v1_package: Path, url: str, *args: str) -> dict[str, Any]:
     """Run the version-1 actor; its one JSON line."""
-    env = {**os.environ, "PYTHONPATH": str(v1_package)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(v1_package), str(ROOT)])}
     done = subprocess.run(
         [sys.executable, str(ACTOR), url, *args],
         env=env,

@@ -16,14 +16,13 @@ from typing import Any
 
 from outbox.db.connection import Database
 from outbox.relay import Relay, admin
-from tests.upgrade.test_migration_2 import ACTOR, migrate_v2, v1
+from tests.upgrade.test_migration_2 import ACTOR, ROOT, migrate_v2, v1
 
-ROOT = Path(__file__).resolve().parents[2]
 KEYS = 60
 
 
 def start(package: Path, url: str, *args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(package)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(package), str(ROOT)])}
     return subprocess.Popen(
         [sys.executable, str(ACTOR), url, *args],
         env=env,

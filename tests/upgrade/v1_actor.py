@@ -1,5 +1,6 @@
 """Drives the version-1 package (commit ee0df54) against a database: run as a script with
-``PYTHONPATH`` pointing at that package, so ``import outbox`` is version 1.
+``PYTHONPATH`` holding that package first (so ``import outbox`` is version 1), then this
+repository (for ``tests.fixtures``).
 
     python v1_actor.py URL migrate
     python v1_actor.py URL populate          rows in every v1 state (prints a JSON summary)
@@ -14,12 +15,9 @@ Each prints one JSON line: what it did, message ids by key, error classes (never
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
 import time
 from typing import Any
-
-from sqlalchemy.engine import make_url
 
 import outbox
 from outbox import Job, record
@@ -28,36 +26,13 @@ from outbox.errors import IdempotencyConflict, RetryTransaction
 from outbox.queue.registry import Registry
 from outbox.queue.worker import Worker, WorkerConfig
 from outbox.relay import Relay
-
-
-def _app(url: str) -> Any:
-    u = make_url(url)
-    kind = u.drivername.split("+")[0]
-    if kind == "sqlite":
-        return sqlite3.connect(u.database, timeout=30)
-    if kind.startswith("postgres"):
-        import psycopg
-
-        q = {k: str(v) for k, v in u.query.items()}
-        return psycopg.connect(
-            host=u.host, port=u.port, user=u.username, password=u.password, dbname=u.database, **q
-        )
-    import pymysql
-
-    return pymysql.connect(
-        host=u.host or "127.0.0.1",
-        port=u.port or 3306,
-        user=u.username or "root",
-        password=u.password or "",
-        database=u.database,
-        charset="utf8mb4",
-    )
+from tests.fixtures.databases import raw_connect
 
 
 def _record(url: str, key: str, job: Job) -> str:
     """One business transaction recording ``job`` under ``key``: the id, or the error."""
     for _ in range(20):
-        app = _app(url)
+        app = raw_connect(url)
         try:
             mid = record(app, key, job)
             app.commit()

@@ -6,16 +6,6 @@ INSERT INTO outbox_keys (key_digest, message_id, fingerprint, created_at)
 VALUES (:key_digest, :message_id, :fingerprint, {now_ms})
 ON DUPLICATE KEY UPDATE key_digest = key_digest;
 
--- name: record_insert_intent
--- The intent, only if the key row just written is its own.
-INSERT INTO outbox_messages
-    (message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
-     available_at, state, created_at, keyed)
-SELECT k.message_id, k.key_digest, k.fingerprint, :job_name, :queue, :payload,
-    :max_attempts, :available_at, 'pending', k.created_at, 1
-FROM outbox_keys AS k
-WHERE k.key_digest = :key_digest AND k.message_id = :message_id;
-
 -- name: record_lookup
 -- A locking read: it sees the latest committed row even under REPEATABLE READ,
 -- where a plain SELECT would read the transaction's old snapshot.

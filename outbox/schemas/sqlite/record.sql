@@ -6,16 +6,6 @@ VALUES (:key_digest, :message_id, :fingerprint, {now_ms})
 ON CONFLICT (key_digest) DO NOTHING
 RETURNING message_id;
 
--- name: record_insert_intent
--- The intent, only if the key row just written is its own.
-INSERT INTO outbox_messages
-    (message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
-     available_at, state, created_at, keyed)
-SELECT k.message_id, k.key_digest, k.fingerprint, :job_name, :queue, :payload,
-    :max_attempts, :available_at, 'pending', k.created_at, 1
-FROM outbox_keys AS k
-WHERE k.key_digest = :key_digest AND k.message_id = :message_id;
-
 -- name: record_lookup
 SELECT message_id, fingerprint FROM outbox_keys WHERE key_digest = :key_digest;
 
