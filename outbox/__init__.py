@@ -6,12 +6,14 @@ committed intents into the queue; workers run them at least once.
 
 from outbox.errors import PermanentFailure
 from outbox.job import Job
+from outbox.queue.backoff import Backoff
 from outbox.queue.registry import Registry
 from outbox.record import record, record_async, record_many, record_many_async
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Backoff",
     "Job",
     "PermanentFailure",
     "Registry",

@@ -21,9 +21,10 @@ from typing import Any
 from outbox.db.connection import Connection, Database
 from outbox.errors import DatabaseError
 from outbox.queue import ops
+from outbox.queue.backoff import DEFAULT_BACKOFF
 from outbox.queue.config import WorkerStats
 from outbox.queue.ops import ClaimedJob, Failure
-from outbox.queue.registry import Registry
+from outbox.queue.registry import Handler, Registry
 
 UNKNOWN_JOB = "UnknownJob"
 UNKNOWN_DELAY_MS = 60_000
@@ -89,7 +90,7 @@ class Settler:
                 event = "job.dead"
             else:
                 handler = self.registry.get(job.job_name)
-                delay_ms = handler.backoff.delay_ms(job.attempts) if handler else UNKNOWN_DELAY_MS
+                delay_ms = _retry_delay_ms(handler, job.attempts)
                 ok = ops.release(conn, self.worker_id, job, delay_ms, failure.exception_class)
                 self.stats.retried += int(ok)
                 event = "job.retry"
@@ -185,3 +186,13 @@ class Settler:
         self.in_trouble = True
         self.close()
         time.sleep(self.pause_s)
+
+
+def _retry_delay_ms(handler: Handler | None, attempt: int) -> int:
+    """The handler's backoff; one that raises falls back to the default, never kills the worker."""
+    if handler is None:
+        return UNKNOWN_DELAY_MS
+    try:
+        return int(handler.backoff.delay_ms(attempt))
+    except Exception:
+        return DEFAULT_BACKOFF.delay_ms(attempt)

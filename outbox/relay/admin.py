@@ -8,9 +8,10 @@ transaction that requeues it, and never echoes it back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
+import orjson
 import structlog
 
 from outbox.db.connection import Connection
@@ -21,6 +22,7 @@ from outbox.errors import (
     RetryRefused,
 )
 from outbox.ids import is_message_id
+from outbox.job import canonical_json
 from outbox.relay.verify import StoredIntent, reason_for, refingerprint
 
 log = structlog.get_logger("outbox.relay")
@@ -63,11 +65,17 @@ class Status:
     queues: dict[str, QueueCounts] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        """The shape ``outbox status --json`` prints (the contract names its keys)."""
-        return {
-            "outbox": asdict(self.outbox),
-            "queues": {name: asdict(q) for name, q in sorted(self.queues.items())},
+        """The shape ``outbox status --json`` prints (the contract names its keys).
+
+        ``quarantined`` and ``dead_letters`` are the words the CLI uses; ``failed`` and
+        ``dead`` are kept beside them, same values, for readers written before.
+        """
+        outbox = asdict(self.outbox)
+        outbox["quarantined"] = self.outbox.failed
+        queues = {
+            name: {**asdict(q), "dead_letters": q.dead} for name, q in sorted(self.queues.items())
         }
+        return {"outbox": outbox, "queues": queues}
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +128,8 @@ def failed(conn: Connection, limit: int = 50) -> list[FailedIntent]:
     """Quarantined intents, oldest first: id, reason code and times, never the payload."""
     if limit < 1:
         raise ValueError("limit must be at least 1")
-    rows = conn.read(lambda c: c.execute("failed_list", {"limit": limit}), operation="failed")
+    params = {"limit": limit}
+    rows = conn.read(lambda c: c.execute("failed_list", params), operation="list quarantined")
     return [FailedIntent(str(m), r, int(c), None if f is None else int(f)) for m, r, c, f in rows]
 
 
@@ -154,13 +163,15 @@ def _retry(
         raise RetryRefused(f"message {message_id} is {state}, not failed; only failed ones retry")
     intent = StoredIntent(row_id, message_id, *columns)
     if not accept_current:
-        reason = reason_for(intent)
+        canonical = _canonical(intent)
+        reason = reason_for(canonical)
         if reason is not None:
-            raise RetryRefused(
-                f"message {message_id} still does not verify ({reason}); repair the row, or "
-                "pass --accept-current to accept its current contents and re-fingerprint it"
-            )
-        conn.execute_count("retry_requeue", {"id": row_id})
+            raise RetryRefused(_still_fails(message_id, reason))
+        if canonical.payload == intent.payload:
+            conn.execute_count("retry_requeue", {"id": row_id})
+        else:  # stored canonically again, under the fingerprint it was recorded with
+            params = {"id": row_id, "payload": canonical.payload, "fingerprint": intent.fingerprint}
+            conn.execute_count("retry_accept", params)
         log.info("relay.retry", message_id=message_id, accepted=False)
         return "requeued"
     try:
@@ -173,6 +184,35 @@ def _retry(
     conn.execute_count("retry_accept", params)
     log.info("relay.retry", message_id=message_id, accepted=True)
     return "accepted"
+
+
+def _canonical(intent: StoredIntent) -> StoredIntent:
+    """The intent with its payload in canonical form, when it is JSON at all.
+
+    The fingerprint covers the canonical payload, so a repair that is valid JSON but
+    spaced or ordered differently (as an editor or ``jsonb`` writes it) still verifies.
+    """
+    if not isinstance(intent.payload, str):
+        return intent
+    try:
+        payload = canonical_json(orjson.loads(intent.payload))
+    except (orjson.JSONDecodeError, InvalidJob):
+        return intent
+    return replace(intent, payload=payload)
+
+
+def _still_fails(message_id: str, reason: str) -> str:
+    what = (
+        "its job name, queue, payload, max_attempts or available_at differs from what was "
+        "recorded (the payload is compared as canonical JSON: spacing and key order do not "
+        "matter, values and types do); restore the recorded values"
+        if reason == "fingerprint_mismatch"
+        else "repair the row"
+    )
+    return (
+        f"message {message_id} still does not verify ({reason}): {what}, or pass "
+        "--accept-current to accept its current contents and re-fingerprint it"
+    )
 
 
 def prune(
