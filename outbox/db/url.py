@@ -120,8 +120,8 @@ def postgresql_args(url: URL) -> dict[str, Any]:
                 f"the database URL gives {keyword!r} twice (in the address and as ?{key}=); "
                 "keep one"
             )
-        if isinstance(value, tuple):
-            args.update(_multi_host(key, value))
+        if isinstance(value, tuple) or (key == "host" and value.count(":") == 1):
+            args.update(_multi_host(key, value if isinstance(value, tuple) else (value,)))
         else:
             args[keyword] = value
     _check_libpq_keywords(args)
@@ -130,12 +130,13 @@ def postgresql_args(url: URL) -> dict[str, Any]:
 
 
 def _multi_host(key: str, values: tuple[str, ...]) -> dict[str, str]:
-    """SQLAlchemy's ``?host=a:5432&host=b:5433`` as libpq's ``host=a,b port=5432,5433``."""
+    """SQLAlchemy's ``?host=a:5432&host=b:5433`` (or one ``?host=a:5432``) as libpq's
+    ``host=a,b port=5432,5433``."""
     if key != "host":
         raise ConfigurationError(f"the database URL gives ?{key}= more than once")
     hosts, ports = [], []
     for value in values:
-        host, _, port = value.rpartition(":") if ":" in value else (value, "", "")
+        host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
         hosts.append(host)
         ports.append(port)
     out = {"host": ",".join(hosts)}
