@@ -25,7 +25,7 @@ from outbox.schemas import LATEST, migrate, render_sql
 def migrate_command(cli: CliContext, print_sql: bool, dialect: str | None) -> None:
     """Create or upgrade the outbox tables. Idempotent; safe to run from two processes.
 
-    The only command that creates a SQLite database file.
+    With `outbox demo`, the only command that creates a SQLite database file.
     """
     if dialect and not print_sql:
         raise click.UsageError("--dialect goes with --sql")

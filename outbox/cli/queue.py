@@ -118,8 +118,9 @@ def worker_command(
     stop_when_empty: bool,
     once: bool,
 ) -> None:
-    """Run jobs from QUEUE... (default: "default"); "search=8" caps that queue at 8.
+    """Run the jobs of the queues named (default: "default") until stopped.
 
+    QUEUE=CAP caps one queue: "search=8" runs at most 8 of its jobs at once.
     Before it starts, the database must have the outbox tables (else: exit 1, saying to
     run `outbox migrate`); a database that is down is waited for. SIGTERM/SIGINT stop
     gracefully: no new claims, unstarted jobs go back without spending an attempt,

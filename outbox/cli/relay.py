@@ -129,9 +129,10 @@ def _summary(totals: RunTotals) -> str:
 def status_command(
     cli: CliContext, as_json: bool, max_pending: int | None, max_age: float | None
 ) -> None:
-    """Intents by state (pending, published, quarantined), the oldest pending one's age,
-    and jobs per queue (ready, delayed, reserved, dead letters).
+    """Counts of intents and of jobs per queue; exit 3 past a threshold.
 
+    Intents by state (pending, published, quarantined) and the oldest pending one's age;
+    jobs per queue (ready, delayed, reserved, dead letters).
     Exits 3 when --max-pending or --max-age is exceeded (for cron and health checks).
     --json keeps the older keys "failed" (= "quarantined") and "dead" (= "dead_letters").
     """
@@ -188,9 +189,9 @@ def _exceeded(o: admin.OutboxCounts, max_pending: int | None, max_age: float | N
 @click.argument("limit", type=click.IntRange(min=1), default=50)
 @pass_cli
 def failed_command(cli: CliContext, limit: int) -> None:
-    """List up to LIMIT (default 50) quarantined intents, oldest first: id, reason code,
-    times (UTC).
+    """List quarantined intents, oldest first: id, reason code, times (UTC).
 
+    Up to LIMIT (default 50).
     Quarantined: the relay found the row did not verify, so it stays in the outbox and
     never ran. Payloads are never shown. Repair a row, then `outbox retry MESSAGE_ID`.
     (Jobs that ran and used up their attempts are dead letters: `outbox queue failed`.)
