@@ -78,7 +78,7 @@ def hoist_globals(args: Sequence[str]) -> list[str]:
         if token == "--":
             rest.extend(args[i:])
             break
-        if token in GLOBAL_WITH_VALUE and i + 1 < len(args):
+        if token in GLOBAL_WITH_VALUE:  # a missing value is then reported by the root
             front.extend(args[i : i + 2])
             i += 2
             continue

@@ -190,6 +190,7 @@ def test_demo_runs_green_on_a_fresh_sqlite_file(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "check: OK" in out
+    assert "set to fail once" in out.splitlines()[1]  # said up front, before the figures
     assert "dead-lettered            1" in out
     assert "12 rolled back" in out
     assert (tmp_path / "outbox.db").exists()
