@@ -17,7 +17,8 @@ import click
 from outbox import log
 from outbox.cli import conventions, migrate, queue, relay
 from outbox.cli.context import CliContext
-from outbox.errors import OutboxError
+from outbox.db.connection import Database
+from outbox.errors import ConfigurationError, OutboxError
 
 EXIT_ERROR = 1
 HELP_WIDTH = 100  # --help is laid out alike everywhere, so the README can quote it exactly
@@ -42,6 +43,16 @@ class _Group(click.Group):
             ctx.exit(EXIT_ERROR)
 
 
+def _check_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A URL we cannot use is a usage error, found before any command runs; the message
+    names the part that is wrong, never a value (it may be a password)."""
+    try:
+        Database(value)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
 @click.group(
     cls=_Group, context_settings={"max_content_width": HELP_WIDTH, "terminal_width": HELP_WIDTH}
 )
@@ -49,6 +60,7 @@ class _Group(click.Group):
     "--database-url",
     envvar="OUTBOX_DATABASE_URL",
     default="sqlite:///outbox.db",
+    callback=_check_url,
     show_default=True,
     help="sqlite:///PATH, postgresql://USER@HOST/DB or mysql://USER@HOST/DB; the query may "
     "carry libpq keywords (?host=/var/run/postgresql) or PyMySQL's (?unix_socket=...).",

@@ -171,6 +171,21 @@ def test_malformed_arguments_exit_2_before_touching_the_database(
     assert not (tmp_path / "outbox.db").exists()
 
 
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("ftp://host/db", "unsupported database URL scheme 'ftp'"),
+        ("postgresql://u@h/db?colour=blue", "colour"),
+        ("mysql://u@h/db?bogus=1", "bogus"),
+        ("mysql://u@h/db?connect_timeout=soon", "connect_timeout"),
+    ],
+)
+def test_a_database_url_we_cannot_use_is_a_usage_error(url: str, named: str) -> None:
+    result = cli("status", "--database-url", url)
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--database-url'" in result.stderr and named in result.stderr
+
+
 @pytest.mark.parametrize(("path", "command"), LEAVES, ids=LEAF_IDS)
 def test_every_command_exits_2_on_an_unknown_option(
     path: tuple[str, ...], command: click.Command, tmp_path: Path

@@ -176,7 +176,7 @@ def test_mariadb_urls_pass_on_what_pymysql_takes_and_refuse_the_rest(
         assert result.exit_code == 0, result.output
     for query, named in (("bogus=1", "bogus"), ("connect_timeout=soon", "connect_timeout")):
         refused = cli(f"{db_url}?{query}&password={SECRET}", "status")
-        assert refused.exit_code == 1
+        assert refused.exit_code == 2  # a URL we cannot use is a usage error
         assert named in refused.stderr and SECRET not in refused.output
 
 
@@ -196,6 +196,8 @@ def test_no_secret_from_any_part_of_a_url_reaches_an_error(tmp_path: Path) -> No
 
 
 def test_a_url_parameter_libpq_does_not_know_is_refused_when_given() -> None:
+    refused = cli(f"postgresql://u@h/db?colour=blue&password={SECRET}", "status")
+    assert refused.exit_code == 2 and "colour" in refused.stderr and SECRET not in refused.output
     with pytest.raises(ConfigurationError, match=r"unknown PostgreSQL URL parameter.*colour"):
         Database(f"postgresql://u@h/db?colour=blue&password={SECRET}")
     with pytest.raises(ConfigurationError, match="gives 'user' twice"):
