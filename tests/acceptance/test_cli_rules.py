@@ -53,26 +53,21 @@ def cli(*args: str, env: dict[str, str] | None = None) -> Result:
 
 @pytest.mark.parametrize(("path", "option"), OPTIONS, ids=lambda v: getattr(v, "name", None))
 def test_every_option_reads_outbox_command_option_and_nothing_else(
-    path: tuple[str, ...], option: click.Option
+    path: tuple[str, ...], option: click.Option, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     longest = max((o for o in option.opts if o.startswith("--")), key=len)
     wanted = "_".join(["OUTBOX", *path, longest[2:]]).upper().replace("-", "_")
     assert env_name(path, option) == wanted
     assert isinstance(option.envvar, list) and option.envvar[0] == wanted
     assert not option.allow_from_autoenv and option.show_envvar
-    command = main
+    command: click.Command = main
     for name in path:
-        command = command.commands[name]  # type: ignore[attr-defined]
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
     ctx = click.Context(command, info_name=path[-1])
-    old = os.environ.get(wanted)
-    os.environ[wanted] = "1"
-    try:
-        assert option.resolve_envvar_value(ctx) == "1"
-    finally:
-        if old is None:
-            del os.environ[wanted]
-        else:
-            os.environ[wanted] = old
+    assert option.resolve_envvar_value(ctx) is None
+    monkeypatch.setenv(wanted, "1")
+    assert option.resolve_envvar_value(ctx) == "1"
 
 
 def test_status_json_and_queue_name_work_from_the_environment(
