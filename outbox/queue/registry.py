@@ -1,9 +1,9 @@
 """Job handlers by name: ``Registry`` and the ``@registry.job(...)`` decorator.
 
 A handler is a sync or async function ``(payload, ctx)``. Its settings travel with it:
-``max_attempts`` (used when the job was recorded without one; default 3), ``backoff`` (an
-``outbox.Backoff``; default 5 s base, 300 s cap),
-``timeout`` (seconds) and ``transactional``.
+``max_attempts`` (used when the job was recorded without one; default 3), ``backoff``
+(an ``outbox.Backoff``; default 5 s base, 300 s cap), ``timeout`` (seconds) and
+``transactional``. ``outbox.queue.options`` checks each one when the handler registers.
 """
 
 from __future__ import annotations
