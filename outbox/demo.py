@@ -119,6 +119,8 @@ def run_demo(database: Database, *, intents: int, echo: Callable[[str], None]) -
     with database.connect() as conn:
         migrate(conn)
     echo(f"outbox demo on {database.describe()} (queue {queue})")
+    echo(f"  every {FLAKY_EVERY}th job is set to fail once, to show retries with backoff,")
+    echo("  and one poison job always fails, to show a dead letter")
     began = time.monotonic()
     _simulate(database, queue, run, intents, tally)
     echo(f"  {intents} application transactions: {len(tally.committed)} committed with an intent,")

@@ -46,14 +46,18 @@ class Status:
     queues: dict[str, QueueCounts] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        """The shape ``outbox status --json`` prints (the contract names its keys)."""
-        return {
-            "outbox": asdict(self.outbox),
-            "queues": {
-                name: {k: getattr(q, k) for k in _QUEUE_KEYS}
-                for name, q in sorted(self.queues.items())
-            },
+        """The shape ``outbox status --json`` prints (the contract names its keys).
+
+        ``quarantined`` and ``dead_letters`` are the words the CLI uses; ``failed`` and
+        ``dead`` are kept beside them, same values, for readers written before.
+        """
+        outbox = asdict(self.outbox)
+        outbox["quarantined"] = self.outbox.failed
+        queues = {
+            name: {**{k: getattr(q, k) for k in _QUEUE_KEYS}, "dead_letters": q.dead}
+            for name, q in sorted(self.queues.items())
         }
+        return {"outbox": outbox, "queues": queues}
 
 
 def status(conn: Connection) -> Status:

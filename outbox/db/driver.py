@@ -288,7 +288,7 @@ class Driver:
         return self.conn.read(both, operation="status")
 
     def outbox_failed_list(self, limit: int) -> list[FailedIntent]:
-        rows = self._read("failed", "failed_list", {"limit": limit})
+        rows = self._read("list quarantined", "failed_list", {"limit": limit})
         return [
             FailedIntent(str(m), r, int(c), None if f is None else int(f)) for m, r, c, f in rows
         ]

@@ -1,8 +1,9 @@
 """Job handlers by name: ``Registry`` and the ``@registry.job(...)`` decorator.
 
 A handler is a sync or async function ``(payload, ctx)``. Its settings travel with it:
-``max_attempts`` (used when the job was recorded without one; default 3), ``backoff``,
-``timeout`` (seconds) and ``transactional``.
+``max_attempts`` (used when the job was recorded without one; default 3), ``backoff``
+(an ``outbox.Backoff``; default 5 s base, 300 s cap), ``timeout`` (seconds) and
+``transactional``. ``outbox.queue.options`` checks each one when the handler registers.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from outbox.errors import ConfigurationError
-from outbox.job import MAX_ATTEMPTS_LIMIT, NAME_PATTERN
 from outbox.queue.backoff import DEFAULT_BACKOFF, Backoff
+from outbox.queue.options import check_handler, check_job_options
 
 DEFAULT_MAX_ATTEMPTS = 3
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,9 +53,16 @@ class Registry:
         database whose commit also deletes the job (exactly-once effects there); it must
         be a sync function and gets the connection as ``ctx.connection``.
         """
-        _check_settings(name, max_attempts, timeout)
+        check_job_options(
+            name,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            timeout=timeout,
+            transactional=transactional,
+        )
 
         def register(fn: F) -> F:
+            check_handler(name, fn)
             is_async = inspect.iscoroutinefunction(fn)
             if transactional and is_async:
                 raise ConfigurationError(
@@ -98,18 +106,3 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._handlers)
-
-
-def _check_settings(name: str, max_attempts: int | None, timeout: float | None) -> None:
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-        raise ConfigurationError(f"job name {name!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
-    if max_attempts is not None and (
-        isinstance(max_attempts, bool)
-        or not isinstance(max_attempts, int)
-        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
-    ):
-        raise ConfigurationError(
-            f"job {name!r}: max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}"
-        )
-    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ConfigurationError(f"job {name!r}: timeout must be a positive number of seconds")

@@ -30,8 +30,9 @@ from outbox.db.rows import (
     JobReleaseUnspent,
 )
 from outbox.errors import DatabaseError
+from outbox.queue.backoff import DEFAULT_BACKOFF
 from outbox.queue.config import WorkerStats
-from outbox.queue.registry import Registry
+from outbox.queue.registry import Handler, Registry
 
 UNKNOWN_JOB = "UnknownJob"
 UNKNOWN_DELAY_MS = 60_000
@@ -97,7 +98,7 @@ class Settler:
                 event = "job.dead"
             else:
                 handler = self.registry.get(job.job_name)
-                delay_ms = handler.backoff.delay_ms(job.attempts) if handler else UNKNOWN_DELAY_MS
+                delay_ms = _retry_delay_ms(handler, job.attempts)
                 release = JobRelease(self.worker_id, job, delay_ms, failure.exception_class)
                 ok = driver.job_release(release)
                 self.stats.retried += int(ok)
@@ -194,3 +195,13 @@ class Settler:
         self.in_trouble = True
         self.close()
         time.sleep(self.pause_s)
+
+
+def _retry_delay_ms(handler: Handler | None, attempt: int) -> int:
+    """The handler's backoff; one that raises falls back to the default, never kills the worker."""
+    if handler is None:
+        return UNKNOWN_DELAY_MS
+    try:
+        return int(handler.backoff.delay_ms(attempt))
+    except Exception:
+        return DEFAULT_BACKOFF.delay_ms(attempt)

@@ -8,12 +8,14 @@ transaction that requeues it, and never echoes it back.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Literal
 
+import orjson
 import structlog
 
 from outbox.db.connection import Connection
-from outbox.db.rows import FailedIntent
+from outbox.db.rows import FailedIntent, StoredIntent
 from outbox.errors import (
     InvalidJob,
     InvalidMessageId,
@@ -21,6 +23,7 @@ from outbox.errors import (
     RetryRefused,
 )
 from outbox.ids import is_message_id
+from outbox.job import canonical_json
 from outbox.relay.verify import reason_for, refingerprint
 
 log = structlog.get_logger("outbox.relay")
@@ -68,13 +71,14 @@ def _retry(
         )
     intent = found.intent
     if not accept_current:
-        reason = reason_for(intent)
+        canonical = _canonical(intent)
+        reason = reason_for(canonical)
         if reason is not None:
-            raise RetryRefused(
-                f"message {message_id} still does not verify ({reason}); repair the row, or "
-                "pass --accept-current to accept its current contents and re-fingerprint it"
-            )
-        driver.outbox_requeue_in_tx(intent.id)
+            raise RetryRefused(_still_fails(message_id, reason))
+        if canonical.payload == intent.payload:
+            driver.outbox_requeue_in_tx(intent.id)
+        else:  # stored canonically again, under the fingerprint it was recorded with
+            driver.outbox_accept_in_tx(intent.id, canonical.payload, intent.fingerprint)
         log.info("relay.retry", message_id=message_id, accepted=False)
         return "requeued"
     try:
@@ -88,6 +92,35 @@ def _retry(
     return "accepted"
 
 
+def _canonical(intent: StoredIntent) -> StoredIntent:
+    """The intent with its payload in canonical form, when it is JSON at all.
+
+    The fingerprint covers the canonical payload, so a repair that is valid JSON but
+    spaced or ordered differently (as an editor or ``jsonb`` writes it) still verifies.
+    """
+    if not isinstance(intent.payload, str):
+        return intent
+    try:
+        payload = canonical_json(orjson.loads(intent.payload))
+    except (orjson.JSONDecodeError, InvalidJob):
+        return intent
+    return replace(intent, payload=payload)
+
+
+def _still_fails(message_id: str, reason: str) -> str:
+    what = (
+        "its job name, queue, payload, max_attempts or available_at differs from what was "
+        "recorded (the payload is compared as canonical JSON: spacing and key order do not "
+        "matter, values and types do); restore the recorded values"
+        if reason == "fingerprint_mismatch"
+        else "repair the row"
+    )
+    return (
+        f"message {message_id} still does not verify ({reason}): {what}, or pass "
+        "--accept-current to accept its current contents and re-fingerprint it"
+    )
+
+
 def prune(
     conn: Connection,
     days: int,
@@ -96,11 +129,12 @@ def prune(
     batch: int = PRUNE_BATCH,
     progress: Callable[[int], None] | None = None,
 ) -> int:
-    """Delete at most ``limit`` published tombstones published ``days`` or more days ago.
+    """Delete at most ``limit`` keys recorded ``days`` or more days ago whose intents
+    were handed off (``0``: every one handed off so far).
 
-    Oldest first, ``batch`` rows per short transaction so no lock is held for long.
-    Pending and failed intents are never touched. Deleting a tombstone ends
-    deduplication for its key: recording the same key again creates a new intent.
+    Oldest first, ``batch`` rows per short transaction so no lock is held for long. The
+    keys of pending and quarantined intents are never touched. Deleting a key ends
+    deduplication for it: recording the same key again creates a new intent.
     """
     if isinstance(days, bool) or not isinstance(days, int) or days < 0:
         raise ValueError("days must be a whole number >= 0")

@@ -57,6 +57,7 @@ def test_status_counts_intents_by_state_and_jobs_by_queue(
             "pending": 0,
             "published": 0,
             "failed": 0,
+            "quarantined": 0,
             "unknown_state": 0,
             "oldest_pending_age_s": None,
         },
@@ -73,12 +74,12 @@ def test_status_counts_intents_by_state_and_jobs_by_queue(
     status = outbox_status.status(conn).as_dict()
     assert status["outbox"]["pending"] == 2
     assert status["outbox"]["published"] == 2
-    assert status["outbox"]["failed"] == 1
+    assert status["outbox"]["failed"] == status["outbox"]["quarantined"] == 1
     assert status["outbox"]["oldest_pending_age_s"] >= 0
     assert status["queues"] == {
-        "q1": {"ready": 2, "delayed": 0, "reserved": 0, "dead": 0},
-        "q2": {"ready": 0, "delayed": 1, "reserved": 1, "dead": 1},
-        "q3": {"ready": 0, "delayed": 0, "reserved": 0, "dead": 1},
+        "q1": {"ready": 2, "delayed": 0, "reserved": 0, "dead": 0, "dead_letters": 0},
+        "q2": {"ready": 0, "delayed": 1, "reserved": 1, "dead": 1, "dead_letters": 1},
+        "q3": {"ready": 0, "delayed": 0, "reserved": 0, "dead": 1, "dead_letters": 1},
     }
     assert MARKER not in repr(status)
 
