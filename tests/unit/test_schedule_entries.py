@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import pytest
 
@@ -71,7 +72,7 @@ def test_an_invalid_cron_expression_fails_at_declaration(cron: str, why: str) ->
 def test_a_duplicate_name_fails_at_declaration_and_keeps_the_first() -> None:
     registry = Registry()
     registry.schedule("0 * * * *", name="t.dup", payload=1)
-    with pytest.raises(ConfigurationError, match="'t.dup' is already declared"):
+    with pytest.raises(ConfigurationError, match=r"'t\.dup' is already declared"):
         registry.schedule("*/5 * * * *", name="t.dup", payload=2)
     with pytest.raises(ConfigurationError, match="already declared"):
 
@@ -138,7 +139,7 @@ def test_spring_forward_loses_no_tick_and_repeats_none() -> None:
     start = _utc(2026, 3, 28, 23)  # 00:00 CET
     ticks = every5.ticks(start, start + timedelta(hours=23))  # the 23-hour local day
     assert len(ticks) == len(set(ticks)) == 23 * 12
-    assert all(b - a == timedelta(minutes=5) for a, b in zip(ticks, ticks[1:], strict=False))
+    assert all(b - a == timedelta(minutes=5) for a, b in pairwise(ticks))
 
 
 def test_fall_back_runs_a_repeated_wall_time_once() -> None:
