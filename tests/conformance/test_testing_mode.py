@@ -173,7 +173,7 @@ def test_recorded_filters_by_name_payload_and_queue(app: App, app_conn: Any) -> 
     assert_recorded(app_conn, "app.note", {"b": 3})
     with pytest.raises(AssertionError, match=r"expected a job\(s\) 'app.note' with payload"):
         assert_recorded(app_conn, "app.note", {"b": 4})
-    with pytest.raises(AssertionError, match="Stored: app.note"):
+    with pytest.raises(AssertionError, match=r"Stored: app\.note"):
         assert_recorded(app_conn, "app.note", count=3)
 
 
