@@ -160,7 +160,7 @@ def _plan(key: str, event: Event, registry: Registry | None) -> _Plan:
     if listeners is None:
         listeners = _PROCESS.of(event.name)
     if not listeners:
-        log.warning("event.no_listeners", event=event.name)
+        log.warning("event.no_listeners", name=event.name)
         return []
     return [(li, listener_key(key, event.name, li.job_name)) for li in listeners]
 
