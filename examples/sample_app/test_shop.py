@@ -21,8 +21,9 @@ def test_registering_records_one_job_per_listener(session, outbox):
 
 
 def test_the_welcome_email_is_written_when_the_jobs_run(session, outbox):
-    register_user(session, "ada@example.com")
-    report = outbox.run_pending(session)
+    register_user(session, "ada@example.com")  # records with emit(), in the session
+    outbox.assert_recorded(session, "shop.welcome_email")
+    report = outbox.run_pending(session)  # relay + run, in this transaction
     assert report.done == 2
     assert emails(session) == 1
 
@@ -44,7 +45,7 @@ def test_a_crm_outage_retries_and_never_blocks_the_email(session, outbox, monkey
 
 
 def test_the_nightly_job_runs_once_a_night(session, outbox):
-    outbox.clock.advance(2 * 86400)
+    outbox.clock.advance(2 * 86400)  # a frozen clock you move
     report = outbox.run_pending(session)
     assert report.ticks == 2
     assert [r.job_name for r in report.ran] == ["shop.nightly", "shop.nightly"]
