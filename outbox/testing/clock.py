@@ -2,8 +2,9 @@
 
 ``run_pending`` asks it what "now" is: which delayed jobs and retries are due, and
 which periodic ticks have passed. It starts one to two seconds ahead of real time, on
-a whole second, so a job recorded or pushed during the test with a delay of ``d``
-seconds (counted by the database's clock) is due after ``advance(d)``.
+a whole second, so a job recorded or pushed with a delay of ``d`` seconds (counted by
+the database's clock) within the test's first second is due after ``advance(d)``. For
+exact times, record with ``available_at=clock() + d``.
 """
 
 from __future__ import annotations

@@ -112,6 +112,8 @@ def run_pending(
     report = Report()
     if clock is not None:
         report.ticks = _tick_schedules(conn, reg, clock)
+    # The worker's own Runner; its database serves only transactional handlers, which
+    # run on the test's connection here instead (_execute), so it is never connected.
     runner = Runner(reg, _WORKER_ID, Database("sqlite://"))
     wrapped = Connection(_dbapi(conn), target.dialect)
     skip: set[int] = set()

@@ -8,6 +8,10 @@ def register_user(session, email):
     user = User(email=email)
     session.add(user)
     session.flush()
-    emit(session, f"user:{user.id}:registered", Event("user.registered", {"user_id": user.id}),
-         registry=registry)
+    emit(
+        session,
+        f"user:{user.id}:registered",
+        Event("user.registered", {"user_id": user.id}),
+        registry=registry,
+    )
     return user
