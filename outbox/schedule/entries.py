@@ -137,7 +137,8 @@ def _check_cron(name: str, cron: object) -> None:
     if not isinstance(cron, str) or not cron.strip():
         raise ConfigurationError(f"schedule {name!r}: the cron expression must be a non-empty str")
     try:
-        croniter(cron, datetime(2000, 1, 1))
+        # Finding a next match also refuses expressions that never match (Feb 30).
+        croniter(cron, datetime(2000, 1, 1)).get_next(datetime)
     except (CroniterError, ValueError, KeyError) as exc:
         raise ConfigurationError(
             f"schedule {name!r}: invalid cron expression {cron!r} ({exc.__class__.__name__}: "

@@ -56,6 +56,7 @@ def test_schedule_names_a_job_handled_elsewhere() -> None:
         ("* * *", "invalid cron expression"),
         ("every monday", "invalid cron expression"),
         ("", "non-empty"),
+        ("0 0 30 2 *", "failed to find next date"),  # February 30th never comes
     ],
 )
 def test_an_invalid_cron_expression_fails_at_declaration(cron: str, why: str) -> None:
