@@ -8,6 +8,7 @@ worker in-process: ``Database(url)``, ``Relay(database).run()``,
 
 from outbox.db.connection import Database
 from outbox.errors import PermanentFailure
+from outbox.events import Event, emit, emit_async
 from outbox.job import Job
 from outbox.queue.backoff import Backoff
 from outbox.queue.context import DBAPIConnection, JobContext
@@ -23,6 +24,7 @@ __all__ = [
     "Backoff",
     "DBAPIConnection",
     "Database",
+    "Event",
     "Job",
     "JobContext",
     "PermanentFailure",
@@ -33,6 +35,8 @@ __all__ = [
     "WorkerConfig",
     "WorkerStats",
     "__version__",
+    "emit",
+    "emit_async",
     "push",
     "push_async",
     "record",

@@ -24,7 +24,11 @@ GLOBAL_NOTE = (
     "after the command; see `outbox --help`."
 )
 # Environment names kept for existing deployments, read after the rule's own name.
-ALIASES: dict[str, tuple[str, ...]] = {"OUTBOX_WORKER_APP": ("OUTBOX_APP",)}
+ALIASES: dict[str, tuple[str, ...]] = {
+    "OUTBOX_WORKER_APP": ("OUTBOX_APP",),
+    "OUTBOX_SCHEDULER_APP": ("OUTBOX_APP",),
+    "OUTBOX_SCHEDULE_LIST_APP": ("OUTBOX_APP",),
+}
 
 
 def walk(

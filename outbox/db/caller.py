@@ -99,6 +99,13 @@ def intents_insert(
     return held
 
 
+def keys_held(key_digests: Sequence[str]) -> Plan[dict[str, KeyHolder]]:
+    """The holders of those of ``key_digests`` that are recorded (``emit`` replays only
+    the listeners its first emit recorded)."""
+    rows = yield ("record_many_lookup", {"key_digests": orjson.dumps(list(key_digests)).decode()})
+    return {str(d): KeyHolder(str(m), str(fp)) for d, m, fp in rows}
+
+
 def job_push(p: JobPush, dialect: Dialect) -> Plan[str]:
     rows = yield ("queue_push_notify" if p.notify else "queue_push", p.row)
     if dialect.supports_returning and not rows:

@@ -193,5 +193,7 @@ def test_demo_runs_green_on_a_fresh_sqlite_file(tmp_path: Path) -> None:
     assert "set to fail once" in out.splitlines()[1]  # said up front, before the figures
     assert "dead-lettered            1" in out
     assert "12 rolled back" in out
+    assert "periodic job ran         1 time" in out
+    assert "event listeners ran      2 (notify_team, update_feed)" in out
     assert (tmp_path / "outbox.db").exists()
     assert "Traceback" not in done.stderr
