@@ -26,6 +26,7 @@ import orjson
 import structlog
 from sqlalchemy.engine import URL, make_url
 
+from outbox.config import settings
 from outbox.db.adapters import described, psycopg_has_rows
 from outbox.db.dialect import MYSQL, POSTGRESQL, SQLITE, Dialect
 from outbox.db.errors import error_code, is_retryable
@@ -307,6 +308,8 @@ class Database:
         u = self.url
         params: dict[str, Any] = {k: str(v) for k, v in u.query.items()}
         params.setdefault("application_name", "outbox")
+        if settings.pooler:  # a prepared statement would outlive the pooler's transaction
+            params["prepare_threshold"] = None
         return psycopg.connect(
             host=u.host or None,
             port=u.port,

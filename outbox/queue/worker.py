@@ -38,6 +38,7 @@ from typing import Any
 
 import structlog
 
+from outbox.config import settings
 from outbox.db.connection import Database
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
 from outbox.queue.execute import AsyncPool, JobTimeout, Kind, Outcome, Runner, SyncPool, failure_of
@@ -146,7 +147,7 @@ class Worker:
         return self.stats
 
     def _start_listener(self) -> Listener | None:
-        if not (self.config.listen and self.database.dialect.supports_listen):
+        if not (self.config.listen and self.database.dialect.supports_listen) or settings.pooler:
             return None
         return Listener(self.database, "outbox_jobs", self.wake)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from outbox.config import settings
 from outbox.db.connection import Connection, Database
 from outbox.errors import ConfigurationError, DatabaseError
 from outbox.relay.handoff import BatchResult, handoff
@@ -174,7 +175,7 @@ class Relay:
         return totals
 
     def _waiter(self) -> Waiter:
-        if self.config.listen and self.database.dialect.supports_listen:
+        if self.config.listen and self.database.dialect.supports_listen and not settings.pooler:
             return ListenWaiter(self.database, "relay_listen", self.config.reconnect_max)
         return PollWaiter()
 
