@@ -38,6 +38,11 @@ EXIT_THRESHOLD = 3
 )
 @click.option("--watch", is_flag=True, help="Keep relaying until SIGTERM/SIGINT.")
 @click.option(
+    "--fail-on-quarantine",
+    is_flag=True,
+    help="Without --watch: exit 3 when this run quarantined any intent (for cron).",
+)
+@click.option(
     "--poll-only",
     is_flag=True,
     help="With --watch: never LISTEN for wake-ups, only poll (e.g. behind PgBouncer).",
@@ -55,6 +60,7 @@ def relay_command(
     limit: int | None,
     batch_size: int,
     watch: bool,
+    fail_on_quarantine: bool,
     poll_only: bool,
     poll_interval: float,
 ) -> None:
@@ -67,6 +73,8 @@ def relay_command(
         raise click.UsageError("LIMIT and --watch do not go together")
     if poll_only and not watch:
         raise click.UsageError("--poll-only goes with --watch")
+    if fail_on_quarantine and watch:
+        raise click.UsageError("--fail-on-quarantine goes with a one-shot relay, not --watch")
     config = RelayConfig(
         batch_size=batch_size,
         poll_interval=poll_interval,
@@ -81,6 +89,9 @@ def relay_command(
         else:
             totals = _drain(relay, limit)
     click.echo(_summary(totals))
+    if fail_on_quarantine and totals.quarantined:
+        click.echo(f"quarantined {totals.quarantined} intents: see `outbox failed`", err=True)
+        sys.exit(EXIT_THRESHOLD)
 
 
 def _drain(relay: Relay, limit: int | None) -> RunTotals:
@@ -129,13 +140,30 @@ def _summary(totals: RunTotals) -> str:
     type=click.FloatRange(min=0),
     help="Exit 3 when the oldest pending intent is older than SECONDS.",
 )
+@click.option(
+    "--max-failed",
+    type=click.IntRange(min=0),
+    help="Exit 3 when more than N intents are quarantined.",
+)
+@click.option(
+    "--max-dead",
+    type=click.IntRange(min=0),
+    help="Exit 3 when more than N jobs are dead letters (all queues).",
+)
 @pass_cli
 def status_command(
-    cli: CliContext, as_json: bool, max_pending: int | None, max_age: float | None
+    cli: CliContext,
+    as_json: bool,
+    max_pending: int | None,
+    max_age: float | None,
+    max_failed: int | None,
+    max_dead: int | None,
 ) -> None:
     """Counts of intents by state, age of the oldest pending one, and jobs per queue.
 
-    Exits 3 when --max-pending or --max-age is exceeded (for cron and health checks).
+    Exits 3 when --max-pending, --max-age, --max-failed or --max-dead is exceeded (for
+    cron and health checks). --json prints one object whose shape is versioned by its
+    "schema_version" key.
     """
     with cli.connect() as conn:
         status = admin.status(conn)
@@ -150,6 +178,10 @@ def status_command(
             err=True,
         )
     problems = _exceeded(status.outbox, max_pending, max_age)
+    if max_failed is not None and status.outbox.failed > max_failed:
+        problems.append(f"{status.outbox.failed} quarantined > {max_failed}")
+    if max_dead is not None and status.dead > max_dead:
+        problems.append(f"{status.dead} dead letters > {max_dead}")
     for problem in problems:
         click.echo(f"threshold exceeded: {problem}", err=True)
     if problems:

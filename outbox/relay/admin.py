@@ -26,6 +26,9 @@ from outbox.relay.verify import StoredIntent, reason_for, refingerprint
 log = structlog.get_logger("outbox.relay")
 
 DAY_MS = 86_400_000
+# The version of ``Status.as_dict``'s shape (``outbox status --json``). Adding a key keeps
+# it; renaming, removing or retyping one bumps it. README: "outbox status --json".
+STATUS_SCHEMA_VERSION = 1
 PRUNE_BATCH = 500
 T = TypeVar("T")
 
@@ -62,9 +65,15 @@ class Status:
     outbox: OutboxCounts
     queues: dict[str, QueueCounts] = field(default_factory=dict)
 
+    @property
+    def dead(self) -> int:
+        """Dead letters in every queue."""
+        return sum(q.dead for q in self.queues.values())
+
     def as_dict(self) -> dict[str, Any]:
-        """The shape ``outbox status --json`` prints (the contract names its keys)."""
+        """The shape ``outbox status --json`` prints, version ``STATUS_SCHEMA_VERSION``."""
         return {
+            "schema_version": STATUS_SCHEMA_VERSION,
             "outbox": asdict(self.outbox),
             "queues": {name: asdict(q) for name, q in sorted(self.queues.items())},
         }
@@ -212,6 +221,7 @@ def _prune_batch(conn: Connection, age_ms: int, size: int) -> int:
 
 
 __all__ = [
+    "STATUS_SCHEMA_VERSION",
     "FailedIntent",
     "OutboxCounts",
     "QueueCounts",

@@ -52,6 +52,7 @@ def test_status_counts_intents_by_state_and_jobs_by_queue(
 ) -> None:
     empty = admin.status(conn)
     assert empty.as_dict() == {
+        "schema_version": 1,
         "outbox": {
             "pending": 0,
             "published": 0,
