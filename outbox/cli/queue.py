@@ -18,8 +18,10 @@ import click
 import orjson
 
 from outbox.cli.context import CliContext, pass_cli
+from outbox.cli.serving import metrics_options
 from outbox.db.connection import Connection
 from outbox.errors import MessageNotFound
+from outbox.metrics import serving
 from outbox.queue import admin
 from outbox.queue.registry import Registry
 from outbox.queue.worker import Worker, WorkerConfig
@@ -74,6 +76,7 @@ def parse_queues(specs: tuple[str, ...]) -> dict[str, int | None]:
 @click.option("--max-time", type=click.FloatRange(0.001))
 @click.option("--stop-when-empty", is_flag=True, help="Exit when nothing is claimable now.")
 @click.option("--once", is_flag=True, help="Run at most one job, then exit.")
+@metrics_options("worker")
 @pass_cli
 def worker_command(
     cli: CliContext,
@@ -88,6 +91,8 @@ def worker_command(
     max_time: float | None,
     stop_when_empty: bool,
     once: bool,
+    metrics_port: int | None,
+    metrics_bind: str,
 ) -> None:
     """Run jobs from QUEUE... (default: "default"); "search=8" caps that queue at 8.
 
@@ -107,8 +112,12 @@ def worker_command(
         stop_when_empty=stop_when_empty or once,
     )
     worker = Worker(cli.database(), registry, config)
-    with worker.signals_handled():
-        stats = worker.run()
+    queue_names = list(config.queues)
+    with serving(worker.database, "worker", metrics_port, metrics_bind, queues=queue_names) as m:
+        if m is not None:
+            m.watch_worker(worker)
+        with worker.signals_handled():
+            stats = worker.run()
     if not stats.graceful:
         sys.exit(1)
 

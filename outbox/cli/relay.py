@@ -19,8 +19,10 @@ import click
 import orjson
 
 from outbox.cli.context import CliContext, pass_cli
+from outbox.cli.serving import metrics_options
 from outbox.config import settings
 from outbox.ids import is_message_id
+from outbox.metrics import serving
 from outbox.relay import Relay, RelayConfig, RunTotals, admin
 from outbox.relay.service import MAX_BATCH_SIZE
 
@@ -54,6 +56,7 @@ EXIT_THRESHOLD = 3
     show_default=True,
     help="With --watch: seconds between polls while busy; doubles while idle, up to 5 s.",
 )
+@metrics_options("relay")
 @pass_cli
 def relay_command(
     cli: CliContext,
@@ -63,6 +66,8 @@ def relay_command(
     fail_on_quarantine: bool,
     poll_only: bool,
     poll_interval: float,
+    metrics_port: int | None,
+    metrics_bind: str,
 ) -> None:
     """Move committed intents into the queue: up to LIMIT (default: all pending), then exit.
 
@@ -73,6 +78,8 @@ def relay_command(
         raise click.UsageError("LIMIT and --watch do not go together")
     if poll_only and not watch:
         raise click.UsageError("--poll-only goes with --watch")
+    if metrics_port is not None and not watch:
+        raise click.UsageError("--metrics-port goes with --watch")
     if fail_on_quarantine and watch:
         raise click.UsageError("--fail-on-quarantine goes with a one-shot relay, not --watch")
     config = RelayConfig(
@@ -84,7 +91,10 @@ def relay_command(
     )
     with Relay(cli.database(), config) as relay:
         if watch:
-            with _stop_on_signals() as stop:
+            with (
+                serving(relay.database, "relay", metrics_port, metrics_bind),
+                _stop_on_signals() as stop,
+            ):
                 totals = relay.watch(stop)
         else:
             totals = _drain(relay, limit)

@@ -38,6 +38,7 @@ from typing import Any
 
 import structlog
 
+from outbox import metrics
 from outbox.config import settings
 from outbox.db.connection import Database
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
@@ -168,6 +169,7 @@ class Worker:
                 next_reap = now + reap_every
             if now >= next_beat:
                 self._db.heartbeat([*self._held.values(), *self._to_ack])
+                metrics.worker_tick(len(self._held) + len(self._to_ack))
                 next_beat = now + cfg.lease / 3
             self._check_timeouts(now)
             if self._stop_reason:
@@ -311,6 +313,7 @@ class Worker:
             self._dry.clear()
             return
         outcome: Outcome = item
+        metrics.job_finished(outcome, self.registry)
         job = outcome.job
         self._started.pop(job.id, None)
         if job.id in self._abandoned:

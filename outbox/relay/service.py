@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from outbox import metrics
 from outbox.config import settings
 from outbox.db.connection import Connection, Database
 from outbox.errors import ConfigurationError, DatabaseError
@@ -113,6 +114,7 @@ class Relay:
             self._drop_connection()
             raise
         _log_batch(result)
+        metrics.relay_batch(result)
         return result
 
     def run(

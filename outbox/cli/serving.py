@@ -1,0 +1,36 @@
+"""``--metrics-port`` and ``--metrics-bind`` for the long-running commands.
+
+Each reads ``OUTBOX_<COMMAND>_METRICS_PORT`` first, then ``OUTBOX_METRICS_PORT`` (one
+setting for a host that runs one process), and likewise for the bind address.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def metrics_options(command: str) -> Callable[[F], F]:
+    """Add the two options to ``command`` (its name as in ``outbox <command>``)."""
+    prefix = f"OUTBOX_{command.upper()}"
+
+    def decorate(fn: F) -> F:
+        fn = click.option(
+            "--metrics-bind",
+            envvar=[f"{prefix}_METRICS_BIND", "OUTBOX_METRICS_BIND"],
+            default="127.0.0.1",
+            show_default=True,
+            help="Address the metrics port listens on.",
+        )(fn)
+        return click.option(
+            "--metrics-port",
+            envvar=[f"{prefix}_METRICS_PORT", "OUTBOX_METRICS_PORT"],
+            type=click.IntRange(1, 65535),
+            help="Serve /metrics, /healthz and /readyz on this port.",
+        )(fn)
+
+    return decorate
