@@ -30,7 +30,20 @@ def metrics_options(command: str) -> Callable[[F], F]:
             "--metrics-port",
             envvar=[f"{prefix}_METRICS_PORT", "OUTBOX_METRICS_PORT"],
             type=click.IntRange(1, 65535),
+            callback=_needs_prometheus,
             help="Serve /metrics, /healthz and /readyz on this port.",
         )(fn)
 
     return decorate
+
+
+def _needs_prometheus(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """Refuse the option at once, not at the first scrape, when the extra is missing."""
+    if value is not None:
+        try:
+            import prometheus_client  # noqa: F401
+        except ImportError:
+            raise click.BadParameter(
+                "needs prometheus-client: pip install 'outbox[metrics]'"
+            ) from None
+    return value

@@ -166,6 +166,15 @@ def test_a_running_relay_and_worker_serve_counters_that_move(
     _wait_until(lambda: _value(relay_port, "outbox_pending_intents") == 0, "backlog read again")
     assert ("outbox_oldest_pending_age_seconds", ()) in _samples(relay_port)
 
+    exported = set()
+    for port in processes:
+        _, body = _get(port, "/metrics")
+        for f in text_string_to_metric_families(body):
+            if not f.name.endswith("_created"):  # prometheus-client's creation times
+                exported.add(f.name + "_total" if f.type == "counter" else f.name)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert exported == set(re.findall(r"^\| `(outbox_[a-z_]+)` \|", readme, re.M))
+
     for port in processes:
         _, body = _get(port, "/metrics")
         assert not UUID.search(body)
