@@ -26,11 +26,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
-from outbox.db.connection import Connection, Database
 from outbox.errors import OutboxError
-from outbox.schemas.migrations import LATEST, applied_versions
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the database modules report here: no import back at runtime
+    from outbox.db.connection import Connection, Database
     from outbox.queue.execute import Outcome
     from outbox.queue.ops import ClaimedJob
     from outbox.queue.registry import Registry
@@ -66,6 +65,12 @@ def job_finished(outcome: Outcome, registry: Registry) -> None:
     """A handler's outcome reached the worker's loop."""
     if _current is not None:
         _current.on_job_finished(outcome, registry)
+
+
+def transaction_retried(operation: str) -> None:
+    """``Connection``'s retry policy is about to run ``operation`` again."""
+    if _current is not None:
+        _current.retried_transactions.labels(operation).inc()
 
 
 def worker_tick(held: int) -> None:
@@ -140,6 +145,12 @@ class Exporter:
         )
         self.in_flight = Gauge("outbox_jobs_in_flight", "Handlers running.", ("queue",), registry=w)
         self.renewals = Counter("outbox_lease_renewals", "Job leases renewed.", registry=w)
+        self.retried_transactions = Counter(
+            "outbox_transactions_retried",
+            "Transactions run again after a deadlock, serialisation failure or busy database.",
+            ("operation",),
+            registry=self.registry,
+        )
         self.registry.register(_Collected(self))
 
     # -- hooks ---------------------------------------------------------------------
@@ -293,6 +304,8 @@ class _Reader:
         at, answer = self._ready
         if time.monotonic() - at < READY_CACHE_S:
             return answer
+        from outbox.schemas.migrations import LATEST, applied_versions
+
         try:
             versions = self.read("readyz", applied_versions)
             if LATEST in versions:

@@ -26,6 +26,7 @@ import orjson
 import structlog
 from sqlalchemy.engine import URL, make_url
 
+from outbox import metrics
 from outbox.config import settings
 from outbox.db.adapters import described, psycopg_has_rows
 from outbox.db.dialect import MYSQL, POSTGRESQL, SQLITE, Dialect
@@ -197,6 +198,7 @@ class Connection:
                     error=type(exc).__name__,
                     pause_ms=round(pause * 1000, 1),
                 )
+                metrics.transaction_retried(operation)
                 time.sleep(pause)
                 attempt += 1
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -25,7 +26,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from outbox import Job, record
 from outbox.cli import main
 from outbox.db.connection import Database
+from outbox.errors import DatabaseError
 from outbox.metrics import Exporter
+from outbox.relay import Relay
 from outbox.schemas import migrate
 from tests.backends import raw_connect
 from tests.ops.pgbouncer import free_port
@@ -181,7 +184,8 @@ def test_a_running_relay_and_worker_serve_counters_that_move(
         for family in text_string_to_metric_families(body):
             assert family.name.startswith("outbox_"), family.name
             relay_only = family.name.startswith(("outbox_relay", "outbox_pending", "outbox_oldest"))
-            assert relay_only == (port == relay_port), family.name
+            both = family.name == "outbox_transactions_retried"
+            assert both or relay_only == (port == relay_port), family.name
             if family.type == "counter":
                 assert all(s.name.endswith(("_total", "_created")) for s in family.samples)
 
@@ -218,3 +222,23 @@ def test_metrics_port_goes_with_watch_and_must_be_a_port(db_url: str) -> None:
         main, ["--database-url", db_url, "worker", "--app", "x:y", "--metrics-port", "0"]
     )
     assert bad.exit_code == 2 and "--metrics-port" in bad.output
+
+
+def test_transactions_retried_are_counted_by_operation(tmp_path: Path) -> None:
+    """A relay whose database stays busy retries, three times, and each retry counts."""
+    url = f"sqlite:///{tmp_path / 'busy.db'}"
+    db = Database(url, sqlite_busy_timeout_ms=20)
+    with db.connect() as conn:
+        migrate(conn)
+    exporter = Exporter(db, "relay")
+    port = exporter.start("127.0.0.1", free_port())
+    blocker = sqlite3.connect(tmp_path / "busy.db", isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")  # holds the writer lock throughout
+        with Relay(db) as relay, pytest.raises(DatabaseError):
+            relay.run_once()
+        assert _value(port, "outbox_transactions_retried_total", operation="relay batch") == 3
+    finally:
+        blocker.rollback()
+        blocker.close()
+        exporter.stop()
