@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
-from outbox.errors import OutboxError
+from outbox.errors import ConfigurationError, OutboxError
 
 if TYPE_CHECKING:  # the database modules report here: no import back at runtime
     from outbox.db.connection import Connection, Database
@@ -219,7 +219,12 @@ class Exporter:
     def start(self, bind: str, port: int) -> int:
         """Serve on ``bind:port`` in a daemon thread and become the hooks' target."""
         global _current
-        self._server = ThreadingHTTPServer((bind, port), _handler(self))
+        try:
+            self._server = ThreadingHTTPServer((bind, port), _handler(self))
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot serve metrics on {bind}:{port}: {exc.strerror or type(exc).__name__}"
+            ) from exc
         self._server.daemon_threads = True
         threading.Thread(
             target=self._server.serve_forever, name="outbox-metrics", daemon=True

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -242,3 +243,16 @@ def test_transactions_retried_are_counted_by_operation(tmp_path: Path) -> None:
         blocker.rollback()
         blocker.close()
         exporter.stop()
+
+
+def test_a_port_in_use_is_one_clear_error(db_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = CliRunner().invoke(
+            main,
+            ["--database-url", db_url, "relay", "--watch", "--metrics-port", str(port)],
+        )
+    assert run.exit_code == 1
+    assert f"error: cannot serve metrics on 127.0.0.1:{port}: Address already in use" in run.output
