@@ -13,8 +13,12 @@ from typing import Any
 from outbox.db.connection import Connection
 from outbox.db.rows import QueueCounts
 
-__all__ = ["OutboxCounts", "QueueCounts", "Status", "pending_count", "queue_counts", "status"]
+__all__ = [
+    "STATUS_SCHEMA_VERSION",
+    "OutboxCounts", "QueueCounts", "Status", "pending_count", "queue_counts", "status"]
 
+# The version of the shape ``status --json`` prints; a change to it bumps this.
+STATUS_SCHEMA_VERSION = 1
 _KNOWN_STATES = frozenset({"pending", "published", "failed"})
 # What ``status --json`` prints per queue (``QueueCounts`` also keeps the oldest ready time).
 _QUEUE_KEYS = ("ready", "delayed", "reserved", "dead")
@@ -45,8 +49,13 @@ class Status:
     outbox: OutboxCounts
     queues: dict[str, QueueCounts] = field(default_factory=dict)
 
+    @property
+    def dead(self) -> int:
+        """Dead letters in every queue."""
+        return sum(q.dead for q in self.queues.values())
+
     def as_dict(self) -> dict[str, Any]:
-        """The shape ``outbox status --json`` prints (the contract names its keys).
+        """The shape ``outbox status --json`` prints, version ``STATUS_SCHEMA_VERSION``.
 
         ``quarantined`` and ``dead_letters`` are the words the CLI uses; ``failed`` and
         ``dead`` are kept beside them, same values, for readers written before.
@@ -57,7 +66,7 @@ class Status:
             name: {**{k: getattr(q, k) for k in _QUEUE_KEYS}, "dead_letters": q.dead}
             for name, q in sorted(self.queues.items())
         }
-        return {"outbox": outbox, "queues": queues}
+        return {"schema_version": STATUS_SCHEMA_VERSION, "outbox": outbox, "queues": queues}
 
 
 def status(conn: Connection) -> Status:

@@ -30,3 +30,15 @@ if ! tcp_open 4222; then
     -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || true
 fi
 wait_for nats tcp_open 4222
+
+# PgBouncer: the tests start their own on a free port (tests/ops/pgbouncer.py); a fresh
+# machine does not have it.
+if ! command -v pgbouncer >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
+  fi
+  # The package's own service is not ours to run.
+  systemctl disable --now pgbouncer >/dev/null 2>&1 || service pgbouncer stop >/dev/null 2>&1 || true
+fi

@@ -1,22 +1,86 @@
--- Least-privilege accounts for outbox on MariaDB; replace `appdb` and the passwords.
-CREATE USER IF NOT EXISTS 'outbox_app'@'%' IDENTIFIED BY 'change-me';
-GRANT SELECT, INSERT, UPDATE ON appdb.outbox_messages TO 'outbox_app'@'%';  -- UPDATE: the no-op ON DUPLICATE KEY
-GRANT INSERT ON appdb.outbox_jobs TO 'outbox_app'@'%';
+-- Least-privilege roles for outbox on MariaDB (10.5 or later).
+--
+-- Apply it as an account allowed to grant, with the database that holds the tables as the
+-- default database, after the first `outbox migrate`, and again after every upgrade (it is
+-- idempotent; new tables need their grants):
+--
+--     outbox migrate
+--     mariadb appdb < ops/sql/mariadb-grants.sql
+--
+-- Unqualified names below are that database's tables. Each role is granted to accounts of
+-- your own, one per process, as their default role, e.g.
+--
+--     CREATE USER 'relay_eu1'@'10.0.%' IDENTIFIED BY '...';
+--     GRANT outbox_relay TO 'relay_eu1'@'10.0.%';
+--     SET DEFAULT ROLE outbox_relay FOR 'relay_eu1'@'10.0.%';
+--
+-- | role            | runs                                                           |
+-- | outbox_app      | record() / record_many() / push(), in the application's own transactions |
+-- | outbox_relay    | outbox relay                                                   |
+-- | outbox_worker   | outbox worker (transactional handlers need grants on your tables too) |
+-- | outbox_operator | status, failed, retry, prune, queue jobs/stats/failed/retry/forget/remove/clear |
+-- | outbox_migrator | outbox migrate                                                 |
+--
+-- Column lists are deliberate: the idempotent replay reads only ids and fingerprints, so
+-- the application never reads a payload it did not write.
+-- tests/ops/test_grants.py applies this file as shipped and runs every part of outbox as
+-- its role.
 
-CREATE USER IF NOT EXISTS 'outbox_relay'@'%' IDENTIFIED BY 'change-me';
-GRANT SELECT, UPDATE ON appdb.outbox_messages TO 'outbox_relay'@'%';
-GRANT SELECT, INSERT ON appdb.outbox_jobs TO 'outbox_relay'@'%';
+CREATE ROLE IF NOT EXISTS outbox_app;
+CREATE ROLE IF NOT EXISTS outbox_relay;
+CREATE ROLE IF NOT EXISTS outbox_worker;
+CREATE ROLE IF NOT EXISTS outbox_operator;
+CREATE ROLE IF NOT EXISTS outbox_migrator;
 
-CREATE USER IF NOT EXISTS 'outbox_worker'@'%' IDENTIFIED BY 'change-me';
-GRANT SELECT, UPDATE, DELETE ON appdb.outbox_jobs TO 'outbox_worker'@'%';
-GRANT INSERT ON appdb.outbox_failed_jobs TO 'outbox_worker'@'%';
+-- migrator: creates and alters the tables, records the version; GET_LOCK needs nothing.
+-- Migration 2 also creates a trigger (it runs with the migrator's rights: SQL SECURITY
+-- DEFINER) and deletes the old tombstones.
+GRANT CREATE, ALTER, INDEX, TRIGGER, SELECT, INSERT, DELETE ON * TO outbox_migrator;
 
-CREATE USER IF NOT EXISTS 'outbox_operator'@'%' IDENTIFIED BY 'change-me';
-GRANT SELECT, INSERT, UPDATE, DELETE ON appdb.outbox_messages TO 'outbox_operator'@'%';
-GRANT SELECT, INSERT, UPDATE, DELETE ON appdb.outbox_jobs TO 'outbox_operator'@'%';
-GRANT SELECT, DELETE ON appdb.outbox_failed_jobs TO 'outbox_operator'@'%';
-GRANT SELECT ON appdb.outbox_schema_version TO 'outbox_operator'@'%';
+-- app: writes intents with their key rows, and jobs; reads back only ids, digests,
+-- fingerprints and times. No payload, no DELETE. A replayed key's INSERT into outbox_keys
+-- ends in a no-op "ON DUPLICATE KEY UPDATE", and MariaDB checks UPDATE on every column such
+-- an INSERT writes, not only on the one it updates: hence UPDATE on the key rows' columns
+-- (they hold no payload; PostgreSQL's role needs none). The grants on outbox_messages'
+-- recorded columns serve a version-1 record() during a rolling upgrade, whose INSERT ends
+-- the same way there; revoke them once no version-1 producer is left.
+GRANT INSERT ON outbox_keys TO outbox_app;
+GRANT SELECT (key_digest, message_id, fingerprint, created_at) ON outbox_keys TO outbox_app;
+GRANT UPDATE (key_digest, message_id, fingerprint, created_at) ON outbox_keys TO outbox_app;
+GRANT INSERT ON outbox_messages TO outbox_app;
+GRANT SELECT (id, message_id, key_digest, fingerprint) ON outbox_messages TO outbox_app;
+GRANT UPDATE (id, message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
+              available_at, state, created_at)
+    ON outbox_messages TO outbox_app;
+GRANT INSERT ON outbox_jobs TO outbox_app;
 
--- The migrator creates tables and takes the GET_LOCK named 'outbox_migrate'.
-CREATE USER IF NOT EXISTS 'outbox_migrator'@'%' IDENTIFIED BY 'change-me';
-GRANT CREATE, ALTER, INDEX, SELECT, INSERT ON appdb.* TO 'outbox_migrator'@'%';
+-- relay: claims and verifies pending intents, moves them (deletes them here, inserts the
+-- queue rows) or quarantines them. Never reads or changes a job afterwards, and never
+-- touches the key rows. (UPDATE of payload and published_at serves a version-1 relay
+-- during a rolling upgrade, which marks intents published instead.)
+GRANT SELECT, DELETE ON outbox_messages TO outbox_relay;
+GRANT UPDATE (state, payload, published_at, failed_at, failure_reason)
+    ON outbox_messages TO outbox_relay;
+GRANT INSERT ON outbox_jobs TO outbox_relay;
+GRANT SELECT ON outbox_schema_version TO outbox_relay;
+
+-- worker: claims, renews, releases and deletes jobs, and writes dead letters. It cannot
+-- change a job's payload, read dead letters, or touch the outbox.
+GRANT SELECT, DELETE ON outbox_jobs TO outbox_worker;
+GRANT UPDATE (attempts, available_at, reserved_at, reserved_by, lease_expires_at, last_error)
+    ON outbox_jobs TO outbox_worker;
+GRANT INSERT ON outbox_failed_jobs TO outbox_worker;
+GRANT SELECT ON outbox_schema_version TO outbox_worker;
+
+-- operator: reads everything; returns quarantined intents to pending (retry, which may
+-- re-seal a key's fingerprint), prunes the keys of handed-off intents (and version-1
+-- tombstones), requeues / forgets dead letters, removes and clears jobs. It cannot record
+-- an intent or change a job.
+GRANT SELECT, DELETE ON outbox_keys TO outbox_operator;
+GRANT UPDATE (fingerprint) ON outbox_keys TO outbox_operator;
+GRANT SELECT, DELETE ON outbox_messages TO outbox_operator;
+GRANT UPDATE (state, payload, fingerprint, failed_at, failure_reason)
+    ON outbox_messages TO outbox_operator;
+GRANT SELECT, INSERT, DELETE ON outbox_jobs TO outbox_operator;
+GRANT SELECT, DELETE ON outbox_failed_jobs TO outbox_operator;
+GRANT SELECT ON outbox_schema_version TO outbox_operator;

@@ -1,24 +1,95 @@
--- Least-privilege roles for outbox on PostgreSQL. Run as the schema owner after
--- `outbox migrate` (which the outbox_migrator role, owning the tables, runs).
-CREATE ROLE outbox_migrator NOLOGIN;            -- owns the tables; runs `outbox migrate`
-CREATE ROLE outbox_app NOLOGIN;                 -- record() and push() in app transactions
-CREATE ROLE outbox_relay NOLOGIN;               -- `outbox relay`
-CREATE ROLE outbox_worker NOLOGIN;              -- `outbox worker`
-CREATE ROLE outbox_operator NOLOGIN;            -- status / failed / retry / prune / queue admin
+-- Least-privilege roles for outbox on PostgreSQL.
+--
+-- Apply it as the database owner (or a superuser), connected to the database that holds
+-- the tables, after the first `outbox migrate`, and again after every upgrade (it is
+-- idempotent; new tables need their grants):
+--
+--     outbox migrate
+--     psql -d appdb -f ops/sql/postgresql-grants.sql
+--
+-- The tables are found through search_path, in the schema `outbox migrate` wrote them to.
+-- Each role is a NOLOGIN group. Give every process a LOGIN user of its own that joins the
+-- group and INHERITs its privileges, e.g.
+--
+--     CREATE ROLE relay_eu1 LOGIN INHERIT PASSWORD '...' IN ROLE outbox_relay;
+--
+-- | role            | runs                                                           |
+-- | outbox_app      | record() / record_many() / push(), in the application's own transactions |
+-- | outbox_relay    | outbox relay                                                   |
+-- | outbox_worker   | outbox worker (transactional handlers need grants on your tables too) |
+-- | outbox_operator | status, failed, retry, prune, queue jobs/stats/failed/retry/forget/remove/clear |
+-- | outbox_migrator | outbox migrate (owns the tables)                               |
+--
+-- Column lists are deliberate: RETURNING and the idempotent replay need SELECT only on the
+-- columns they read, so the application never reads a payload it did not write. No role
+-- needs sequence privileges: the ids are identity columns.
+-- tests/ops/test_grants.py applies this file as shipped and runs every part of outbox as
+-- its role.
 
-GRANT SELECT, INSERT ON outbox_messages TO outbox_app;          -- SELECT: idempotent replay
-GRANT INSERT ON outbox_jobs TO outbox_app;                      -- push()
-GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO outbox_app;
+\set ON_ERROR_STOP on
 
-GRANT SELECT, UPDATE ON outbox_messages TO outbox_relay;
-GRANT SELECT, INSERT ON outbox_jobs TO outbox_relay;
-GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO outbox_relay;
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['outbox_app', 'outbox_relay', 'outbox_worker', 'outbox_operator',
+                             'outbox_migrator'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = r) THEN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+        END IF;
+    END LOOP;
+    -- USAGE on the tables' schema for everyone; CREATE for the migrator's next migration.
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO outbox_app, outbox_relay, outbox_worker, '
+                   'outbox_operator, outbox_migrator', current_schema());
+    EXECUTE format('GRANT CREATE ON SCHEMA %I TO outbox_migrator', current_schema());
+END
+$$;
 
-GRANT SELECT, UPDATE, DELETE ON outbox_jobs TO outbox_worker;
+-- migrator: owns the tables, so later migrations can alter them.
+ALTER TABLE outbox_keys OWNER TO outbox_migrator;
+ALTER TABLE outbox_messages OWNER TO outbox_migrator;
+ALTER TABLE outbox_jobs OWNER TO outbox_migrator;
+ALTER TABLE outbox_failed_jobs OWNER TO outbox_migrator;
+ALTER TABLE outbox_schema_version OWNER TO outbox_migrator;
+
+-- app: writes intents with their key rows, and jobs; reads back only ids, digests,
+-- fingerprints and times (RETURNING, the replay lookup in outbox_keys). No payload, no
+-- UPDATE, no DELETE. (SELECT on those outbox_messages columns serves a version-1 record()
+-- during a rolling upgrade: ON CONFLICT's arbiter and its lookup.)
+GRANT INSERT ON outbox_keys TO outbox_app;
+GRANT SELECT (key_digest, message_id, fingerprint, created_at) ON outbox_keys TO outbox_app;
+GRANT INSERT ON outbox_messages TO outbox_app;
+GRANT SELECT (message_id, key_digest, fingerprint) ON outbox_messages TO outbox_app;
+GRANT INSERT ON outbox_jobs TO outbox_app;
+GRANT SELECT (message_id) ON outbox_jobs TO outbox_app;
+
+-- relay: claims and verifies pending intents, moves them (deletes them here, inserts the
+-- queue rows) or quarantines them. Never reads or changes a job afterwards, and never
+-- touches the key rows. (UPDATE of payload and published_at serves a version-1 relay
+-- during a rolling upgrade, which marks intents published instead.)
+GRANT SELECT, DELETE ON outbox_messages TO outbox_relay;
+GRANT UPDATE (state, payload, published_at, failed_at, failure_reason)
+    ON outbox_messages TO outbox_relay;
+GRANT INSERT ON outbox_jobs TO outbox_relay;
+GRANT SELECT ON outbox_schema_version TO outbox_relay;
+
+-- worker: claims, renews, releases and deletes jobs, and writes dead letters. It cannot
+-- change a job's payload, read dead letters, or touch the outbox.
+GRANT SELECT, DELETE ON outbox_jobs TO outbox_worker;
+GRANT UPDATE (attempts, available_at, reserved_at, reserved_by, lease_expires_at, last_error)
+    ON outbox_jobs TO outbox_worker;
 GRANT INSERT ON outbox_failed_jobs TO outbox_worker;
-GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO outbox_worker;
+GRANT SELECT ON outbox_schema_version TO outbox_worker;
 
-GRANT SELECT, UPDATE, DELETE ON outbox_messages, outbox_jobs, outbox_failed_jobs TO outbox_operator;
-GRANT INSERT ON outbox_jobs TO outbox_operator;                  -- queue retry
-GRANT SELECT ON outbox_schema_version TO outbox_operator;
-GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO outbox_operator;
+-- operator: reads everything; returns quarantined intents to pending (retry, which may
+-- re-seal a key's fingerprint), prunes the keys of handed-off intents (and version-1
+-- tombstones), requeues / forgets dead letters, removes and clears jobs. It cannot record
+-- an intent or change a job.
+GRANT SELECT ON outbox_keys, outbox_messages, outbox_jobs, outbox_failed_jobs,
+    outbox_schema_version TO outbox_operator;
+GRANT UPDATE (fingerprint), DELETE ON outbox_keys TO outbox_operator;
+GRANT UPDATE (state, payload, fingerprint, failed_at, failure_reason)
+    ON outbox_messages TO outbox_operator;
+GRANT DELETE ON outbox_messages TO outbox_operator;
+GRANT INSERT, DELETE ON outbox_jobs TO outbox_operator;
+GRANT DELETE ON outbox_failed_jobs TO outbox_operator;

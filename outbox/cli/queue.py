@@ -19,9 +19,11 @@ from outbox.cli import preflight, prompt, tables
 from outbox.cli.app import load_registry
 from outbox.cli.context import CliContext, pass_cli
 from outbox.cli.params import MESSAGE_ID, MESSAGE_ID_OR_ALL, QUEUE_NAME
+from outbox.cli.serving import metrics_options
 from outbox.db.connection import Connection
 from outbox.errors import MessageNotFound
 from outbox.job import NAME_PATTERN
+from outbox.metrics import serving
 from outbox.queue import admin
 from outbox.queue.registry import DEFAULT_MAX_ATTEMPTS
 from outbox.queue.worker import Worker, WorkerConfig
@@ -105,6 +107,7 @@ def parse_queues(specs: tuple[str, ...]) -> dict[str, int | None]:
     help="Exit when nothing is claimable now (delayed jobs do not keep it running).",
 )
 @click.option("--once", is_flag=True, help="Run at most one job, then exit.")
+@metrics_options("worker")
 @pass_cli
 def worker_command(
     cli: CliContext,
@@ -119,6 +122,8 @@ def worker_command(
     max_time: float | None,
     stop_when_empty: bool,
     once: bool,
+    metrics_port: int | None,
+    metrics_bind: str,
 ) -> None:
     """Run the jobs of the queues named (default: "default") until stopped.
 
@@ -147,8 +152,12 @@ def worker_command(
         except preflight.Stopped:
             return
     worker = Worker(database, registry, config)
-    with worker.signals_handled():
-        stats = worker.run()
+    queue_names = list(config.queues)
+    with serving(worker.database, "worker", metrics_port, metrics_bind, queues=queue_names) as m:
+        if m is not None:
+            m.watch_worker(worker)
+        with worker.signals_handled():
+            stats = worker.run()
     if not stats.graceful:
         sys.exit(1)
 

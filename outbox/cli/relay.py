@@ -16,7 +16,9 @@ from outbox import status as outbox_status
 from outbox.cli import preflight, tables
 from outbox.cli.context import CliContext, pass_cli
 from outbox.cli.params import MESSAGE_ID
+from outbox.cli.serving import metrics_options
 from outbox.config import settings
+from outbox.metrics import serving
 from outbox.relay import Relay, RelayConfig, RunTotals, admin
 from outbox.relay.service import MAX_BATCH_SIZE
 
@@ -38,6 +40,11 @@ EXIT_THRESHOLD = 3
     help="Keep relaying until SIGTERM/SIGINT; waits for a database that is down.",
 )
 @click.option(
+    "--fail-on-quarantine",
+    is_flag=True,
+    help="Without --watch: exit 3 when this run quarantined any intent (for cron).",
+)
+@click.option(
     "--poll-only",
     is_flag=True,
     help="With --watch: never LISTEN for wake-ups, only poll (e.g. behind PgBouncer).",
@@ -49,14 +56,18 @@ EXIT_THRESHOLD = 3
     show_default=True,
     help="With --watch: seconds between polls while busy; doubles while idle, up to 5 s.",
 )
+@metrics_options("relay")
 @pass_cli
 def relay_command(
     cli: CliContext,
     limit: int | None,
     batch_size: int,
     watch: bool,
+    fail_on_quarantine: bool,
     poll_only: bool,
     poll_interval: float,
+    metrics_port: int | None,
+    metrics_bind: str,
 ) -> None:
     """Move committed intents into the queue: up to LIMIT (default: all pending), then exit.
 
@@ -67,6 +78,10 @@ def relay_command(
         raise click.UsageError("LIMIT and --watch do not go together")
     if poll_only and not watch:
         raise click.UsageError("--poll-only goes with --watch")
+    if metrics_port is not None and not watch:
+        raise click.UsageError("--metrics-port goes with --watch")
+    if fail_on_quarantine and watch:
+        raise click.UsageError("--fail-on-quarantine goes with a one-shot relay, not --watch")
     config = RelayConfig(
         batch_size=batch_size,
         poll_interval=poll_interval,
@@ -86,9 +101,14 @@ def relay_command(
             except preflight.Stopped:
                 click.echo("stopped while waiting for the database; nothing relayed")
                 return
-            with Relay(database, config) as relay:
+            with Relay(database, config) as relay, serving(
+                relay.database, "relay", metrics_port, metrics_bind
+            ):
                 totals = relay.watch(stop)
     click.echo(_summary(totals))
+    if fail_on_quarantine and totals.quarantined:
+        click.echo(f"quarantined {totals.quarantined} intents: see `outbox failed`", err=True)
+        sys.exit(EXIT_THRESHOLD)
 
 
 def _drain(relay: Relay, limit: int | None) -> RunTotals:
@@ -126,16 +146,32 @@ def _summary(totals: RunTotals) -> str:
     metavar="SECONDS",
     help="Exit 3 when the oldest pending intent is older than SECONDS. Default: no threshold.",
 )
+@click.option(
+    "--max-failed",
+    type=click.IntRange(min=0),
+    help="Exit 3 when more than N intents are quarantined.",
+)
+@click.option(
+    "--max-dead",
+    type=click.IntRange(min=0),
+    help="Exit 3 when more than N jobs are dead letters (all queues).",
+)
 @pass_cli
 def status_command(
-    cli: CliContext, as_json: bool, max_pending: int | None, max_age: float | None
+    cli: CliContext,
+    as_json: bool,
+    max_pending: int | None,
+    max_age: float | None,
+    max_failed: int | None,
+    max_dead: int | None,
 ) -> None:
     """Counts of intents and of jobs per queue; exit 3 past a threshold.
 
     Intents by state (pending, published, quarantined) and the oldest pending one's age;
-    jobs per queue (ready, delayed, reserved, dead letters).
-    Exits 3 when --max-pending or --max-age is exceeded (for cron and health checks).
-    --json keeps the older keys "failed" (= "quarantined") and "dead" (= "dead_letters").
+    jobs per queue (ready, delayed, reserved, dead letters). Exits 3 when --max-pending,
+    --max-age, --max-failed or --max-dead is exceeded (for cron and health checks).
+    --json prints one object whose shape is versioned by its "schema_version" key; it
+    keeps the older keys "failed" (= "quarantined") and "dead" (= "dead_letters").
     """
     with cli.connect() as conn:
         status = outbox_status.status(conn)
@@ -150,6 +186,10 @@ def status_command(
             err=True,
         )
     problems = _exceeded(status.outbox, max_pending, max_age)
+    if max_failed is not None and status.outbox.failed > max_failed:
+        problems.append(f"{status.outbox.failed} quarantined > {max_failed}")
+    if max_dead is not None and status.dead > max_dead:
+        problems.append(f"{status.dead} dead letters > {max_dead}")
     for problem in problems:
         click.echo(f"threshold exceeded: {problem}", err=True)
     if problems:

@@ -26,6 +26,8 @@ import orjson
 import structlog
 from sqlalchemy.engine import URL, make_url
 
+from outbox import metrics
+from outbox.config import settings
 from outbox.db.adapters import described, psycopg_has_rows
 from outbox.db.dialect import MYSQL, POSTGRESQL, SQLITE, Dialect
 from outbox.db.errors import is_retryable, translate
@@ -210,6 +212,7 @@ class Connection:
                     error=type(exc).__name__,
                     pause_ms=round(pause * 1000, 1),
                 )
+                metrics.transaction_retried(operation)
                 time.sleep(pause)
                 attempt += 1
 
@@ -308,7 +311,10 @@ class Database:
     def _connect_postgresql(self) -> Any:
         import psycopg
 
-        return psycopg.connect(autocommit=True, **self._driver_args())
+        args = self._driver_args()
+        if settings.pooler:  # a prepared statement would outlive the pooler's transaction
+            args["prepare_threshold"] = None
+        return psycopg.connect(autocommit=True, **args)
 
     def _connect_mysql(self) -> Any:
         import pymysql

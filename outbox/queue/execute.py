@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from outbox import metrics
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
 from outbox.db.rows import ClaimedJob, Failure, JobFence
@@ -128,6 +129,7 @@ class Runner:
         )
 
     def run_sync(self, job: ClaimedJob, handler: Handler) -> Outcome:
+        metrics.job_started(job)
         try:
             payload = self._prepare(job)
         except Exception as exc:
@@ -175,6 +177,7 @@ class Runner:
             self._local.conn = None
 
     async def run_async(self, job: ClaimedJob, handler: Handler) -> Outcome:
+        metrics.job_started(job)
         try:
             payload = self._prepare(job)
             coro = handler.fn(payload, self._ctx(job, None))

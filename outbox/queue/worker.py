@@ -44,6 +44,8 @@ from typing import Any
 
 import structlog
 
+from outbox import metrics
+from outbox.config import settings
 from outbox.db.connection import Database
 from outbox.db.driver import JOBS_CHANNEL
 from outbox.db.listen import Listener
@@ -217,7 +219,7 @@ class Worker:
             self._async_pool = AsyncPool(self._caps, runner, self._results, self._stopping)
 
     def _start_listener(self) -> Listener | None:
-        if not (self.config.listen and self.database.dialect.supports_listen):
+        if not (self.config.listen and self.database.dialect.supports_listen) or settings.pooler:
             return None
         return Listener(self.database, JOBS_CHANNEL, self.wake, owner="worker")
 
@@ -238,6 +240,7 @@ class Worker:
                 next_reap = now + reap_every
             if now >= next_beat:
                 self._db.heartbeat([*self._held.values(), *self._to_ack])
+                metrics.worker_tick(len(self._held) + len(self._to_ack))
                 next_beat = now + cfg.lease / 3
             self._check_timeouts(now)
             self._check_stalls(now)
@@ -391,6 +394,7 @@ class Worker:
             self._dry.clear()
             return
         outcome: Outcome = item
+        metrics.job_finished(outcome, self.registry)
         job = outcome.job
         if outcome.ran_s is not None:
             self._prefetch[job.queue].observe(outcome.ran_s)

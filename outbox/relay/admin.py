@@ -29,6 +29,8 @@ from outbox.relay.verify import reason_for, refingerprint
 log = structlog.get_logger("outbox.relay")
 
 DAY_MS = 86_400_000
+# The version of ``Status.as_dict``'s shape (``outbox status --json``). Adding a key keeps
+# it; renaming, removing or retyping one bumps it. README: "outbox status --json".
 PRUNE_BATCH = 500
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import structlog
 
+from outbox import metrics
+from outbox.config import settings
 from outbox.db.connection import Connection, Database
 from outbox.db.rows import HandoffResult, OutboxHandoff
 from outbox.errors import ConfigurationError, DatabaseError
@@ -118,6 +120,7 @@ class Relay:
             self._drop_connection()
             raise
         _log_batch(result)
+        metrics.relay_batch(result)
         return result
 
     def run(
@@ -180,7 +183,7 @@ class Relay:
         return totals
 
     def _waiter(self) -> Waiter:
-        if self.config.listen and self.database.dialect.supports_listen:
+        if self.config.listen and self.database.dialect.supports_listen and not settings.pooler:
             return ListenWaiter(self.database, self.config.reconnect_max)
         return PollWaiter()
 

@@ -53,6 +53,7 @@ def test_status_counts_intents_by_state_and_jobs_by_queue(
 ) -> None:
     empty = outbox_status.status(conn)
     assert empty.as_dict() == {
+        "schema_version": 1,
         "outbox": {
             "pending": 0,
             "published": 0,

@@ -28,7 +28,9 @@ SELECT message_id, pg_notify('outbox_jobs', '') FROM ins;
 -- The picked ids are matched as an array (another InitPlan) so the UPDATE finds them by
 -- primary key: joined to the CTE, a big batch (1,000) is planned as a hash join over a
 -- sequential scan of the whole table (20 ms instead of 9 at 50k rows, growing with it).
-WITH clock AS (SELECT {now_ms} AS ms),
+-- The clock also sets synchronous_commit off for this statement's own transaction (see
+-- queue_worker_session): the UPDATE joins it, so it is read before any row changes.
+WITH clock AS (SELECT {now_ms} AS ms, set_config('synchronous_commit', 'off', true) AS async),
 picked AS (
     SELECT id FROM outbox_jobs
     WHERE queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT ms FROM clock)
@@ -45,10 +47,12 @@ RETURNING j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts, j.max_
           j.created_at, j.available_at;
 
 -- name: job_ack
--- Delete finished jobs, each only while this worker still holds that attempt.
+-- Delete finished jobs, each only while this worker still holds that attempt. The last
+-- condition, evaluated once, commits this transaction asynchronously (queue_worker_session).
 DELETE FROM outbox_jobs j
 USING unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[])) AS f(id, attempts)
 WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker
+  AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
 RETURNING j.id;
 
 -- name: job_heartbeat
@@ -91,21 +95,29 @@ ORDER BY lease_expires_at
 LIMIT :limit;
 
 -- name: queue_worker_session
--- The worker's own connection need not wait for each commit to reach disk: a commit
--- lost in a server crash only makes a job run again or come back through the reaper
--- (at least once holds); no producer's commit depends on it.
-SET synchronous_commit = off;
+-- Nothing, on purpose. The worker's commits need not wait for the disk: a commit lost in
+-- a server crash only makes a job run again or come back through the reaper (at least
+-- once holds). But a session-level SET would outlive the transaction, and behind a pooler
+-- in transaction mode (PgBouncer) the server connection, setting included, goes next to
+-- another client, whose business commits would then be asynchronous too. So the hot
+-- statements (job_claim, job_ack, job_ack_claim) each call
+-- set_config('synchronous_commit', 'off', true): local to their own transaction, which
+-- PostgreSQL commits with the setting still in force. Rarer writes (release, dead letters,
+-- heartbeats, the reaper, transactional handlers) commit synchronously.
+SELECT 1;
 
 -- name: job_ack_claim
 -- job_ack and job_claim in one statement (one round trip on the hot path): rows with
 -- a NULL message_id are the ids acknowledged, the others the jobs claimed.
+-- Both halves commit asynchronously, as in job_ack and job_claim.
 WITH acked AS (
     DELETE FROM outbox_jobs j
     USING unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[])) AS f(id, attempts)
     WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker
+      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
     RETURNING j.id
 ),
-clock AS (SELECT {now_ms} AS ms),
+clock AS (SELECT {now_ms} AS ms, set_config('synchronous_commit', 'off', true) AS async),
 picked AS (
     SELECT id FROM outbox_jobs
     WHERE queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT ms FROM clock)

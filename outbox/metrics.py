@@ -1,0 +1,417 @@
+"""Prometheus metrics and health probes of a running relay or worker, on one HTTP port.
+
+``outbox relay --watch --metrics-port P`` and ``outbox worker ... --metrics-port P`` start
+an ``Exporter``: ``/metrics`` (Prometheus text), ``/healthz`` (the process loop is alive)
+and ``/readyz`` (the database answers and its schema is at the version this code expects),
+bound to 127.0.0.1 unless ``--metrics-bind`` says otherwise.
+
+The services report through the hook functions below, one line at each place that
+matters (``relay.service.Relay.run_once``; the worker's claim loop and outcome handler;
+the job runner). With no exporter running a hook is one global read, so a library user
+who never serves metrics pays nothing and needs no ``prometheus-client``.
+
+Labels stay bounded: ``queue`` is one the worker serves, ``job`` a name its registry
+knows (``unknown`` otherwise); never a message id. The backlog gauges are read from the
+database at most every ``BACKLOG_REFRESH_S`` seconds, however often Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+
+from outbox.errors import ConfigurationError, OutboxError
+
+if TYPE_CHECKING:  # the database modules report here: no import back at runtime
+    from outbox.db.connection import Connection, Database
+    from outbox.db.rows import ClaimedJob
+    from outbox.db.rows import HandoffResult as BatchResult
+    from outbox.queue.execute import Outcome
+    from outbox.queue.registry import Registry
+    from outbox.queue.worker import Worker
+
+log = structlog.get_logger("outbox.metrics")
+
+BACKLOG_REFRESH_S = 5.0
+READY_CACHE_S = 1.0
+UNKNOWN = "unknown"
+Role = Literal["relay", "worker"]
+
+_current: Exporter | None = None
+
+
+# -- hooks: called by the services ---------------------------------------------------
+
+
+def relay_batch(result: BatchResult) -> None:
+    """A relay batch committed (``Relay.run_once``)."""
+    if _current is not None:
+        _current.on_relay_batch(result)
+
+
+def job_started(job: ClaimedJob) -> None:
+    """A handler is about to run (the runner, sync and async)."""
+    if _current is not None:
+        _current.on_job_started(job)
+
+
+def job_finished(outcome: Outcome, registry: Registry) -> None:
+    """A handler's outcome reached the worker's loop."""
+    if _current is not None:
+        _current.on_job_finished(outcome, registry)
+
+
+def transaction_retried(operation: str) -> None:
+    """``Connection``'s retry policy is about to run ``operation`` again."""
+    if _current is not None:
+        _current.retried_transactions.labels(operation).inc()
+
+
+def worker_tick(held: int) -> None:
+    """The worker's loop renewed the leases of ``held`` jobs (every lease / 3)."""
+    if _current is not None:
+        _current.on_worker_tick(held)
+
+
+# -- the exporter --------------------------------------------------------------------
+
+
+class Exporter:
+    """The metrics of one relay or worker process and the HTTP server that serves them.
+
+    ``stale_after`` (seconds, default 60): ``/healthz`` fails when the loop has not
+    reported for that long (a relay reports every batch and at least every poll, a
+    worker every lease / 3).
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        role: Role,
+        *,
+        queues: Sequence[str] = (),
+        stale_after: float = 60.0,
+    ) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.database = database
+        self.role = role
+        self.queues = frozenset(queues)
+        self.stale_after = stale_after
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._beat = time.monotonic()
+        self._lock = threading.Lock()
+        self._started: dict[int, float] = {}
+        self._worker: Worker | None = None
+        self._server: ThreadingHTTPServer | None = None
+        self._reader = _Reader(database)
+        # Each role exports its own metrics; the other role's are kept off the registry.
+        r = self.registry if role == "relay" else None
+        w = self.registry if role == "worker" else None
+        self.handed_off = Counter(
+            "outbox_relay_handed_off", "Intents handed off to the queue.", registry=r
+        )
+        self.quarantined = Counter(
+            "outbox_relay_quarantined", "Intents quarantined (failed verification).", registry=r
+        )
+        self.batch_seconds = Histogram(
+            "outbox_relay_batch_duration_seconds",
+            "Time of one relay batch transaction.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        jq = ("queue", "job")
+        self.succeeded = Counter(
+            "outbox_jobs_succeeded", "Jobs that ran to success.", jq, registry=w
+        )
+        self.failed = Counter("outbox_jobs_failed", "Attempts that failed.", jq, registry=w)
+        self.retried = Counter(
+            "outbox_jobs_retried", "Failed attempts released for a retry.", jq, registry=w
+        )
+        self.dead = Counter("outbox_jobs_dead", "Jobs dead-lettered.", jq, registry=w)
+        self.run_seconds = Histogram("outbox_job_run_seconds", "Handler run time.", jq, registry=w)
+        self.latency = Histogram(
+            "outbox_job_start_latency_seconds",
+            "Due (enqueued, or available_at if later) to handler start, by the worker's clock.",
+            ("queue",),
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300),
+            registry=w,
+        )
+        self.in_flight = Gauge("outbox_jobs_in_flight", "Handlers running.", ("queue",), registry=w)
+        self.renewals = Counter("outbox_lease_renewals", "Job leases renewed.", registry=w)
+        self.retried_transactions = Counter(
+            "outbox_transactions_retried",
+            "Transactions run again after a deadlock, serialisation failure or busy database.",
+            ("operation",),
+            registry=self.registry,
+        )
+        self.registry.register(_Collected(self))
+
+    # -- hooks ---------------------------------------------------------------------
+
+    def on_relay_batch(self, result: BatchResult) -> None:
+        self._beat = time.monotonic()
+        if result.claimed:
+            self.handed_off.inc(result.handed_off)
+            self.quarantined.inc(result.quarantined)
+            self.batch_seconds.observe(result.ms / 1000)
+
+    def on_job_started(self, job: ClaimedJob) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._started[job.id] = now
+        queue = self._queue(job.queue)
+        self.in_flight.labels(queue).inc()
+        due_ms = max(job.created_at, job.available_at)
+        self.latency.labels(queue).observe(max(0.0, time.time() - due_ms / 1000))
+
+    def on_job_finished(self, outcome: Outcome, registry: Registry) -> None:
+        from outbox.queue.execute import Kind
+
+        job = outcome.job
+        with self._lock:
+            began = self._started.pop(job.id, None)
+        if began is None:  # never started (handed back unstarted)
+            return
+        labels = (self._queue(job.queue), job.job_name if job.job_name in registry else UNKNOWN)
+        self.in_flight.labels(labels[0]).dec()
+        self.run_seconds.labels(*labels).observe(time.monotonic() - began)
+        if outcome.kind in (Kind.DONE, Kind.ACKED):
+            self.succeeded.labels(*labels).inc()
+        elif outcome.kind in (Kind.FAILED, Kind.PERMANENT):
+            self.failed.labels(*labels).inc()
+            limit = registry.max_attempts(job.job_name, job.max_attempts)
+            final = outcome.kind is Kind.PERMANENT or job.attempts >= limit
+            (self.dead if final else self.retried).labels(*labels).inc()
+
+    def on_worker_tick(self, held: int) -> None:
+        self._beat = time.monotonic()
+        self.renewals.inc(held)
+
+    def _queue(self, queue: str) -> str:
+        return queue if queue in self.queues else UNKNOWN
+
+    # -- health ----------------------------------------------------------------------
+
+    def healthy(self) -> tuple[bool, str]:
+        """Has the loop reported within ``stale_after`` seconds?"""
+        quiet = time.monotonic() - self._beat
+        if quiet > self.stale_after:
+            return False, f"no progress for {quiet:.0f} s"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        """Does the database answer, with the schema at the version this code expects?"""
+        return self._reader.ready()
+
+    # -- serving ---------------------------------------------------------------------
+
+    def watch_worker(self, worker: Worker) -> None:
+        """Export ``worker``'s lease losses (its stats count them)."""
+        self._worker = worker
+
+    def start(self, bind: str, port: int) -> int:
+        """Serve on ``bind:port`` in a daemon thread and become the hooks' target."""
+        global _current
+        try:
+            self._server = ThreadingHTTPServer((bind, port), _handler(self))
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot serve metrics on {bind}:{port}: {exc.strerror or type(exc).__name__}"
+            ) from exc
+        self._server.daemon_threads = True
+        threading.Thread(
+            target=self._server.serve_forever, name="outbox-metrics", daemon=True
+        ).start()
+        _current = self
+        served = int(self._server.server_address[1])
+        log.info("metrics.serving", bind=bind, port=served, paths="/metrics /healthz /readyz")
+        return served
+
+    def stop(self) -> None:
+        global _current
+        if _current is self:
+            _current = None
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        self._reader.close()
+
+    def render(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)
+
+
+@contextmanager
+def serving(
+    database: Database,
+    role: Role,
+    port: int | None,
+    bind: str = "127.0.0.1",
+    *,
+    queues: Sequence[str] = (),
+) -> Iterator[Exporter | None]:
+    """An exporter on ``bind:port`` for the block (nothing when ``port`` is None)."""
+    if port is None:
+        yield None
+        return
+    exporter = Exporter(database, role, queues=queues)
+    exporter.start(bind, port)
+    try:
+        yield exporter
+    finally:
+        exporter.stop()
+
+
+class _Reader:
+    """The exporter's own connection: backlog gauges and readiness, rate-limited."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._conn: Connection | None = None
+        self._lock = threading.Lock()
+        self._backlog: dict[str, tuple[float, Any]] = {}
+        self._ready: tuple[float, tuple[bool, str]] = (0.0, (False, "not checked yet"))
+
+    def read(self, what: str, fn: Any) -> Any:
+        """``fn(conn)`` on the reader's connection; reconnects after a failure."""
+        with self._lock:
+            try:
+                if self._conn is None:
+                    self._conn = self.database.connect()
+                return self._conn.read(fn, operation=what)
+            except OutboxError:
+                self.close()
+                raise
+
+    def backlog(self, name: str, fn: Any) -> Any:
+        """``fn(conn)``'s answer, read at most every ``BACKLOG_REFRESH_S`` seconds (None
+        while the database does not answer)."""
+        at, value = self._backlog.get(name, (0.0, None))
+        if value is None or time.monotonic() - at >= BACKLOG_REFRESH_S:
+            try:
+                value = self.read("metrics", fn)
+            except OutboxError as exc:
+                log.warning("metrics.backlog_failed", error=type(exc.__cause__ or exc).__name__)
+                value = None
+            self._backlog[name] = (time.monotonic(), value)
+        return value
+
+    def ready(self) -> tuple[bool, str]:
+        at, answer = self._ready
+        if time.monotonic() - at < READY_CACHE_S:
+            return answer
+        from outbox.db.migrate import LATEST, applied_versions
+
+        try:
+            versions = self.read("readyz", applied_versions)
+            if LATEST in versions:
+                answer = (True, f"ok: schema version {LATEST}")
+            else:
+                have = max(versions, default=0)
+                answer = (False, f"schema at version {have}, expected {LATEST}: run outbox migrate")
+        except OutboxError as exc:
+            answer = (False, f"database unavailable ({type(exc.__cause__ or exc).__name__})")
+        self._ready = (time.monotonic(), answer)
+        return answer
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class _Collected:
+    """What is read at scrape time: backlog gauges (rate-limited) and lease losses."""
+
+    def __init__(self, exporter: Exporter) -> None:
+        self.exporter = exporter
+
+    def describe(self) -> Iterable[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        e = self.exporter
+        if e.role == "relay":
+            backlog = e._reader.backlog("relay", _relay_backlog)
+            if backlog is not None:
+                pending, oldest, now_ms = backlog
+                yield GaugeMetricFamily(
+                    "outbox_pending_intents", "Intents waiting for the relay.", value=pending
+                )
+                age = 0.0 if oldest is None else max(0, int(now_ms) - int(oldest)) / 1000
+                yield GaugeMetricFamily(
+                    "outbox_oldest_pending_age_seconds",
+                    "Age of the oldest pending intent (0 when none is).",
+                    value=age,
+                )
+        else:
+            yield from _queue_gauges(e)
+            lost = CounterMetricFamily("outbox_leases_lost", "Job leases found lost.")
+            lost.add_metric([], e._worker.stats.lost if e._worker else 0)
+            yield lost
+
+
+def _relay_backlog(conn: Connection) -> tuple[int, Any, Any]:
+    oldest, now_ms = conn.execute("status_oldest_pending")[0]
+    return int(conn.execute("status_pending_count")[0][0]), oldest, now_ms
+
+
+def _queue_gauges(e: Exporter) -> Iterator[Any]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    rows = e._reader.backlog("queues", lambda c: c.execute("queue_counts"))
+    if rows is None:
+        return
+    ready = GaugeMetricFamily("outbox_queue_ready_jobs", "Jobs due and not held.", labels=["queue"])
+    now = time.time() * 1000
+    counted = {str(r[0]): r for r in rows if r[0] in e.queues}
+    oldest = GaugeMetricFamily(
+        "outbox_queue_oldest_ready_age_seconds",
+        "How long the oldest ready job has been due (0 when none is).",
+        labels=["queue"],
+    )
+    for name in sorted(e.queues):
+        _, n_ready, _delayed, _reserved, oldest_ready = counted.get(name, (name, 0, 0, 0, None))
+        ready.add_metric([name], int(n_ready))
+        age = 0.0 if oldest_ready is None else max(0.0, now - int(oldest_ready)) / 1000
+        oldest.add_metric([name], age)
+    yield ready
+    yield oldest
+
+
+def _handler(exporter: Exporter) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                from prometheus_client import CONTENT_TYPE_LATEST
+
+                self._send(200, exporter.render(), CONTENT_TYPE_LATEST)
+            elif path in ("/healthz", "/readyz"):
+                ok, why = exporter.healthy() if path == "/healthz" else exporter.ready()
+                self._send(200 if ok else 503, f"{why}\n".encode(), "text/plain; charset=utf-8")
+            else:
+                self._send(404, b"not found: /metrics, /healthz, /readyz\n", "text/plain")
+
+        def _send(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, fmt: str, *args: Any) -> None:
+            pass  # scrapes every few seconds would flood the log
+
+    return Handler
