@@ -34,6 +34,8 @@ class Case:
     higher_is_better: bool = True
     pending: str | None = None  # why it cannot run yet (e.g. "pending product")
     warmup: Callable[[], object] | None = None  # a cheaper warm-up than ``measure``
+    # unit and direction of named metrics that differ from the case's (jobs/s beside ms)
+    metrics: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
 
 @dataclass
@@ -203,7 +205,8 @@ def _record(
     for metric, value in items:
         name = f"{case.name} {metric}".strip()
         if name not in rows:
-            rows[name] = Result(scenario, name, case.unit, case.higher_is_better)
+            unit, higher = case.metrics.get(metric, (case.unit, case.higher_is_better))
+            rows[name] = Result(scenario, name, unit, higher)
             order.append(name)
         rows[name].samples.append(float(value))
         rows[name].rounds.append(r)
