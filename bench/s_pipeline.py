@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import os
 import signal
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from bench import servers, w_pgqueuer, w_record
@@ -207,13 +207,12 @@ def sample(system: System, seconds: float) -> dict[str, float]:
 
 
 def _case(system: System, label: str, seconds: float, warm_s: float) -> Case:
-    measure: Callable[[], dict[str, float]] = lambda: sample(system, seconds)  # noqa: E731
     return Case(
         label,
-        measure,
+        functools.partial(sample, system, seconds),
         unit="ms",
         higher_is_better=False,
-        warmup=lambda: sample(system, warm_s),
+        warmup=functools.partial(sample, system, warm_s),
         metrics=METRICS,
         pending=missing("worker") or missing("relay"),
     )
