@@ -94,7 +94,8 @@ class System:
         conn.close()
 
     def start(self, log: Path) -> list[subprocess.Popen[bytes]]:
-        out = self.work.with_suffix(".out")
+        out = self.work.with_suffix(".out")  # the consumers' own output, this sample's
+        out.unlink(missing_ok=True)
         if self.kind == "pgqueuer":
             return [_spawn(["-m", "bench.w_pipeline", "pgqueuer", self.url], log, out)]
         cli = ["-m", "outbox", "--database-url", self.url]
