@@ -79,6 +79,7 @@ class System:
     def __init__(self, kind: str, url: str) -> None:
         self.kind, self.url = kind, url
         self.work = servers.WORK / f"pipeline-{kind}"
+        servers.WORK.mkdir(parents=True, exist_ok=True)  # a fresh clone has none yet
 
     def prepare(self) -> None:
         if self.kind == "outbox":
