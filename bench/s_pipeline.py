@@ -7,6 +7,8 @@ row + ``enqueue`` of one job per transaction, and one consumer with its defaults
 Producers run flat out; the figure is the jobs the consumer started inside the
 producers' window per second (``committed/s`` beside it shows whether it kept up), and
 commit → handler start over every job committed in the window (see bench.w_pipeline).
+Ours also splits that p99 into the relay's leg (commit → handoff) and the worker's
+(handoff → handler start), to say where a miss comes from.
 
 Each sample starts from empty tables and fresh consumer processes, waits until a probe
 job has gone through (so start-up is not timed), runs the producers for a fixed time,
@@ -163,12 +165,17 @@ class System:
         ]
 
 
-def _read(path: Path) -> dict[str, float]:
+def _read(path: Path) -> dict[str, list[float]]:
+    """``seq`` → the times noted on its line."""
     out = {}
     for line in path.read_text().splitlines():
-        seq, _, t = line.partition(" ")
-        out[seq] = float(t)
+        seq, *times = line.split()
+        out[seq] = [float(t) for t in times]
     return out
+
+
+def _p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[98]
 
 
 def sample(system: System, seconds: float) -> dict[str, float]:
@@ -190,22 +197,27 @@ def sample(system: System, seconds: float) -> dict[str, float]:
     w0 = min(r["w0"] for r in outcome.results)
     w1 = max(r["w1"] for r in outcome.results)
     starts = _read(log)
-    commits: dict[str, float] = {}
+    commits = {}
     for k in range(PRODUCERS):
-        commits.update(_read(Path(f"{system.work}-p{k}.log")))
+        commits.update({s: t[0] for s, t in _read(Path(f"{system.work}-p{k}.log")).items()})
     # A job never started counts with the time it had waited when we gave up (a floor).
-    lat = [(starts.get(s, give_up) - t) * 1000 for s, t in commits.items()]
+    lat = [(starts.get(s, [give_up])[0] - t) * 1000 for s, t in commits.items()]
     unstarted = sum(1 for s in commits if s not in starts)
     if unstarted or not drained:
         print(f"  [{NAME}] {system.kind}: {unstarted:,} jobs never started", flush=True)
     q = statistics.quantiles(lat, n=100, method="inclusive")
-    inside = sum(1 for s, t in starts.items() if s != "probe" and w0 <= t <= w1)
-    return {
+    inside = sum(1 for s, t in starts.items() if s != "probe" and w0 <= t[0] <= w1)
+    out = {
         "jobs/s": inside / (w1 - w0),
         "committed/s": len(commits) / (w1 - w0),
         "p50": q[49],
         "p99": q[98],
     }
+    legs = [(starts[s], t) for s, t in commits.items() if len(starts.get(s, ())) == 2]
+    if legs and len(legs) == len(commits):  # ours: enqueued_at splits the path
+        out["p99 commit → queue (relay leg)"] = _p99([(h - t) * 1000 for (_, h), t in legs])
+        out["p99 queue → start (worker leg)"] = _p99([(s - h) * 1000 for (s, h), _ in legs])
+    return out
 
 
 def _case(system: System, label: str, seconds: float, warm_s: float) -> Case:

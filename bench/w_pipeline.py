@@ -4,7 +4,10 @@ Every job's payload carries a ``seq`` ("producer:n"). A producer notes ``seq`` a
 ``time.time()`` right after its commit returns; the handler notes ``seq`` and
 ``time.time()`` as its first act. Both clocks are the same machine's wall clock, so
 commit → handler start is a difference of two readings of one clock; the parent joins
-the two logs. Handlers write to ``$BENCH_PIPELINE_LOG`` (buffered, closed at exit).
+the two logs. Our handler also notes the job's ``enqueued_at`` (the relay's handoff,
+written by PostgreSQL's clock on the same machine, millisecond resolution), which splits
+a miss into the relay's leg and the worker's. Handlers write to ``$BENCH_PIPELINE_LOG``
+(buffered, closed at exit).
 
 ``python -m bench.w_pipeline pgqueuer URL`` runs pgqueuer's consumer with its defaults
 until SIGTERM (the outbox side runs the ``outbox`` CLI itself).
@@ -33,13 +36,14 @@ BUSINESS = (
 _out: list[Any] = []
 
 
-def note_start(seq: str) -> None:
-    """The handler's first act: ``seq`` and the wall clock, to the log."""
+def note_start(seq: str, queued: float | None = None) -> None:
+    """The handler's first act: ``seq``, the wall clock and, when known, when the job
+    entered the queue (the relay's handoff, by the database's clock), to the log."""
     now = time.time()
     if not _out:
         _out.append(open(os.environ["BENCH_PIPELINE_LOG"], "a"))  # noqa: SIM115
         atexit.register(_out[0].close)
-    _out[0].write(f"{seq} {now}\n")
+    _out[0].write(f"{seq} {now}\n" if queued is None else f"{seq} {now} {queued}\n")
 
 
 def _body(seq: str, i: int) -> dict[str, Any]:
@@ -115,7 +119,7 @@ def _build() -> Any:
 
     @reg.job(JOB_NAME)
     def started(body: Any, ctx: Any) -> None:
-        note_start(body["seq"])
+        note_start(body["seq"], ctx.enqueued_at.timestamp())
 
     return reg
 
