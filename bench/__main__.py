@@ -16,7 +16,17 @@ from bench import report, servers
 from bench.core import Result, Target, measure_rounds
 from bench.plan import Ctx, Plan
 
-SCENARIOS = ("record", "relay", "worker", "peers", "latency", "backlog", "memory", "backends")
+SCENARIOS = (
+    "record",
+    "relay",
+    "worker",
+    "peers",
+    "latency",
+    "pipeline",
+    "backlog",
+    "memory",
+    "backends",
+)
 ANY_BACKEND = ("record", "relay", "worker")
 
 
@@ -26,6 +36,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="a ~2-3 minute pass, fewer rows")
     ap.add_argument("--only", default="", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (>= 3 advised)")
+    ap.add_argument(
+        "--no-warmup", action="store_true", help="skip the uncounted warm-up round (debugging)"
+    )
     ap.add_argument("--out", type=Path, default=report.RESULTS / "latest.json")
     ap.add_argument("--chart", type=Path, default=report.RESULTS / "latest.png")
     ns = ap.parse_args(argv)
@@ -49,7 +62,7 @@ def _run_scenario(name: str, ctx: Ctx) -> tuple[list[Result], Plan]:
     print(f"\n>> {name}", flush=True)
     plan: Plan = module.plan(ctx)
     try:
-        results = measure_rounds(name, plan.cases, plan.rounds or ctx.rounds)
+        results = measure_rounds(name, plan.cases, plan.rounds or ctx.rounds, ctx.warmup)
     finally:
         for step in plan.after:
             step()
@@ -58,7 +71,7 @@ def _run_scenario(name: str, ctx: Ctx) -> tuple[list[Result], Plan]:
 
 def main(argv: list[str] | None = None) -> int:
     ns = _args(sys.argv[1:] if argv is None else argv)
-    ctx = Ctx(backend=ns.backend, quick=ns.quick, rounds=ns.rounds)
+    ctx = Ctx(backend=ns.backend, quick=ns.quick, rounds=ns.rounds, warmup=not ns.no_warmup)
     started = time.monotonic()
     results: list[Result] = []
     targets: list[Target] = []
@@ -83,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         "backend": ns.backend,
         "quick": ns.quick,
         "rounds": ns.rounds,
+        "warmup": not ns.no_warmup,
         "machine": servers.machine(),
     }
     print(report.table(results))

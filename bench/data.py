@@ -3,17 +3,21 @@
 Preloading goes straight into the tables (COPY on PostgreSQL, executemany elsewhere):
 it is set-up, not what is measured. Intents are built with the product's own
 normalisation and fingerprint, so the relay verifies them exactly as it would real ones.
+Schema v2: every intent also gets its key row in ``outbox_keys`` and ``keyed = 1``, as
+record() writes them; an intent without ``keyed`` would fire the rolling-upgrade
+trigger (version-1 writers), which is slow and writes tombstones a bulk load must not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 JOB_NAME = "bench.noop"
 QUEUE = "bench"
 _FILLER = "x" * 120
-_TABLES = ("outbox_jobs", "outbox_messages", "outbox_failed_jobs")
+CREATED_AT = 1  # preloaded intents and keys; backlog filler keys carry 0
+_TABLES = ("outbox_jobs", "outbox_messages", "outbox_keys", "outbox_failed_jobs")
 
 
 def payload(i: int) -> dict[str, Any]:
@@ -57,8 +61,15 @@ def intent_rows(start: int, count: int, tag: str) -> Iterator[tuple[Any, ...]]:
             it.max_attempts,
             it.available_at,
             "pending",
-            0,
+            CREATED_AT,
+            1,
         )
+
+
+def key_rows(intents: Iterable[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+    """The ``outbox_keys`` row of each ``intent_rows`` row (KEY_COLUMNS order)."""
+    for row in intents:
+        yield (row[1], row[0], row[2], row[9])
 
 
 def job_rows(start: int, count: int, available_at: int = 0) -> Iterator[tuple[Any, ...]]:
@@ -72,8 +83,9 @@ def job_rows(start: int, count: int, available_at: int = 0) -> Iterator[tuple[An
 
 INTENT_COLUMNS = (
     "message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts, "
-    "available_at, state, created_at"
+    "available_at, state, created_at, keyed"
 )
+KEY_COLUMNS = "key_digest, message_id, fingerprint, created_at"
 JOB_COLUMNS = (
     "message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at"
 )
@@ -107,8 +119,10 @@ def load(conn: Any, table: str, columns: str, rows: Iterator[tuple[Any, ...]]) -
         cur.close()
 
 
-def load_intents(conn: Any, count: int, tag: str, start: int = 0) -> None:
-    load(conn, "outbox_messages", INTENT_COLUMNS, intent_rows(start, count, tag))
+def load_intents(conn: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+    """``intent_rows`` rows into ``outbox_messages`` with their key rows (set-up only)."""
+    load(conn, "outbox_keys", KEY_COLUMNS, key_rows(rows))
+    load(conn, "outbox_messages", INTENT_COLUMNS, iter(rows))
 
 
 def load_jobs(conn: Any, count: int, available_at: int = 0) -> None:
@@ -120,7 +134,8 @@ def analyze(conn: Any) -> None:
     if conn.dialect.name == "postgresql":
         conn.execute_sql("ANALYZE outbox_jobs")
         conn.execute_sql("ANALYZE outbox_messages")
+        conn.execute_sql("ANALYZE outbox_keys")
     elif conn.dialect.name == "sqlite":
         conn.execute_sql("ANALYZE")
     else:
-        conn.execute_sql("ANALYZE TABLE outbox_jobs, outbox_messages")
+        conn.execute_sql("ANALYZE TABLE outbox_jobs, outbox_messages, outbox_keys")

@@ -17,6 +17,7 @@ class Ctx:
     backend: str
     quick: bool
     rounds: int
+    warmup: bool = True
 
     def size(self, full: int, quick: int) -> int:
         return quick if self.quick else full

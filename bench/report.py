@@ -38,15 +38,24 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def spread(lo_hi: Any) -> str:
+    """``[lo..hi]`` of the per-round ratios (empty when unknown)."""
+    if not lo_hi:
+        return ""
+    return f"[{lo_hi[0]:.2f}..{lo_hi[1]:.2f}]"
+
+
 def targets_table(targets: list[Target]) -> str:
-    lines = ["", "== targets (ratios of medians, same run)"]
+    lines = [
+        "",
+        "== targets (ratio of medians [min..max of per-round ratios]; met only when the whole"
+        " spread is on the right side of the bound)",
+    ]
     for t in targets:
-        verdict = (
-            "info" if math.isinf(t.bound) else {True: "MET", False: "MISSED", None: "n/a"}[t.met]
-        )
+        verdict = t.verdict.upper() if t.verdict in ("met", "missed", "borderline") else t.verdict
         bound = "" if math.isinf(t.bound) else f" {t.op} {t.bound:g}"
-        value = "-" if t.ratio is None else f"{t.ratio:.2f}"
-        lines.append(f"[{verdict:>6}] {t.label}: {value}{bound}   {t.detail}")
+        value = "-" if t.ratio is None else f"{t.ratio:.2f} {spread(t.spread)}"
+        lines.append(f"[{verdict:>10}] {t.label}: {value}{bound}   {t.detail}")
     return "\n".join(lines)
 
 
@@ -128,11 +137,14 @@ def _target_panel(ax: Any, targets: list[Target]) -> None:
     score = [
         (t.ratio or 0) / t.bound if t.op == ">=" else t.bound / (t.ratio or 1e-9) for t in shown
     ]
-    ax.barh(y, score, color=["#2ca02c" if t.met else "#d62728" for t in shown])
+    colour = {"met": "#2ca02c", "borderline": "#ff7f0e"}
+    ax.barh(y, score, color=[colour.get(t.verdict, "#d62728") for t in shown])
     ax.axvline(1.0, color="black", lw=1)
-    ax.set_yticks(y, [f"{t.label} ({t.ratio:.2f})" for t in shown], fontsize=7)
+    ax.set_yticks(y, [f"{t.label} ({t.ratio:.2f} {spread(t.spread)})" for t in shown], fontsize=7)
     ax.invert_yaxis()
-    ax.set_title("targets: value / bound (>= 1 means met)", fontsize=9)
+    ax.set_title(
+        "targets: value / bound (>= 1 means met; orange: borderline over the rounds)", fontsize=9
+    )
     ax.tick_params(axis="x", labelsize=7)
 
 
@@ -141,7 +153,8 @@ def markdown(doc: dict[str, Any], chart_path: str) -> str:
     meta, m = doc["meta"], doc["meta"]["machine"]
     out = [
         f"Measured {meta['when']} with `{meta['command']}` ({meta['rounds']} interleaved "
-        f"rounds, {meta['seconds']:.0f} s) on {m.get('cpus')} CPUs "
+        f"rounds{' after an uncounted warm-up round' if meta.get('warmup') else ''}, "
+        f"{meta['seconds']:.0f} s) on {m.get('cpus')} CPUs "
         f"({m.get('cpu', 'unknown CPU')}), {m.get('memory_gib')} GiB, Python "
         f"{m.get('python')}, PostgreSQL {m.get('postgresql')} with default settings; "
         "client and server share the machine.",
@@ -157,12 +170,22 @@ def markdown(doc: dict[str, Any], chart_path: str) -> str:
             f"| {r['scenario']} | {r['case']}{note} | {r['unit']} | {_fmt(r['min'])} | "
             f"{_fmt(r['median'])} | {_fmt(r['max'])} |"
         )
-    out += ["", "| target | value | bound | met |", "| --- | ---: | --- | --- |"]
+    out += [
+        "",
+        "Target values are ratios of medians; the spread is the min..max of the ratios taken "
+        "round by round, and a target is met only when all of it is on the right side of "
+        "the bound (borderline when part of it is).",
+        "",
+        "| target | value | spread over rounds | bound | met |",
+        "| --- | ---: | ---: | --- | --- |",
+    ]
+    words = {"met": "yes", "missed": "**no**", "borderline": "**borderline**"}
     for t in doc["targets"]:
         bound = "-" if t["bound"] in (None, float("inf")) else f"{t['op']} {t['bound']:g}"
-        met = "info" if bound == "-" else {True: "yes", False: "**no**", None: "n/a"}[t["met"]]
+        verdict = t.get("verdict") or {True: "met", False: "missed", None: "n/a"}[t["met"]]
+        met = "info" if bound == "-" else words.get(verdict, verdict)
         value = "-" if t["value"] is None else f"{t['value']:.2f}"
-        out.append(f"| {t['label']} | {value} | {bound} | {met} |")
+        out.append(f"| {t['label']} | {value} | {spread(t.get('spread'))} | {bound} | {met} |")
     return "\n".join(out) + "\n"
 
 
@@ -170,13 +193,23 @@ def rerender(path: Path = RESULTS / "latest.json") -> None:
     """Redraw the chart and the markdown from a results document (no measuring)."""
     doc = json.loads(path.read_text())
     results = [
-        Result(r["scenario"], r["case"], r["unit"], r["higher_is_better"], r["samples"], r["note"])
+        Result(
+            r["scenario"],
+            r["case"],
+            r["unit"],
+            r["higher_is_better"],
+            r["samples"],
+            r["note"],
+            r.get("rounds") or [],
+        )
         for r in doc["results"]
     ]
     targets = []
     for t in doc["targets"]:
         tg = Target(t["label"], t["ours"], t["reference"], t["op"], t["bound"])
         tg.ratio, tg.met, tg.detail = t["value"], t["met"], t["detail"]
+        tg.verdict = t.get("verdict") or {True: "met", False: "missed", None: "n/a"}[t["met"]]
+        tg.spread = tuple(t["spread"]) if t.get("spread") else None
         targets.append(tg)
     meta = doc["meta"]
     chart(

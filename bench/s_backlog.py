@@ -1,9 +1,10 @@
 """backlog: relay and worker throughput with 10,000 vs 1,000,000 rows already present.
 
-The filler is what a long-lived installation carries: published tombstones in
-``outbox_messages``, and in ``outbox_jobs`` half delayed jobs in the measured queue
-(the claim must step over them) and half due jobs of another queue. Each sample adds
-its own rows on top and removes them afterwards; the filler stays.
+The filler is what a long-lived installation carries under schema v2: the key rows of
+handed-off intents in ``outbox_keys`` (until ``outbox prune``; ``outbox_messages``
+holds no tombstones any more), and in ``outbox_jobs`` half delayed jobs in the measured
+queue (the claim must step over them) and half due jobs of another queue. Each sample
+adds its own rows on top and removes them afterwards; the filler stays.
 """
 
 from __future__ import annotations
@@ -21,11 +22,10 @@ from bench.w_outbox import missing
 NAME = "backlog"
 FAR_FUTURE_MS = 4_102_444_800_000  # 2100-01-01
 
-FILL_MESSAGES = """
-INSERT INTO outbox_messages (message_id, key_digest, fingerprint, job_name, queue, payload,
-                             state, created_at, published_at)
-SELECT gen_random_uuid()::text, encode(sha256(('filler' || i)::bytea), 'hex'),
-       repeat('0', 64), 'bench.noop', 'bench', NULL, 'published', 0, 0
+FILL_KEYS = """
+INSERT INTO outbox_keys (key_digest, message_id, fingerprint, created_at)
+SELECT encode(sha256(('filler' || i)::bytea), 'hex'), gen_random_uuid()::text,
+       repeat('0', 64), 0
 FROM generate_series(1, %(n)s) AS i
 """
 FILL_JOBS = """
@@ -45,20 +45,20 @@ class Store:
         self.url = servers.fresh("postgresql", name)
         self.filler = filler
         conn = data.connect(self.url)
-        conn.execute_sql(FILL_MESSAGES, {"n": filler})
+        conn.execute_sql(FILL_KEYS, {"n": filler})
         conn.execute_sql(FILL_JOBS, {"n": filler, "future": FAR_FUTURE_MS})
-        conn.execute_sql("VACUUM ANALYZE outbox_messages")
-        conn.execute_sql("VACUUM ANALYZE outbox_jobs")
-        self.max_msg = conn.execute_sql("SELECT max(id) FROM outbox_messages")[0][0]
+        for table in ("outbox_keys", "outbox_messages", "outbox_jobs"):
+            conn.execute_sql(f"VACUUM ANALYZE {table}")
         self.max_job = conn.execute_sql("SELECT max(id) FROM outbox_jobs")[0][0]
         conn.close()
 
     def reset(self, conn: Any) -> None:
         """Back to the filler alone, vacuumed as autovacuum would (it is off here)."""
-        conn.execute_sql("DELETE FROM outbox_messages WHERE id > %(m)s", {"m": self.max_msg})
+        conn.execute_sql("DELETE FROM outbox_messages")
+        conn.execute_sql("DELETE FROM outbox_keys WHERE created_at > 0")  # filler keys: 0
         conn.execute_sql("DELETE FROM outbox_jobs WHERE id > %(m)s", {"m": self.max_job})
-        conn.execute_sql("VACUUM outbox_messages")
-        conn.execute_sql("VACUUM outbox_jobs")
+        for table in ("outbox_keys", "outbox_messages", "outbox_jobs"):
+            conn.execute_sql(f"VACUUM {table}")
 
     def ready(self, conn: Any) -> int:
         return int(
@@ -72,7 +72,7 @@ def _relay_case(store: Store, n: int, label: str) -> Case:
     def measure() -> float:
         conn = data.connect(store.url, migrate=False)
         store.reset(conn)
-        data.load(conn, "outbox_messages", data.INTENT_COLUMNS, iter(_rows(n)))
+        data.load_intents(conn, _rows(n))
         conn.close()
         o = procs.run_one("bench.w_outbox:relay", url=store.url, batch=500)
         return rate(o.total(), o.elapsed_s)
@@ -113,10 +113,9 @@ def explain(store: Store, n: int) -> list[str]:
     out = []
     try:
         store.reset(conn)
-        data.load(conn, "outbox_messages", data.INTENT_COLUMNS, iter(_rows(n)))
+        data.load_intents(conn, _rows(n))
         data.load_jobs(conn, n)
-        conn.execute_sql("ANALYZE outbox_jobs")
-        conn.execute_sql("ANALYZE outbox_messages")
+        data.analyze(conn)
         for name in ("job_claim", "relay_handoff"):
             try:
                 sql = conn.statement(name).driver

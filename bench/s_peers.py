@@ -15,10 +15,11 @@ from bench import oban_env, procs, servers, w_pgqueuer, w_procrastinate, w_recor
 from bench.core import Case, Target
 from bench.plan import PY, Ctx, Plan, rate
 from bench.procs import Spec
-from bench.s_worker import worker_case
+from bench.s_worker import cli_defaults_case, worker_case
 from bench.w_outbox import missing
 
 NAME = "peers"
+DEFAULTS = "drain: `outbox worker` with the CLI defaults (no tuning flags), 1 proc"
 SINGLES = 3_000  # enqueue-one-at-a-time samples: a few seconds for every system
 _tag = itertools.count()
 
@@ -135,6 +136,7 @@ def _ours(ctx: Ctx, n: int) -> list[Case]:
         )
         for k in (1, 2)
     ]
+    out.append(cli_defaults_case(url, n, DEFAULTS))
     modes = [("record_batch", "list", min(n, 20_000))]
     if not ctx.quick:
         modes.insert(0, ("record_single", "single", SINGLES))
@@ -181,10 +183,18 @@ def _targets(cases: list[Case]) -> list[Target]:
         return [x for x in names if all(w in x for w in words)]
 
     peers_drain_1 = [x for x in pick("drain:", "1 proc") if "outbox" not in x]
+    tuned_1 = [x for x in pick("outbox worker", "1 proc") if x != f"{NAME}: {DEFAULTS}"]
     ts = [
         Target(
-            "drain, 1 proc >= 2x pgqueuer's best 1-proc setting",
-            pick("outbox worker", "1 proc"),
+            "drain, no flags (CLI defaults), 1 proc >= 3x pgqueuer's best 1-proc setting",
+            [f"{NAME}: {DEFAULTS}"],
+            pick("pgqueuer", "1 proc"),
+            ">=",
+            3.0,
+        ),
+        Target(
+            "drain, tuned (c16 p1000), 1 proc >= 2x pgqueuer's best 1-proc setting",
+            tuned_1,
             pick("pgqueuer", "1 proc"),
             ">=",
             2.0,
@@ -197,18 +207,18 @@ def _targets(cases: list[Case]) -> list[Target]:
             1.5,
         ),
         Target(
-            "drain, 1 proc: ours / best peer",
-            pick("outbox worker", "1 proc"),
+            "drain, tuned, 1 proc: ours / best peer",
+            tuned_1,
             peers_drain_1,
             ">=",
             1.0,
         ),
         Target(
-            "batch recording >= 1.3x pgqueuer list enqueue",
+            "batch recording >= 1.0x pgqueuer list enqueue",
             pick("enqueue list: outbox"),
             pick("enqueue list: pgqueuer"),
             ">=",
-            1.3,
+            1.0,
         ),
         Target(
             "enqueue list: ours / best peer",
@@ -230,6 +240,6 @@ def _targets(cases: list[Case]) -> list[Target]:
             )
         )
     if missing("worker"):
-        for t in ts[:3]:
+        for t in ts[:4]:
             t.detail = "pending product"
     return ts

@@ -1,4 +1,11 @@
-"""relay: pending intents handed off, rows/s, beside a raw one-statement move."""
+"""relay: pending intents handed off, rows/s, beside a raw one-statement move.
+
+The raw move is the floor: insert into the queue and delete from the outbox in one
+statement, no verification. Between the two sits a diagnostic on PostgreSQL: the
+product's own ``relay_handoff`` statement in a bare loop (verification in SQL, no
+Python around it). relay vs statement is what our Python and driver add; statement vs
+raw move is what verifying in SQL costs.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from bench.w_outbox import missing
 
 NAME = "relay"
 DIAGNOSTIC_BATCH = 500
+BOUNDS = {100: 0.7, 500: 0.8, 2_000: 0.7}
 
 
 @cache
@@ -20,10 +28,10 @@ def _rows(n: int) -> list[tuple[Any, ...]]:
 
 
 def _preload(url: str, n: int) -> None:
-    """``n`` pending intents in freshly emptied tables, statistics up to date."""
+    """``n`` pending intents (and their key rows) in freshly emptied tables, analysed."""
     conn = data.connect(url)
     data.clear(conn)
-    data.load(conn, "outbox_messages", data.INTENT_COLUMNS, iter(_rows(n)))
+    data.load_intents(conn, _rows(n))
     data.analyze(conn)
     conn.close()
 
@@ -37,18 +45,18 @@ def relay_case(url: str, n: int, batch: int, label: str) -> Case:
     return Case(label, measure, unit="rows/s", pending=missing("relay"))
 
 
-def raw_case(url: str, n: int, batch: int, tombstones: bool = False) -> Case:
+def raw_case(url: str, n: int, batch: int, kind: str = "move") -> Case:
     def measure() -> float:
         _preload(url, n)
-        o = procs.run_one("bench.w_raw:move", url=url, batch=batch, tombstones=tombstones)
+        o = procs.run_one(f"bench.w_raw:{kind}", url=url, batch=batch)
         return rate(o.total(), o.elapsed_s)
 
-    return Case(raw_label(batch, tombstones), measure, unit="rows/s")
+    return Case(raw_label(batch, kind), measure, unit="rows/s")
 
 
-def raw_label(batch: int, tombstones: bool) -> str:
-    if tombstones:
-        return f"raw move keeping tombstones, {batch} rows/statement (diagnostic)"
+def raw_label(batch: int, kind: str = "move") -> str:
+    if kind == "handoff_statement":
+        return f"relay_handoff statement in a bare loop, {batch} rows/statement (diagnostic)"
     return f"raw move, {batch} rows/statement"
 
 
@@ -66,24 +74,31 @@ def plan(ctx: Ctx) -> Plan:
             p.cases.append(raw_case(raw_url, n, b))
             p.targets.append(
                 Target(
-                    f"relay batch {b} >= 0.8x raw move",
+                    f"relay batch {b} >= {BOUNDS[b]:g}x raw move",
                     f"{NAME}: outbox relay, batch {b}",
-                    [f"{NAME}: raw move, {b} rows/statement"],
+                    [f"{NAME}: {raw_label(b)}"],
                     ">=",
-                    0.8,
+                    BOUNDS[b],
                 )
             )
     if raw_url:
-        # The contract's floor: the same move, marking tombstones instead of deleting.
-        p.cases.append(raw_case(raw_url, n, DIAGNOSTIC_BATCH, tombstones=True))
-        p.targets.append(
+        b = DIAGNOSTIC_BATCH
+        p.cases.append(raw_case(raw_url, n, b, "handoff_statement"))
+        p.targets += [
             Target(
-                f"relay batch {DIAGNOSTIC_BATCH} vs raw move keeping tombstones (no target)",
-                f"{NAME}: outbox relay, batch {DIAGNOSTIC_BATCH}",
-                [f"{NAME}: {raw_label(DIAGNOSTIC_BATCH, True)}"],
+                f"relay batch {b} vs its handoff statement alone (Python's share; no target)",
+                f"{NAME}: outbox relay, batch {b}",
+                [f"{NAME}: {raw_label(b, 'handoff_statement')}"],
                 "<=",
                 float("inf"),
-            )
-        )
+            ),
+            Target(
+                f"handoff statement vs raw move, batch {b} (verification's share; no target)",
+                f"{NAME}: {raw_label(b, 'handoff_statement')}",
+                [f"{NAME}: {raw_label(b)}"],
+                "<=",
+                float("inf"),
+            ),
+        ]
     p.notes.append(f"relay: {n:,} pending intents per sample")
     return p

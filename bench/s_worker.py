@@ -39,6 +39,17 @@ def worker_case(url: str, n: int, procs_n: int, conc: int, prefetch: int, label:
     return Case(label, measure, pending=missing("worker"))
 
 
+def cli_defaults_case(url: str, n: int, label: str) -> Case:
+    """One ``outbox worker`` with no tuning flags: what users run."""
+
+    def measure() -> float:
+        _preload(url, n)
+        o = procs.run_one("bench.w_outbox:cli_worker", url=url)
+        return rate(n - _remaining(url), o.elapsed_s)
+
+    return Case(label, measure, pending=missing("worker"))
+
+
 def label(procs_n: int, conc: int, prefetch: int) -> str:
     return f"outbox worker, {procs_n} proc, concurrency {conc}, prefetch {prefetch}"
 

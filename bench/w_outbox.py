@@ -68,6 +68,23 @@ def worker(url: str, concurrency: int, prefetch: int) -> Callable[[], dict[str, 
     return work
 
 
+def cli_worker(url: str) -> Callable[[], dict[str, Any]]:
+    """``outbox worker bench --app bench.w_outbox:APP`` with the CLI's defaults, as a user
+    runs it (``--stop-when-empty`` only ends the drain; ``--log-level warning`` keeps
+    the pipes quiet). In-process, so the interpreter's start-up is not timed; the
+    caller counts the jobs that left the queue."""
+    from outbox.cli import main
+
+    args = ["--database-url", url, "--log-level", "warning", "worker", QUEUE]
+    args += ["--app", "bench.w_outbox:APP", "--stop-when-empty"]
+
+    def work() -> dict[str, Any]:
+        main.main(args, prog_name="outbox", standalone_mode=False)
+        return {}
+
+    return work
+
+
 def _count(result: Any) -> int:
     return int(result.succeeded)
 

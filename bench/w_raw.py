@@ -1,15 +1,16 @@
 """Raw-SQL baselines on the outbox's own tables: what the database alone can do.
 
 The raw move deletes intents and inserts queue rows in one statement per batch (no
-verification, no tombstones); the raw claim deletes due jobs 100 at a time and reads
-their payloads into Python. Both run on their own database with the same schema and
-indexes as ours, so the difference is what our relay and worker add.
+verification): exactly the rows the relay writes under schema v2 (key rows stay). The
+raw claim deletes due jobs 100 at a time and reads their payloads into Python. Both run
+on their own database with the same schema and indexes as ours, so the difference is
+what our relay and worker add.
 
-Two diagnostics sit between those baselines and the product: the same move keeping a
-tombstone (what the contract requires of the relay, still without verification), and a
-claim that writes a lease and deletes the previous batch in the same statement (what
-at-least-once with leases requires of the worker, still without a handler). They show
-how much of a gap is the contract's own row writes and how much is ours.
+Two diagnostics sit between those baselines and the product: the product's own
+``relay_handoff`` statement in a bare loop (the move plus verification in SQL, without
+the relay's Python), and a claim that writes a lease and deletes the previous batch in
+the same statement (what at-least-once with leases requires of the worker, still
+without a handler). They show how much of a gap is the SQL's and how much is ours.
 """
 
 from __future__ import annotations
@@ -42,19 +43,6 @@ WITH batch AS (
 )
 """ + _queue_rows_from("moved")
 
-MOVE_KEEPING_TOMBSTONES = """
-WITH batch AS (
-    SELECT ctid AS row_ctid, message_id, queue, job_name, payload, max_attempts
-    FROM outbox_messages WHERE state = 'pending' ORDER BY id LIMIT %(n)s
-    FOR UPDATE SKIP LOCKED
-), marked AS (
-    UPDATE outbox_messages m
-    SET state = 'published', payload = NULL,
-        published_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-    FROM batch b WHERE m.ctid = b.row_ctid
-)
-""" + _queue_rows_from("batch")
-
 CLAIM_DELETE = """
 DELETE FROM outbox_jobs WHERE id IN (
     SELECT id FROM outbox_jobs
@@ -80,9 +68,9 @@ WHERE id IN (
 """
 
 
-def move(url: str, batch: int, tombstones: bool = False) -> Callable[[], dict[str, Any]]:
+def move(url: str, batch: int) -> Callable[[], dict[str, Any]]:
     conn = connect(url, migrate=False)
-    sql = MOVE_KEEPING_TOMBSTONES if tombstones else MOVE
+    sql = MOVE
 
     def work() -> dict[str, Any]:
         total = 0
@@ -93,6 +81,27 @@ def move(url: str, batch: int, tombstones: bool = False) -> Callable[[], dict[st
             if moved <= 0:
                 return {"count": total}
             total += moved
+
+    return work
+
+
+def handoff_statement(url: str, batch: int) -> Callable[[], dict[str, Any]]:
+    """The relay's one-statement batch (PostgreSQL), as the relay runs it, in a bare loop."""
+    from outbox.relay.service import RelayConfig
+
+    conn = connect(url, migrate=False)
+    sql = conn.statement("relay_handoff").driver
+    params = {"batch_size": batch, "notify": RelayConfig().notify}
+
+    def work() -> dict[str, Any]:
+        total = 0
+        while True:
+            with conn.raw.cursor() as cur:  # autocommit: one statement, one transaction
+                cur.execute(sql, params)
+                claimed, handed_off = cur.fetchone()[:2]
+            if not claimed:
+                return {"count": total}
+            total += int(handed_off)
 
     return work
 

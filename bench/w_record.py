@@ -81,16 +81,34 @@ def app_connect(url: str) -> tuple[Any, str]:
     ), "mysql"
 
 
-def _by_hand_sql(dialect: str, mark: str) -> str:
-    """record()'s row written by hand: the schema's cost without our Python work."""
-    head = (
-        "INSERT INTO outbox_messages (message_id, key_digest, fingerprint, job_name, queue, "
-        f"payload, max_attempts, available_at, state, created_at) VALUES ({mark}, {mark}, "
-        f"{mark}, {mark}, {mark}, {mark}, NULL, NULL, 'pending', {dialect_named(dialect).now_ms})"
+def _by_hand_sql(dialect: str, mark: str) -> list[str]:
+    """record()'s rows written by hand (key row, then intent with ``keyed = 1``): the
+    schema's cost without our Python work. One statement on PostgreSQL, as record()."""
+    now = dialect_named(dialect).now_ms
+    intent = (
+        "outbox_messages (message_id, key_digest, fingerprint, job_name, queue, payload, "
+        "max_attempts, available_at, state, created_at, keyed)"
     )
-    if dialect == "mysql":
-        return head + " ON DUPLICATE KEY UPDATE id = id"
-    return head + " ON CONFLICT (key_digest) DO NOTHING RETURNING message_id"
+    if dialect == "postgresql":
+        return [
+            "WITH k AS (INSERT INTO outbox_keys (key_digest, message_id, fingerprint, "
+            f"created_at) VALUES ({mark}, {mark}, {mark}, {now}) ON CONFLICT (key_digest) "
+            "DO NOTHING RETURNING key_digest, message_id, fingerprint, created_at) "
+            f"INSERT INTO {intent} SELECT k.message_id, k.key_digest, k.fingerprint, "
+            f"{mark}, {mark}, {mark}, NULL, NULL, 'pending', k.created_at, 1 FROM k "
+            "RETURNING message_id"
+        ]
+    conflict = (
+        " ON DUPLICATE KEY UPDATE key_digest = key_digest"
+        if dialect == "mysql"
+        else " ON CONFLICT (key_digest) DO NOTHING"
+    )
+    return [
+        "INSERT INTO outbox_keys (key_digest, message_id, fingerprint, created_at) "
+        f"VALUES ({mark}, {mark}, {mark}, {now})" + conflict,
+        f"INSERT INTO {intent} VALUES ({mark}, {mark}, {mark}, {mark}, {mark}, {mark}, "
+        f"NULL, NULL, 'pending', {now}, 1)",
+    ]
 
 
 def producer(url: str, n: int, mode: str, tag: str) -> Callable[[], dict[str, Any]]:
@@ -119,9 +137,13 @@ def producer(url: str, n: int, mode: str, tag: str) -> Callable[[], dict[str, An
         elif mode == "byhand":
             body = orjson.dumps(payload(i), option=orjson.OPT_SORT_KEYS).decode()
             digest = hashlib.sha256(f"bench:{tag}:{i}".encode()).hexdigest()
-            cur.execute(by_hand, (str(uuid.uuid4()), digest, digest, JOB_NAME, QUEUE, body))
-            if cur.description:
+            mid = str(uuid.uuid4())
+            if len(by_hand) == 1:
+                cur.execute(by_hand[0], (digest, mid, digest, JOB_NAME, QUEUE, body))
                 cur.fetchall()
+            else:
+                cur.execute(by_hand[0], (digest, mid, digest))
+                cur.execute(by_hand[1], (mid, digest, digest, JOB_NAME, QUEUE, body))
         else:
             record(conn, f"bench:{tag}:{i}", Job(JOB_NAME, payload(i), queue=QUEUE))
 
