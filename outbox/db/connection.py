@@ -349,3 +349,22 @@ def _dialect_of(url: URL) -> Dialect:
     raise ConfigurationError(
         f"unsupported database URL scheme {scheme!r}; accepted: {', '.join(ACCEPTED_SCHEMES)}"
     )
+
+
+class LazyConnection:
+    """The one connection a long-running service owns: opened on first use, dropped
+    after a database error (the next use opens a fresh one), closed with the service."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._conn: Connection | None = None
+
+    def get(self) -> Connection:
+        if self._conn is None:
+            self._conn = self.database.connect()
+        return self._conn
+
+    def drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -22,7 +22,7 @@ import structlog
 
 from outbox import metrics
 from outbox.config import settings
-from outbox.db.connection import Connection, Database
+from outbox.db.connection import Database, LazyConnection
 from outbox.db.rows import HandoffResult, OutboxHandoff
 from outbox.errors import ConfigurationError, DatabaseError
 from outbox.relay.listen import ListenWaiter, PollWaiter, Waiter
@@ -107,7 +107,7 @@ class Relay:
         self.database = database
         self.config = config or RelayConfig()
         self.target: Target = target or SqlQueueTarget()
-        self._conn: Connection | None = None
+        self._conn = LazyConnection(database)
 
     def run_once(self, batch_size: int | None = None) -> HandoffResult:
         """Hand off one batch (at most ``batch_size``, default the config's)."""
@@ -115,9 +115,9 @@ class Relay:
         notify = self.config.notify and self.database.dialect.supports_listen
         batch = OutboxHandoff(size, notify, self.config.verify_in_python)
         try:
-            result = self.target.handoff(self._connection().driver, batch)
+            result = self.target.handoff(self._conn.get().driver, batch)
         except DatabaseError:
-            self._drop_connection()
+            self._conn.drop()
             raise
         _log_batch(result)
         metrics.relay_batch(result)
@@ -187,19 +187,9 @@ class Relay:
             return ListenWaiter(self.database, self.config.reconnect_max)
         return PollWaiter()
 
-    def _connection(self) -> Connection:
-        if self._conn is None:
-            self._conn = self.database.connect()
-        return self._conn
-
-    def _drop_connection(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
     def close(self) -> None:
         """Close the relay's connection (it reopens on next use) and its target's."""
-        self._drop_connection()
+        self._conn.drop()
         self.target.close()
 
     def __enter__(self) -> Relay:

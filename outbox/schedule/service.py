@@ -27,7 +27,7 @@ from typing import Literal
 
 import structlog
 
-from outbox.db.connection import Connection, Database
+from outbox.db.connection import Connection, Database, LazyConnection
 from outbox.errors import ConfigurationError, DatabaseError
 from outbox.queue.registry import Registry
 from outbox.schedule import store
@@ -99,11 +99,11 @@ class Scheduler:
         self.registry = registry
         self.config = config or SchedulerConfig()
         self._clock = clock
-        self._conn: Connection | None = None
+        self._conn = LazyConnection(database)
         self._since: dict[str, datetime] = {}
 
     def now(self) -> datetime:
-        seconds = self._clock() if self._clock is not None else store.now(self._connection())
+        seconds = self._clock() if self._clock is not None else store.now(self._conn.get())
         return datetime.fromtimestamp(seconds, UTC)
 
     def run_once(self, now: datetime | None = None) -> list[Recorded]:
@@ -118,7 +118,7 @@ class Scheduler:
             for entry in self.registry.schedules:
                 done.extend(self._look(entry, at))
         except DatabaseError:
-            self._drop_connection()
+            self._conn.drop()
             raise
         return done
 
@@ -136,7 +136,7 @@ class Scheduler:
             log.info("schedule.skipped", schedule=entry.name, missed=len(due) - len(chosen))
         done = []
         for tick in chosen:
-            message_id = store.record_tick(self._connection(), entry, tick)
+            message_id = store.record_tick(self._conn.get(), entry, tick)
             done.append(Recorded(entry.name, tick, message_id))
             log.info("schedule.tick", schedule=entry.name, tick=tick.isoformat(), job=entry.job)
         self._since[entry.name] = max(at, since)
@@ -162,7 +162,7 @@ class Scheduler:
                     failing = self.config.max_sleep / 60
                 except DatabaseError as exc:
                     log.warning("scheduler.look_failed", error=type(exc.__cause__ or exc).__name__)
-                    self._drop_connection()
+                    self._conn.drop()
                     wait, failing = failing, min(failing * 2, self.config.reconnect_max)
                 stop.wait(wait)
         finally:
@@ -170,18 +170,8 @@ class Scheduler:
             log.info("scheduler.stopped", recorded=total)
         return total
 
-    def _connection(self) -> Connection:
-        if self._conn is None:
-            self._conn = self.database.connect()
-        return self._conn
-
-    def _drop_connection(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
     def close(self) -> None:
-        self._drop_connection()
+        self._conn.drop()
 
     def __enter__(self) -> Scheduler:
         return self
