@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from outbox import log
-from outbox.cli import migrate, queue, relay
+from outbox.cli import dashboard, migrate, queue, relay
 from outbox.cli.context import CliContext
 from outbox.errors import OutboxError
 
@@ -64,6 +64,6 @@ def main(ctx: click.Context, database_url: str, log_format: str, log_level: str)
     ctx.obj = CliContext(database_url=database_url, log_level=log_level)
 
 
-for _module in (migrate, relay, queue):
+for _module in (migrate, relay, queue, dashboard):
     for _command in _module.commands:
         main.add_command(_command)
