@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start PostgreSQL, MariaDB and NATS on loopback if they are down, then wait until each
-# answers. Safe to run when they are already up.
+# answers; install Chromium (the dashboard's browser tests) if it is missing. Safe to run
+# when they are already up.
 set -euo pipefail
 
 wait_for() {  # name, probe command...
@@ -30,3 +31,15 @@ if ! tcp_open 4222; then
     -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || true
 fi
 wait_for nats tcp_open 4222
+
+# Chromium for the dashboard's browser tests (Debian's package; Playwright drives it).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      chromium fonts-dejavu-core >/dev/null
+  else
+    echo "services: chromium is missing; install it with: sudo apt-get install -y chromium" >&2
+    exit 1
+  fi
+fi
