@@ -1,7 +1,7 @@
 """The throughput chart as SVG geometry, computed here so the page needs no chart script.
 
-One stacked bar per minute: handed off below, dead-lettered on top. The y axis ends at a
-round number at or above the busiest minute, with three grid lines under it.
+One stacked bar per minute: handed off below, dead-lettered on top. The y axis has four
+round steps, the last at or above the busiest minute.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ LEFT = 44
 RIGHT = 8
 TOP = 10
 BOTTOM = 24
+TICKS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,19 +52,22 @@ class Chart:
     peak: int
 
 
-def nice_ceiling(value: int) -> int:
-    """The smallest of 1, 2, 5 x 10^k at or above ``value`` (at least 4, so ticks are whole)."""
-    step = 1
+def nice_step(value: int) -> int:
+    """The grid step: the smallest of 1, 2, 2.5 and 5 times a power of ten (whole numbers
+    only) whose four steps reach ``value``, so every tick label is a round number."""
+    scale = 1
     while True:
-        for m in (1, 2, 5):
-            if m * step >= max(value, 4):
-                return m * step
-        step *= 10
+        for m in (10, 20, 25, 50):
+            step = m * scale // 10
+            if step >= 1 and step * TICKS >= value:
+                return step
+        scale *= 10
 
 
 def build(minutes: list[Minute]) -> Chart:
     peak = max((m.handed_off + m.dead for m in minutes), default=0)
-    top = nice_ceiling(peak)
+    step = nice_step(peak)
+    top = step * TICKS
     plot_w = WIDTH - LEFT - RIGHT
     plot_h = HEIGHT - TOP - BOTTOM
     baseline = float(TOP + plot_h)
@@ -84,7 +88,9 @@ def build(minutes: list[Minute]) -> Chart:
                 title=f"{at} UTC: {m.handed_off} handed off, {m.dead} dead-lettered",
             )
         )
-    y_ticks = [Tick(round(baseline - plot_h * k / 4, 2), f"{top * k // 4:,}") for k in range(5)]
+    y_ticks = [
+        Tick(round(baseline - plot_h * k / TICKS, 2), f"{step * k:,}") for k in range(TICKS + 1)
+    ]
     n = len(minutes)
     x_ticks = [
         Tick(round(LEFT + i * slot + slot / 2, 2), "now" if i == n - 1 else f"-{n - 1 - i}m")

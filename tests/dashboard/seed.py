@@ -126,12 +126,13 @@ def repair(url: str, message_id: str, fingerprint: str) -> None:
 
 
 def scalar(url: str, sql: str, *params: Any) -> Any:
-    """One value; ``sql`` uses ``?`` placeholders, turned into the driver's."""
+    """One value (None for a statement that returns none); ``sql`` uses ``?``
+    placeholders, turned into the driver's; committed."""
     app = raw_connect(url)
     try:
         cur = app.cursor()
         cur.execute(sql.replace("?", _ph(url)), params)
-        row = cur.fetchone()
+        row = cur.fetchone() if cur.description else None
         app.commit()
         return row[0] if row else None
     finally:
