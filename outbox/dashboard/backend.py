@@ -18,8 +18,6 @@ from starlette.concurrency import run_in_threadpool
 
 from outbox.dashboard import store
 from outbox.db.connection import Connection, Database
-from outbox.queue import admin as queue_admin
-from outbox.relay import admin as relay_admin
 
 T = TypeVar("T")
 IDLE_CONNECTIONS = 4
@@ -27,9 +25,8 @@ IDLE_CONNECTIONS = 4
 
 @dataclass(frozen=True, slots=True)
 class Overview:
-    status: relay_admin.Status
+    counts: store.Counts
     minutes: list[store.Minute]
-    now_ms: int
 
 
 class Backend:
@@ -89,6 +86,4 @@ class Backend:
 
 
 def _read_overview(conn: Connection) -> Overview:
-    return Overview(
-        relay_admin.status(conn), store.throughput(conn), queue_admin.now_ms(conn)
-    )
+    return Overview(store.counts(conn), store.throughput(conn))

@@ -25,14 +25,13 @@ PAGE_SIZE = 50
 
 
 def _overview_context(view: Overview) -> dict[str, Any]:
-    queues = sorted(view.status.queues.items())
+    queues = sorted(view.counts.queues.items())
     peak = max((q.ready + q.delayed + q.reserved + q.dead for _, q in queues), default=0)
     return {
-        "outbox": view.status.outbox,
+        "outbox": view.counts,
         "queues": queues,
         "queue_peak": max(peak, 1),
         "chart": chart.build(view.minutes),
-        "now_ms": view.now_ms,
     }
 
 
@@ -48,10 +47,10 @@ async def live(dash: Dashboard, request: Request) -> Response:
 
 
 async def api_status(dash: Dashboard, request: Request) -> Response:
-    """``outbox status --json``'s shape plus the chart's minutes, for scripts."""
+    """The overview's counts (capped, as the page shows them) and the chart's minutes."""
     dash.viewer(request)  # a wrong bearer token is refused here too
     view = await dash.backend.call_overview()
-    data = view.status.as_dict()
+    data = view.counts.as_dict()
     data["throughput"] = [asdict(m) for m in view.minutes]
     return JSONResponse(data)
 
@@ -76,7 +75,7 @@ async def queue(dash: Dashboard, request: Request) -> Response:
 
     page, now = await dash.backend.call(read)
     view = await dash.backend.call_overview()
-    counts = view.status.queues.get(name, relay_admin.QueueCounts())
+    counts = view.counts.queues.get(name, store.QueueCounts())
     return dash.render(
         request, "queue.html", title=f"Queue {name}", queue=name, state=state,
         job_name=job_name or "", page=page, counts=counts, now_ms=now,
@@ -114,7 +113,7 @@ async def job(dash: Dashboard, request: Request) -> Response:
 
 async def dead_letters(dash: Dashboard, request: Request) -> Response:
     def read(conn: Connection) -> tuple[list[queue_admin.FailedRow], int]:
-        total = sum(q.dead for q in dash.backend.overview().status.queues.values())
+        total = sum(q.dead for q in dash.backend.overview().counts.queues.values())
         return queue_admin.failed(conn, limit=LIST_LIMIT), total
 
     rows, total = await dash.backend.call(read)
@@ -124,7 +123,7 @@ async def dead_letters(dash: Dashboard, request: Request) -> Response:
 
 async def quarantined(dash: Dashboard, request: Request) -> Response:
     def read(conn: Connection) -> tuple[list[relay_admin.FailedIntent], int]:
-        total = dash.backend.overview().status.outbox.failed
+        total = dash.backend.overview().counts.failed
         return relay_admin.failed(conn, limit=LIST_LIMIT), total
 
     rows, total = await dash.backend.call(read)

@@ -9,7 +9,7 @@ so a page costs the same with a million jobs as with ten.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from outbox.db.connection import Connection, Row
@@ -21,6 +21,7 @@ JobState = Literal["ready", "delayed", "reserved"]
 JOB_STATES: tuple[JobState, ...] = ("ready", "delayed", "reserved")
 MINUTE_MS = 60_000
 CHART_MINUTES = 60
+COUNT_CAP = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,52 @@ def check_job_name(value: str | None) -> str | None:
     if value is not None and not NAME_PATTERN.fullmatch(value):
         raise InvalidJob(f"job name {value!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    ready: int = 0
+    delayed: int = 0
+    reserved: int = 0
+    dead: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """What the overview shows, each count exact up to ``cap`` and ``cap`` beyond it.
+
+    Exact counts cost a read of every counted row: with a million jobs that is most of a
+    second per refresh. Counting up to a cap keeps each one a bounded index range; an
+    operator needs to know "10,000 or more", and ``outbox status`` gives the exact figure.
+    """
+
+    pending: int
+    failed: int
+    oldest_pending_age_s: float | None
+    queues: dict[str, QueueCounts]
+    cap: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "outbox": {
+                "pending": self.pending,
+                "failed": self.failed,
+                "oldest_pending_age_s": self.oldest_pending_age_s,
+            },
+            "queues": {name: asdict(q) for name, q in sorted(self.queues.items())},
+            "count_cap": self.cap,
+        }
+
+
+def counts(conn: Connection, cap: int = COUNT_CAP) -> Counts:
+    """Intents and per-queue jobs by state, each count index-backed and capped at ``cap``."""
+    pending, failed, oldest, now = _read(conn, "dashboard_outbox_counts", {"cap": cap})[0]
+    queues = {}
+    for (name,) in _read(conn, "dashboard_queue_names"):
+        row = _read(conn, "dashboard_queue_counts", {"queue": name, "cap": cap})[0]
+        queues[str(name)] = QueueCounts(*(int(n) for n in row))
+    age = None if oldest is None else round(max(0, int(now) - int(oldest)) / 1000, 3)
+    return Counts(int(pending), int(failed), age, queues, cap)
 
 
 def _read(conn: Connection, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:

@@ -18,6 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 
 from outbox.dashboard import auth
 from outbox.dashboard.backend import Backend
+from outbox.dashboard.store import COUNT_CAP
 
 MAX_FORM_BYTES = 64 * 1024
 log = structlog.get_logger("outbox.dashboard")
@@ -70,6 +71,11 @@ def number(n: int) -> str:
     return f"{n:,}"
 
 
+def count(n: int) -> str:
+    """A capped count (``store.COUNT_CAP``): ``10,000+`` once it reaches the cap."""
+    return f"{COUNT_CAP:,}+" if n >= COUNT_CAP else f"{n:,}"
+
+
 class Dashboard:
     """The settings, the backend and the template environment of one app."""
 
@@ -81,7 +87,7 @@ class Dashboard:
             autoescape=True,
             undefined=StrictUndefined,
         )
-        self.env.filters.update(ms_time=ms_time, duration=duration, number=number)
+        self.env.filters.update(ms_time=ms_time, duration=duration, number=number, count=count)
 
     def viewer(self, request: Request) -> auth.Viewer:
         return auth.viewer(request, self.settings.token)

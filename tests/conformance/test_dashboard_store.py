@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import asdict
 
 import pytest
 
@@ -10,6 +11,7 @@ from outbox.dashboard import store
 from outbox.db.connection import Connection, Database
 from outbox.errors import InvalidJob, InvalidMessageId
 from outbox.ids import new_message_id
+from outbox.relay import admin as relay_admin
 from tests.dashboard import seed
 
 
@@ -103,3 +105,31 @@ def test_throughput_counts_handoffs_and_dead_letters_per_minute_of_the_last_hour
     assert sum(m.handed_off for m in minutes) == 5
     assert sum(m.dead for m in minutes) == 2
     assert minutes[-1].handed_off + minutes[-2].handed_off == 5  # now, or a minute ago
+
+
+def test_counts_agree_with_status_below_the_cap_and_stop_at_it(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    seed.intents(db_url, 4, queue="mail")
+    seed.relay(db_url)
+    seed.intents(db_url, 3, queue="mail")
+    seed.quarantined(db_url, 2)  # (its relay run hands the 3 off too)
+    seed.intents(db_url, 2, queue="mail")
+    seed.push_jobs(db_url, "billing", ["b"] * 5)
+    seed.push_jobs(db_url, "billing", ["b"] * 2, delay=3600)
+    held = seed.push_jobs(db_url, "held-only", ["h"] * 2)
+    for message_id in held:
+        seed.scalar(db_url, "UPDATE outbox_jobs SET reserved_by = 'w', lease_expires_at = ? "
+                    "WHERE message_id = ?", 10**13, message_id)
+    seed.dead_letters(db_url, 2, queue="dead-only")
+    exact = relay_admin.status(conn)
+    counts = store.counts(conn)
+    assert (counts.pending, counts.failed) == (exact.outbox.pending, exact.outbox.failed) == (2, 2)
+    assert counts.oldest_pending_age_s is not None and counts.oldest_pending_age_s >= 0
+    assert {n: asdict(q) for n, q in counts.queues.items()} == {
+        n: asdict(q) for n, q in exact.queues.items()
+    }
+    assert set(counts.queues) == {"mail", "billing", "held-only", "dead-only"}
+    capped = store.counts(conn, cap=3)
+    assert capped.queues["mail"].ready == 3 and capped.queues["billing"].ready == 3
+    assert capped.queues["billing"].delayed == 2 and capped.pending == 2

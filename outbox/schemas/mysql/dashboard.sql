@@ -80,3 +80,52 @@ SELECT payload FROM outbox_failed_jobs WHERE message_id = :message_id;
 -- name: dashboard_intent_payload
 -- A pending or quarantined intent's payload, on the same terms (handed off: NULL).
 SELECT payload FROM outbox_messages WHERE message_id = :message_id;
+
+-- name: dashboard_outbox_counts
+-- Pending and quarantined intents, each counted up to :cap rows of its index (the
+-- pending/failed partial indexes; state + id on MariaDB), so a million handed-off
+-- tombstones cost nothing; the oldest pending intent by id; the database's clock.
+SELECT
+    (SELECT count(*) FROM
+        (SELECT 1 AS one FROM outbox_messages WHERE state = 'pending' LIMIT :cap) AS p),
+    (SELECT count(*) FROM
+        (SELECT 1 AS one FROM outbox_messages WHERE state = 'failed' LIMIT :cap) AS f),
+    (SELECT created_at FROM outbox_messages WHERE state = 'pending' ORDER BY id LIMIT 1),
+    {now_ms};
+
+-- name: dashboard_queue_counts
+-- One queue's ready, delayed, reserved and dead jobs, each counted up to :cap: ranges
+-- of the claim index (queue, available_at), of the lease index for the held, of the
+-- (queue, id) index for dead letters. MariaDB lets no derived table see an outer one,
+-- so each count reads the clock itself.
+SELECT
+    (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_jobs
+        WHERE queue = :queue AND reserved_by IS NULL AND available_at <= {now_ms}
+        LIMIT :cap) AS r),
+    (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_jobs
+        WHERE queue = :queue AND reserved_by IS NULL AND available_at > {now_ms}
+        LIMIT :cap) AS d),
+    (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_jobs
+        WHERE queue = :queue AND reserved_by IS NOT NULL AND lease_expires_at IS NOT NULL
+        LIMIT :cap) AS h),
+    (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_failed_jobs
+        WHERE queue = :queue LIMIT :cap) AS x);
+
+-- name: dashboard_queue_names
+-- Every queue with a job or a dead letter, without reading every row: a loose index scan
+-- (one MIN probe per queue) of the claim index, which on MariaDB holds held rows too,
+-- and of the dead letters' (queue, id) index.
+WITH RECURSIVE jobs AS (
+    SELECT (SELECT MIN(queue) FROM outbox_jobs) AS queue
+    UNION ALL
+    SELECT (SELECT MIN(j.queue) FROM outbox_jobs j WHERE j.queue > jobs.queue)
+    FROM jobs WHERE jobs.queue IS NOT NULL
+), dead AS (
+    SELECT (SELECT MIN(queue) FROM outbox_failed_jobs) AS queue
+    UNION ALL
+    SELECT (SELECT MIN(f.queue) FROM outbox_failed_jobs f WHERE f.queue > dead.queue)
+    FROM dead WHERE dead.queue IS NOT NULL
+)
+SELECT queue FROM jobs WHERE queue IS NOT NULL
+UNION
+SELECT queue FROM dead WHERE queue IS NOT NULL;

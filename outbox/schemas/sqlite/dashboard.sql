@@ -80,3 +80,57 @@ SELECT payload FROM outbox_failed_jobs WHERE message_id = :message_id;
 -- name: dashboard_intent_payload
 -- A pending or quarantined intent's payload, on the same terms (handed off: NULL).
 SELECT payload FROM outbox_messages WHERE message_id = :message_id;
+
+-- name: dashboard_outbox_counts
+-- Pending and quarantined intents, each counted up to :cap rows of its index (the
+-- pending/failed partial indexes; state + id on MariaDB), so a million handed-off
+-- tombstones cost nothing; the oldest pending intent by id; the database's clock.
+SELECT
+    (SELECT count(*) FROM
+        (SELECT 1 AS one FROM outbox_messages WHERE state = 'pending' LIMIT :cap) AS p),
+    (SELECT count(*) FROM
+        (SELECT 1 AS one FROM outbox_messages WHERE state = 'failed' LIMIT :cap) AS f),
+    (SELECT created_at FROM outbox_messages WHERE state = 'pending' ORDER BY id LIMIT 1),
+    {now_ms};
+
+-- name: dashboard_queue_counts
+-- One queue's ready, delayed, reserved and dead jobs, each counted up to :cap: ranges
+-- of the claim index (queue, available_at) for the unheld, the lease index for the held
+-- (few: workers x prefetch), the (queue, id) index for dead letters.
+SELECT
+    (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_jobs
+        WHERE queue = :queue AND reserved_by IS NULL AND available_at <= clock.ms
+        LIMIT :cap) AS r),
+    (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_jobs
+        WHERE queue = :queue AND reserved_by IS NULL AND available_at > clock.ms
+        LIMIT :cap) AS d),
+    (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_jobs
+        WHERE queue = :queue AND reserved_by IS NOT NULL AND lease_expires_at IS NOT NULL
+        LIMIT :cap) AS h),
+    (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_failed_jobs
+        WHERE queue = :queue LIMIT :cap) AS x)
+FROM (SELECT {now_ms} AS ms) AS clock;
+
+-- name: dashboard_queue_names
+-- Every queue with a job or a dead letter, without reading every row: a loose index scan
+-- of the claim index (one probe per queue), plus the queues of held jobs (the lease
+-- index: few rows) and of dead letters (its (queue, id) index, one probe per queue).
+WITH RECURSIVE unheld(queue) AS (
+    SELECT (SELECT queue FROM outbox_jobs WHERE reserved_by IS NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM outbox_jobs j
+            WHERE j.reserved_by IS NULL AND j.queue > unheld.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM unheld WHERE unheld.queue IS NOT NULL
+), dead(queue) AS (
+    SELECT (SELECT queue FROM outbox_failed_jobs ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT f.queue FROM outbox_failed_jobs f WHERE f.queue > dead.queue
+            ORDER BY f.queue LIMIT 1)
+    FROM dead WHERE dead.queue IS NOT NULL
+)
+SELECT queue FROM unheld WHERE queue IS NOT NULL
+UNION
+SELECT queue FROM outbox_jobs WHERE reserved_by IS NOT NULL AND lease_expires_at IS NOT NULL
+UNION
+SELECT queue FROM dead WHERE queue IS NOT NULL;
