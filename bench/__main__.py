@@ -16,7 +16,9 @@ from bench import report, servers
 from bench.core import Result, Target, measure_rounds
 from bench.plan import Ctx, Plan
 
-SCENARIOS = ("record", "relay", "worker", "peers", "latency", "backlog", "memory", "backends")
+SCENARIOS = (
+    "record", "relay", "worker", "peers", "latency", "backlog", "memory", "backends", "dashboard"
+)
 ANY_BACKEND = ("record", "relay", "worker")
 
 

@@ -135,12 +135,15 @@ class Counts:
 
 
 def counts(conn: Connection, cap: int = COUNT_CAP) -> Counts:
-    """Intents and per-queue jobs by state, each count index-backed and capped at ``cap``."""
+    """Intents and per-queue jobs by state, each count index-backed and capped at ``cap``
+    (held jobs excepted: workers bound them)."""
     pending, failed, oldest, now = _read(conn, "dashboard_outbox_counts", {"cap": cap})[0]
+    held = {str(q): int(n) for q, n in _read(conn, "dashboard_held_counts")}
+    names = {str(n) for (n,) in _read(conn, "dashboard_queue_names")} | set(held)
     queues = {}
-    for (name,) in _read(conn, "dashboard_queue_names"):
-        row = _read(conn, "dashboard_queue_counts", {"queue": name, "cap": cap})[0]
-        queues[str(name)] = QueueCounts(*(int(n) for n in row))
+    for name in sorted(names):
+        ready, delayed, dead = _read(conn, "dashboard_queue_counts", {"queue": name, "cap": cap})[0]
+        queues[name] = QueueCounts(int(ready), int(delayed), held.get(name, 0), int(dead))
     age = None if oldest is None else round(max(0, int(now) - int(oldest)) / 1000, 3)
     return Counts(int(pending), int(failed), age, queues, cap)
 

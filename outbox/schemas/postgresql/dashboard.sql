@@ -20,36 +20,44 @@ GROUP BY failed_at / 60000;
 
 -- name: dashboard_jobs_ready
 -- Due, unheld jobs of one queue, next due first: the claim index (outbox_jobs_claim).
--- Keyset paging on (available_at, id): page N costs what page 1 costs.
+-- The clock is a subquery so PostgreSQL reads it once and bounds the index range by it
+-- (inline, clock_timestamp() is volatile: a filter over every row of the queue).
+-- Keyset paging on (available_at, id): page N costs what page 1 costs (the >= bound
+-- starts the index range at the cursor; the OR only breaks ties).
 SELECT message_id, queue, job_name, attempts, max_attempts, available_at, reserved_at,
        reserved_by, lease_expires_at, created_at, last_error, id
 FROM outbox_jobs
-WHERE queue = :queue AND reserved_by IS NULL AND available_at <= {now_ms}
+WHERE queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT {now_ms})
   AND (CAST(:job_name AS varchar) IS NULL OR job_name = :job_name)
+  AND available_at >= :after_at
   AND (available_at > :after_at OR (available_at = :after_at AND id > :after_id))
 ORDER BY available_at, id
 LIMIT :limit;
 
 -- name: dashboard_jobs_delayed
 -- Unheld jobs not yet due, soonest first: the claim index again.
--- Keyset paging on (available_at, id): page N costs what page 1 costs.
+-- Keyset paging on (available_at, id): page N costs what page 1 costs (the >= bound
+-- starts the index range at the cursor; the OR only breaks ties).
 SELECT message_id, queue, job_name, attempts, max_attempts, available_at, reserved_at,
        reserved_by, lease_expires_at, created_at, last_error, id
 FROM outbox_jobs
-WHERE queue = :queue AND reserved_by IS NULL AND available_at > {now_ms}
+WHERE queue = :queue AND reserved_by IS NULL AND available_at > (SELECT {now_ms})
   AND (CAST(:job_name AS varchar) IS NULL OR job_name = :job_name)
+  AND available_at >= :after_at
   AND (available_at > :after_at OR (available_at = :after_at AND id > :after_id))
 ORDER BY available_at, id
 LIMIT :limit;
 
 -- name: dashboard_jobs_reserved
 -- Jobs a worker holds, soonest lease expiry first: the lease index.
--- Keyset paging on (lease_expires_at, id): page N costs what page 1 costs.
+-- Keyset paging on (lease_expires_at, id): page N costs what page 1 costs (the >= bound
+-- starts the index range at the cursor; the OR only breaks ties).
 SELECT message_id, queue, job_name, attempts, max_attempts, available_at, reserved_at,
        reserved_by, lease_expires_at, created_at, last_error, id
 FROM outbox_jobs
 WHERE queue = :queue AND reserved_by IS NOT NULL
   AND (CAST(:job_name AS varchar) IS NULL OR job_name = :job_name)
+  AND lease_expires_at >= :after_at
   AND (lease_expires_at > :after_at OR (lease_expires_at = :after_at AND id > :after_id))
 ORDER BY lease_expires_at, id
 LIMIT :limit;
@@ -94,9 +102,8 @@ SELECT
     {now_ms};
 
 -- name: dashboard_queue_counts
--- One queue's ready, delayed, reserved and dead jobs, each counted up to :cap: ranges
--- of the claim index (queue, available_at) for the unheld, the lease index for the held
--- (few: workers x prefetch), the (queue, id) index for dead letters.
+-- One queue's ready, delayed and dead jobs, each counted up to :cap: ranges of the claim
+-- index (queue, available_at) and of the dead letters' (queue, id) index.
 SELECT
     (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_jobs
         WHERE queue = :queue AND reserved_by IS NULL AND available_at <= clock.ms
@@ -104,17 +111,14 @@ SELECT
     (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_jobs
         WHERE queue = :queue AND reserved_by IS NULL AND available_at > clock.ms
         LIMIT :cap) AS d),
-    (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_jobs
-        WHERE queue = :queue AND reserved_by IS NOT NULL AND lease_expires_at IS NOT NULL
-        LIMIT :cap) AS h),
     (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_failed_jobs
         WHERE queue = :queue LIMIT :cap) AS x)
 FROM (SELECT {now_ms} AS ms) AS clock;
 
 -- name: dashboard_queue_names
 -- Every queue with a job or a dead letter, without reading every row: a loose index scan
--- of the claim index (one probe per queue), plus the queues of held jobs (the lease
--- index: few rows) and of dead letters (its (queue, id) index, one probe per queue).
+-- of the claim index (one probe per queue) and of the dead letters' (queue, id) index.
+-- Queues with held jobs only come from dashboard_held_counts.
 WITH RECURSIVE unheld AS (
     (SELECT queue FROM outbox_jobs WHERE reserved_by IS NULL ORDER BY queue LIMIT 1)
     UNION ALL
@@ -131,6 +135,12 @@ WITH RECURSIVE unheld AS (
 )
 SELECT queue FROM unheld WHERE queue IS NOT NULL
 UNION
-SELECT queue FROM outbox_jobs WHERE reserved_by IS NOT NULL AND lease_expires_at IS NOT NULL
-UNION
 SELECT queue FROM dead WHERE queue IS NOT NULL;
+
+-- name: dashboard_held_counts
+-- Jobs held by workers, per queue: the lease index, whose rows are bounded by what the
+-- workers hold (processes x prefetch), so this is not capped.
+SELECT queue, count(*)
+FROM outbox_jobs
+WHERE reserved_by IS NOT NULL AND lease_expires_at IS NOT NULL
+GROUP BY queue;
