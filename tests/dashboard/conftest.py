@@ -63,7 +63,9 @@ class Server:
             self.process.wait(10)
 
 
-def start_server(db_url: str, log: Path, *args: str, token: str | None = None) -> Server:
+def start_server(
+    db_url: str, log: Path, *args: str, token: str | None = None, wait_path: str = "/api/status"
+) -> Server:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "OUTBOX_DASHBOARD_TOKEN"}
     if token:
@@ -80,7 +82,7 @@ def start_server(db_url: str, log: Path, *args: str, token: str | None = None) -
         if process.poll() is not None:
             raise RuntimeError(f"dashboard exited: {log.read_text()}")
         try:
-            with urllib.request.urlopen(server.url + "/api/status", timeout=5):
+            with urllib.request.urlopen(server.url + wait_path, timeout=5):
                 return server
         except (urllib.error.URLError, ConnectionError):
             time.sleep(0.2)

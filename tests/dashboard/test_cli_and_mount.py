@@ -22,7 +22,7 @@ from outbox.errors import ConfigurationError
 from outbox.schemas import migrate
 from tests.dashboard import seed
 from tests.dashboard.client import HTML, bearer, get, post
-from tests.dashboard.conftest import TOKEN, Site, free_port
+from tests.dashboard.conftest import TOKEN, Site, free_port, start_server
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -115,3 +115,31 @@ def test_mounted_under_a_prefix_every_link_and_redirect_stays_under_it(
                 headers={**HTML, "Cookie": cookie})
     assert done.status == 303 and done.header("location") == "/ops/dead-letters"
     assert not seed.is_dead(db_url, dead[1])
+
+
+def test_an_unreachable_database_answers_503_without_naming_it(tmp_path: Path) -> None:
+    hidden = tmp_path / "no-such-folder" / "secret-name.db"
+    server = start_server(
+        f"sqlite:///{hidden}", tmp_path / "down.log", wait_path="/static/dashboard.css"
+    )
+    try:
+        for path in ("/", "/api/status", "/dead-letters"):
+            for headers in (HTML, {}):
+                answer = get(server.url + path, headers=headers)
+                assert answer.status == 503
+                assert "the database did not answer" in answer.body
+                assert "secret-name" not in answer.body and "no-such-folder" not in answer.body
+    finally:
+        server.stop()
+
+
+def test_allowed_host_adds_a_name_to_answer(tmp_path: Path) -> None:
+    db_url = f"sqlite:///{tmp_path / 'hosts.db'}"
+    with Database(db_url).connect() as conn:
+        migrate(conn)
+    server = start_server(db_url, tmp_path / "hosts.log", "--allowed-host", "ops.internal")
+    try:
+        assert get(server.url + "/", headers={"Host": "ops.internal:8642"}).status == 200
+        assert get(server.url + "/", headers={"Host": "other.internal"}).status == 400
+    finally:
+        server.stop()
