@@ -2,8 +2,9 @@
 
 Intents are recorded with ``record()`` and handed off or quarantined by a real relay;
 jobs are pushed with ``push()``; dead letters come from a real worker whose handler
-fails permanently with the message it is given. Only the quarantine step edits a row
-by hand (a wrong fingerprint is what a damaged row looks like).
+fails permanently with the message it is given. Rows are edited by hand only where
+production would need time or damage: a wrong fingerprint (what a damaged row looks
+like), the failing handler's message in its payload, and times moved back by tests.
 """
 
 from __future__ import annotations

@@ -260,3 +260,18 @@ def test_a_host_header_other_than_loopback_is_refused(site: Site) -> None:
         answer = get(site.write.url + "/", headers={**HTML, "Host": host})
         assert answer.status == 400
     assert get(site.write.url + "/", headers={"Host": "localhost"}).status == 200
+
+
+def test_the_queue_page_pages_through_every_job_once(site: Site) -> None:
+    queue = seed.unique("paged")
+    ids = seed.push_jobs(site.db_url, queue, ["p.a", "p.b"] * 30)
+    seen: list[str] = []
+    path: str | None = f"/queues/{queue}?state=ready"
+    while path is not None:
+        body = get(site.readonly.url + path, headers=HTML).body
+        seen += re.findall(r'<td class="mono"><a href="/jobs/([0-9a-f-]{36})">', body)
+        found = re.search(r'<a rel="next" href="([^"]+)">', body)
+        path = found.group(1).replace("&amp;", "&") if found else None
+    assert seen == ids
+    only_b = get(site.readonly.url + f"/queues/{queue}?state=ready&job=p.b", headers=HTML).body
+    assert re.findall(r'<a href="/jobs/([0-9a-f-]{36})">', only_b) == ids[1::2]
