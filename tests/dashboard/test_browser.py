@@ -162,3 +162,16 @@ def test_stored_html_in_an_exception_message_renders_as_text(
     assert page.locator("#exception-message img, #exception-message script").count() == 0
     page.screenshot(path=str(screenshots / f"{site.backend}-xss-as-text.png"), full_page=True)
     assert errors == []
+
+
+def test_retry_a_quarantined_intent_from_its_job_page(page: Any, site: Site) -> None:
+    good = seed.quarantined(site.db_url, 1)
+    [(message_id, fingerprint)] = good.items()
+    seed.repair(site.db_url, message_id, fingerprint)
+    _sign_in(page, site)
+    page.goto(site.write.url + f"/jobs/{message_id}")
+    expect(page.locator("h2", has_text="Intent")).to_have_text("Intent · quarantined")
+    page.click("#retry-intent")
+    expect(page.locator(".flash")).to_contain_text("returned 1 of 1")
+    expect(page.locator("h2", has_text="Intent")).to_have_text("Intent · pending")
+    assert seed.intent_state(site.db_url, message_id) == "pending"
