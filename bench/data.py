@@ -24,7 +24,7 @@ def payload(i: int) -> dict[str, Any]:
 def connect(url: str, migrate: bool = True) -> Any:
     """An internal outbox ``Connection`` on ``url``, migrated."""
     from outbox.db.connection import Database
-    from outbox.schemas import migrate as run_migrations
+    from outbox.db.migrate import migrate as run_migrations
 
     conn = Database(url).connect()
     if migrate:

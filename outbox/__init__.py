@@ -1,21 +1,44 @@
 """outbox: a transactional outbox, relay and SQL job queue.
 
 Record a job intent in your own database transaction with ``record()``; a relay moves
-committed intents into the queue; workers run them at least once.
+committed intents into the queue; workers run them at least once. To run a relay or a
+worker in-process: ``Database(url)``, ``Relay(database).run()``,
+``Worker(database, registry, WorkerConfig(...)).run()`` (or ``run_once()`` to step it).
 """
 
+from outbox.db.connection import Database
 from outbox.errors import PermanentFailure
+from outbox.events import Event, emit, emit_async
 from outbox.job import Job
+from outbox.queue.backoff import Backoff
+from outbox.queue.context import DBAPIConnection, JobContext
+from outbox.queue.push import push, push_async
 from outbox.queue.registry import Registry
+from outbox.queue.worker import Worker, WorkerConfig, WorkerStats
 from outbox.record import record, record_async, record_many, record_many_async
+from outbox.relay import Relay, RelayConfig
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Backoff",
+    "DBAPIConnection",
+    "Database",
+    "Event",
     "Job",
+    "JobContext",
     "PermanentFailure",
     "Registry",
+    "Relay",
+    "RelayConfig",
+    "Worker",
+    "WorkerConfig",
+    "WorkerStats",
     "__version__",
+    "emit",
+    "emit_async",
+    "push",
+    "push_async",
     "record",
     "record_async",
     "record_many",

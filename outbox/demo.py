@@ -6,6 +6,9 @@ always fails. The relay hands the committed intents to the queue, a worker runs 
 until the demo's queue is empty, and the summary says what happened to each kind —
 and checks it: no rolled-back intent ran, every committed one ran or is a dead letter.
 
+It also shows a periodic job (the scheduler records its latest tick through ``record()``)
+and an event fanned out to two listeners (``emit``: one intent per listener).
+
 Each run uses a queue and keys of its own, so running it twice on one database is fine.
 """
 
@@ -18,9 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, insert
 
 from outbox.db.connection import Database
+from outbox.db.migrate import migrate
+from outbox.events import Event, emit
 from outbox.job import Job
 from outbox.queue.backoff import Backoff
 from outbox.queue.context import JobContext
@@ -28,7 +33,7 @@ from outbox.queue.registry import Registry
 from outbox.queue.worker import Worker, WorkerConfig, WorkerStats
 from outbox.record import record
 from outbox.relay import Relay
-from outbox.schemas import migrate
+from outbox.schedule.service import Scheduler
 
 ROLLBACK_EVERY = 10
 DELAY_EVERY = 15
@@ -37,6 +42,10 @@ DELAY_S = 2.0
 POISON_ATTEMPTS = 3
 DEMO_BACKOFF = Backoff(base=0.2, cap=1.0)
 _DRIVERS = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql", "sqlite": "sqlite"}
+
+# The simulated application's own table: its business rows commit with the intents.
+_app = MetaData()
+demo_notes = Table("demo_notes", _app, Column("run", String(32)), Column("note_id", Integer))
 
 
 @dataclass
@@ -47,11 +56,34 @@ class Tally:
     rolled_back: set[int] = field(default_factory=set)
     delayed: set[int] = field(default_factory=set)
     ran: set[int] = field(default_factory=set)
+    periodic: int = 0
+    listeners: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def demo_registry(tally: Tally) -> Registry:
+EVENT = "demo.notes_imported"
+
+
+def demo_registry(tally: Tally, queue: str = "default", run: str = "") -> Registry:
     registry = Registry()
+
+    @registry.job("demo.digest")
+    def digest(payload: dict[str, Any], ctx: JobContext) -> None:
+        with tally.lock:
+            tally.periodic += 1
+
+    # Every minute; named after the run, so each run has ticks (keys) of its own.
+    registry.schedule("* * * * *", name=f"demo.{run or 'x'}.digest", job="demo.digest", queue=queue)
+
+    def listener(name: str) -> Callable[[Any, JobContext], None]:
+        def run_listener(payload: Any, ctx: JobContext) -> None:
+            with tally.lock:
+                tally.listeners.add(name)
+
+        return run_listener
+
+    registry.listen(EVENT, listener("notify_team"), name="demo.notify_team", queue=queue)
+    registry.listen(EVENT, listener("update_feed"), name="demo.update_feed", queue=queue)
 
     @registry.job("demo.index_note", backoff=DEMO_BACKOFF)
     def index_note(payload: dict[str, Any], ctx: JobContext) -> None:
@@ -67,16 +99,15 @@ def demo_registry(tally: Tally) -> Registry:
     return registry
 
 
-def _simulate(database: Database, queue: str, run: str, intents: int, tally: Tally) -> None:
+def _simulate(
+    database: Database, registry: Registry, queue: str, run: str, intents: int, tally: Tally
+) -> None:
     engine = create_engine(database.url.set(drivername=_DRIVERS[database.dialect.name]))
-    with engine.begin() as conn:
-        conn.execute(
-            text("CREATE TABLE IF NOT EXISTS demo_notes (run VARCHAR(32), note_id INTEGER)")
-        )
+    _app.create_all(engine)
     for i in range(intents):
         try:
             with engine.begin() as conn:
-                conn.execute(text("INSERT INTO demo_notes VALUES (:run, :i)"), {"run": run, "i": i})
+                conn.execute(insert(demo_notes).values(run=run, note_id=i))
                 at = time.time() + DELAY_S if i % DELAY_EVERY == 1 else 0
                 job = Job("demo.index_note", {"note_id": i, "flaky": i % FLAKY_EVERY == 3}, queue)
                 record(conn, f"demo:{run}:note:{i}", job, available_at=at)
@@ -90,6 +121,7 @@ def _simulate(database: Database, queue: str, run: str, intents: int, tally: Tal
             tally.delayed.add(i)
     with engine.begin() as conn:
         record(conn, f"demo:{run}:poison", Job("demo.poison", {"why": "always fails"}, queue))
+        emit(conn, f"demo:{run}:imported", Event(EVENT, {"run": run}), registry=registry)
     engine.dispose()
 
 
@@ -104,7 +136,7 @@ def _drain(database: Database, registry: Registry, queue: str) -> WorkerStats:
     thread = threading.Thread(target=worker.run, name="outbox-demo-worker")
     thread.start()
     with database.connect() as conn:
-        while conn.execute_sql(f"SELECT COUNT(*) FROM outbox_jobs WHERE queue = '{queue}'")[0][0]:
+        while conn.driver.queue_job_count(queue):
             time.sleep(0.1)
     worker.stop()
     thread.join()
@@ -118,14 +150,21 @@ def run_demo(database: Database, *, intents: int, echo: Callable[[str], None]) -
     with database.connect() as conn:
         migrate(conn)
     echo(f"outbox demo on {database.describe()} (queue {queue})")
+    echo(f"  every {FLAKY_EVERY}th job is set to fail once, to show retries with backoff,")
+    echo("  and one poison job always fails, to show a dead letter")
     began = time.monotonic()
-    _simulate(database, queue, run, intents, tally)
+    registry = demo_registry(tally, queue, run)
+    _simulate(database, registry, queue, run, intents, tally)
     echo(f"  {intents} application transactions: {len(tally.committed)} committed with an intent,")
     echo(f"      {len(tally.rolled_back)} rolled back (their intents vanished with them),")
     echo("      and one poison job that always fails")
+    echo(f"  one event, {EVENT}: one intent for each of its 2 listeners")
+    with Scheduler(database, registry) as scheduler:
+        ticks = scheduler.run_once()
+    echo(f"  scheduler recorded    {len(ticks):>4} tick of a periodic job (every minute)")
     totals = Relay(database).run()
     echo(f"  relay handed off      {totals.handed_off:>4} intents to the queue")
-    stats = _drain(database, demo_registry(tally), queue)
+    stats = _drain(database, registry, queue)
     _summary(tally, stats, echo)
     echo(f"  done in {time.monotonic() - began:.1f} s. Try: outbox queue failed; outbox status")
     return tally
@@ -142,6 +181,10 @@ def _summary(tally: Tally, stats: WorkerStats, echo: Callable[[str], None]) -> N
     echo(f"  retried               {stats.retried:>4} failed attempts, run again after a backoff")
     echo(f"  dead-lettered         {stats.dead:>4} (demo.poison, after {POISON_ATTEMPTS} attempts)")
     echo(f"  rolled back, never run {len(tally.rolled_back):>3}")
+    echo(f"  periodic job ran      {tally.periodic:>4} time (recorded under its tick's key)")
+    echo(
+        f"  event listeners ran   {len(tally.listeners):>4} ({', '.join(sorted(tally.listeners))})"
+    )
     verdict = "OK" if not ran_rolled_back and not missing else "MISMATCH"
     echo(
         f"  check: {verdict} — rolled-back intents that ran: {len(ran_rolled_back)}, "

@@ -83,8 +83,23 @@ class PermanentFailure(OutboxError):
 class DatabaseError(OutboxError):
     """A database operation failed for a reason that is not safe to retry here.
 
-    The driver's exception is kept as ``__cause__``; the message names the operation.
+    ``operation`` names what we were doing (``"claim"``, ``"relay batch"``, ...) and
+    ``code`` is the driver's most specific code (PostgreSQL's SQLSTATE, MariaDB's error
+    number, SQLite's error name) or ``None``. The driver's exception is kept as
+    ``__cause__``; its text is not repeated, since it can quote row values.
     """
+
+    def __init__(
+        self, message: str, *, operation: str | None = None, code: str | int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.code = code
+
+    @property
+    def schema_missing(self) -> bool:
+        """True when the outbox tables do not exist (``outbox migrate`` was not run)."""
+        return "outbox migrate" in str(self)
 
 
 class InvalidMessageId(OutboxError, ValueError):

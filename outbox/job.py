@@ -21,6 +21,9 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -32,13 +35,17 @@ from outbox.errors import InvalidJob, InvalidKey
 MAX_PAYLOAD_BYTES = 65_535
 MAX_DEPTH = 64
 MAX_KEY_BYTES = 200
+MAX_NAME_CHARS = 200
+FINGERPRINT_VERSION = "v1"
 MAX_ATTEMPTS_LIMIT = 1_000
 RESERVED_KEY_PREFIX = "schedule:"
-NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+NAME_PATTERN = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_NAME_CHARS}}}")
 _KEY_PATTERN = re.compile(r"[\x20-\x7e]{1,200}")
 _JSON_SCALARS = (str, int, float, type(None))
 _MAX_INT = 2**63 - 1
 _MIN_INT = -(2**63)
+# True only inside scheduler_keys(): the scheduler's own record() calls.
+_SCHEDULER_KEYS: ContextVar[bool] = ContextVar("outbox_scheduler_keys", default=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +162,21 @@ def key_digest(key: object) -> str:
     problem = _key_problem(key)
     if problem is not None:
         raise InvalidKey(problem)
-    if key.startswith(RESERVED_KEY_PREFIX):
+    if key.startswith(RESERVED_KEY_PREFIX) and not _SCHEDULER_KEYS.get():
         raise InvalidKey(f"the key prefix {RESERVED_KEY_PREFIX!r} is reserved for the scheduler")
     return hashlib.sha256(key.encode("ascii")).hexdigest()
+
+
+@contextmanager
+def scheduler_keys() -> Iterator[None]:
+    """Within this block (this thread or task only), keys may use the reserved
+    ``schedule:`` prefix: for ``outbox.schedule``, which records ticks through
+    ``record()``. Not for applications."""
+    token = _SCHEDULER_KEYS.set(True)
+    try:
+        yield
+    finally:
+        _SCHEDULER_KEYS.reset(token)
 
 
 def _key_problem(key: str) -> str | None:
@@ -204,7 +223,7 @@ def availability_ms(available_at: object) -> int | None:
 def fingerprint(job: NormalJob, available_at_ms: int | None) -> str:
     """SHA-256 (hex) over the layout in the module docstring."""
     parts = (
-        "v1",
+        FINGERPRINT_VERSION,
         job.name,
         job.queue,
         "" if job.max_attempts is None else str(job.max_attempts),

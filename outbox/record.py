@@ -7,17 +7,24 @@ is sent, so a bad key or job leaves the database untouched.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Iterable
 from typing import Any, NamedTuple
-
-import orjson
 
 from outbox.config import settings
 from outbox.db.adapters import adapt, adapt_async
+from outbox.db.caller import (
+    IntentInsert,
+    IntentsInsert,
+    KeyHolder,
+    intent_insert,
+    intents_insert,
+    run,
+    run_async,
+)
+from outbox.db.dialect import Dialect
 from outbox.errors import IdempotencyConflict, InvalidJob, InvalidKey, RetryTransaction
 from outbox.ids import new_message_id
 from outbox.job import Job, availability_ms, fingerprint, key_digest, normalise
-from outbox.steps import Row, Step, Steps, drive, drive_async
 
 MAX_BATCH = 1_000
 
@@ -62,23 +69,18 @@ class Intent(NamedTuple):
         return self._asdict()
 
 
-def record_steps(intent: Intent, *, returning: bool, notify: bool) -> Steps:
-    """Insert unless the key exists; on a replay, same fingerprint → same id."""
-    rows = yield ("record_insert_notify" if notify else "record_insert", intent.params())
-    if returning and rows:
-        return str(rows[0][0])
-    found = yield ("record_lookup", {"key_digest": intent.key_digest})
-    if not found:
+def _holder_id(intent: Intent, holder: KeyHolder | None) -> str:
+    """Our id, or the key holder's when it holds the same job; else a conflict."""
+    if holder is None:
         # Only under REPEATABLE READ / SERIALIZABLE on a database that does not raise a
         # serialisation failure itself: the winner's row is outside our snapshot.
         raise RetryTransaction(
             "record: the key was taken by a concurrent transaction this snapshot cannot "
             "see; roll the transaction back and run all of it again"
         )
-    message_id, stored_fp = str(found[0][0]), found[0][1]
-    if message_id == intent.message_id or stored_fp == intent.fingerprint:
-        return message_id
-    raise IdempotencyConflict(message_id)
+    if holder.message_id == intent.message_id or holder.fingerprint == intent.fingerprint:
+        return holder.message_id
+    raise IdempotencyConflict(holder.message_id)
 
 
 def record(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
@@ -93,8 +95,8 @@ def record(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
     intent = Intent.build(key, job, available_at)
     target = adapt(conn)
     d = target.dialect
-    steps = record_steps(intent, returning=d.supports_returning, notify=_notify(d))
-    return drive(steps, target, "record")
+    holder = run(intent_insert(IntentInsert(intent.params(), _notify(d)), d), target, "record")
+    return _holder_id(intent, holder)
 
 
 async def record_async(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
@@ -102,17 +104,12 @@ async def record_async(conn: Any, key: str, job: Job, *, available_at: Any = 0) 
     intent = Intent.build(key, job, available_at)
     target = await adapt_async(conn)
     d = target.dialect
-    steps = record_steps(intent, returning=d.supports_returning, notify=_notify(d))
-    return await drive_async(steps, target, "record")
+    plan = intent_insert(IntentInsert(intent.params(), _notify(d)), d)
+    return _holder_id(intent, await run_async(plan, target, "record"))
 
 
-def _notify(dialect: Any) -> bool:
+def _notify(dialect: Dialect) -> bool:
     return bool(dialect.supports_listen and settings.notify)
-
-
-# key digest -> (message id, fingerprint) of the row that holds the key
-Held = dict[str, tuple[str, str]]
-BatchSteps = Generator[Step, list[Row], Held]
 
 
 def record_many(conn: Any, items: Iterable[tuple[str, Job]], *, available_at: Any = 0) -> list[str]:
@@ -135,8 +132,8 @@ def record_many(conn: Any, items: Iterable[tuple[str, Job]], *, available_at: An
     if not intents:
         return []
     target = adapt(conn)
-    steps = record_many_steps(_unique(intents), notify=_notify(target.dialect))
-    return resolve(intents, drive(steps, target, "record_many"))
+    plan = _batch_plan(intents, target.dialect)
+    return resolve(intents, run(plan, target, "record_many"))
 
 
 async def record_many_async(
@@ -147,8 +144,8 @@ async def record_many_async(
     if not intents:
         return []
     target = await adapt_async(conn)
-    steps = record_many_steps(_unique(intents), notify=_notify(target.dialect))
-    return resolve(intents, await drive_async(steps, target, "record_many"))
+    plan = _batch_plan(intents, target.dialect)
+    return resolve(intents, await run_async(plan, target, "record_many"))
 
 
 def build_batch(items: Iterable[tuple[str, Job]], available_at: Any) -> list[Intent]:
@@ -167,44 +164,28 @@ def build_batch(items: Iterable[tuple[str, Job]], available_at: Any) -> list[Int
     return intents
 
 
-def _unique(intents: list[Intent]) -> list[Intent]:
-    """The first intent of each key: a repeated key is written (or found) once."""
+def _batch_plan(intents: list[Intent], dialect: Dialect) -> Any:
+    """The first intent of each key is written (or found) once."""
     first: dict[str, Intent] = {}
     for intent in intents:
         first.setdefault(intent.key_digest, intent)
-    return list(first.values())
-
-
-def record_many_steps(unique: list[Intent], *, notify: bool) -> BatchSteps:
-    """Insert the keys that are new; look up the rows of those that were not."""
-    name = "record_many_insert_notify" if notify else "record_many_insert"
-    rows = yield (name, _rows(unique))
+    unique = list(first.values())
     fingerprints = {i.key_digest: i.fingerprint for i in unique}
-    held: Held = {str(d): (str(m), fingerprints[str(d)]) for d, m in rows}
-    missing = [i.key_digest for i in unique if i.key_digest not in held]
-    if missing:
-        found = yield ("record_many_lookup", {"key_digests": orjson.dumps(missing).decode()})
-        held.update({str(d): (str(m), str(fp)) for d, m, fp in found})
-    if any(d not in held for d in missing):
-        # As in record_steps: a winner's row outside a REPEATABLE READ snapshot.
+    return intents_insert(IntentsInsert(unique, _notify(dialect)), fingerprints, dialect)
+
+
+def resolve(intents: list[Intent], held: dict[str, KeyHolder]) -> list[str]:
+    """Each item's id; an item whose key holds another job is a conflict."""
+    if any(i.key_digest not in held for i in intents):
+        # As in record(): a winner's row outside a REPEATABLE READ snapshot.
         raise RetryTransaction(
             "record_many: a key was taken by a concurrent transaction this snapshot cannot "
             "see; roll the transaction back and run all of it again"
         )
-    return held
-
-
-def resolve(intents: list[Intent], held: Held) -> list[str]:
-    """Each item's id; an item whose key holds another job is a conflict."""
     out: list[str] = []
     for intent in intents:
-        message_id, stored_fp = held[intent.key_digest]
-        if stored_fp != intent.fingerprint:
-            raise IdempotencyConflict(message_id)
-        out.append(message_id)
+        holder = held[intent.key_digest]
+        if holder.fingerprint != intent.fingerprint:
+            raise IdempotencyConflict(holder.message_id)
+        out.append(holder.message_id)
     return out
-
-
-def _rows(unique: list[Intent]) -> dict[str, str]:
-    """The batch as one JSON array of rows: one parameter, read alike by every dialect."""
-    return {"rows": orjson.dumps([tuple(i) for i in unique]).decode()}

@@ -1,7 +1,7 @@
 """Shared fixtures: one suite runs against every backend.
 
 ``db_url`` is an empty database of its own for each test, on each backend in
-``tests.backends.BACKENDS``; ``database`` is the same, migrated; ``conn`` is an
+``tests.fixtures.databases.BACKENDS``; ``database`` is the same, migrated; ``conn`` is an
 internal ``outbox.db.Connection`` to it.
 """
 
@@ -15,8 +15,8 @@ import pytest
 import structlog
 
 from outbox.db.connection import Connection, Database
-from outbox.schemas import migrate
-from tests import backends
+from outbox.db.migrate import migrate
+from tests.fixtures import databases as backends
 
 
 @pytest.fixture(autouse=True)

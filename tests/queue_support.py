@@ -3,16 +3,11 @@
 ``registry`` is the app real worker processes load (``--app tests.queue_support:registry``).
 Its handlers write what they ran to files under ``$OUTBOX_TEST_RUNLOG`` (one file per
 process, one message id per line), so a test counts executions across processes without
-any handler touching the queue tables.
-
-Run as a script for the drain figures (not a test; no timed assertions anywhere)::
-
-    python -m tests.queue_support bench --url postgresql://postgres@127.0.0.1/bench --rounds 3
+any handler touching the queue tables. (The drain figures live in ``bench/``.)
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -22,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from outbox import PermanentFailure, Registry
-from outbox.db.connection import Connection, Database
+from outbox.db.connection import Connection
 from outbox.queue import Backoff, JobContext
-from outbox.schemas import migrate
+from tests.fixtures.processes import wait_until  # noqa: F401 - part of this module's vocabulary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -158,60 +153,3 @@ def start_worker(url: str, runlog: Path, *args: str, **kw: Any) -> subprocess.Po
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def wait_until(predicate: Any, timeout: float = 60.0, every: float = 0.05) -> None:
-    """Poll ``predicate`` until true; fail the test (not time it) after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(every)
-
-
-# -- the drain figures (a script, not a test) -------------------------------------
-
-
-def _bench(url: str, jobs: int, settings: list[tuple[int, int]], handler: str) -> None:
-    from outbox.queue import Worker, WorkerConfig
-
-    db = Database(url)
-    with db.connect() as conn:
-        migrate(conn)
-    for concurrency, prefetch in settings:
-        n = jobs if prefetch > 1 else max(1, jobs // 10)  # one round trip per job is slow
-        with db.connect() as conn:
-            conn.execute_sql("DELETE FROM outbox_jobs")
-            if db.dialect.name == "postgresql":
-                # Each run leaves ~2 dead tuples per job; with autovacuum off (as on the
-                # shared test server) the claim index would be walked over all of them.
-                conn.execute_sql("VACUUM ANALYZE outbox_jobs")
-            seed_jobs(conn, n, job_name=handler)
-        config = WorkerConfig(concurrency=concurrency, prefetch=prefetch, stop_when_empty=True)
-        began, cpu = time.perf_counter(), time.process_time()
-        stats = Worker(db, registry, config).run()
-        took, cpu = time.perf_counter() - began, time.process_time() - cpu
-        print(
-            f"{db.dialect.name:10} {handler:12} "
-            f"concurrency={concurrency:<3} prefetch={prefetch:<4} "
-            f"jobs={stats.succeeded:<6} {stats.succeeded / took:>8,.0f} jobs/s  "
-            f"worker cpu {cpu / max(stats.succeeded, 1) * 1e6:.0f} us/job",
-            flush=True,
-        )
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.queue_support")
-    parser.add_argument("what", choices=["bench"])
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--jobs", type=int, default=50_000)
-    parser.add_argument("--handler", default="t.noop", choices=["t.noop", "t.async_noop"])
-    parser.add_argument("--rounds", type=int, default=1)
-    args = parser.parse_args()
-    settings = [(1, 1), (1, 100), (16, 1), (16, 100)]
-    for _ in range(args.rounds):
-        _bench(args.url, args.jobs, settings, args.handler)
-
-
-if __name__ == "__main__":
-    main()

@@ -16,7 +16,12 @@ from typing import Any
 from outbox import Job, record
 from outbox.db.connection import Connection
 from outbox.errors import IdempotencyConflict, RetryTransaction
-from tests.backends import backend_of, raw_connect
+from tests.fixtures.databases import (
+    backend_of,
+    db_now_ms,  # noqa: F401 - part of this module's vocabulary
+    placeholder,
+    raw_connect,
+)
 
 OUTBOX_TABLES = ("outbox_messages", "outbox_jobs", "outbox_failed_jobs")
 TABLES = (*OUTBOX_TABLES, "notes")
@@ -39,9 +44,6 @@ FINGERPRINT_SQL = {
     ),
 }
 
-
-def placeholder(backend: str) -> str:
-    return "?" if backend == "sqlite" else "%s"
 
 
 def create_notes(conn: Connection) -> None:
@@ -73,9 +75,6 @@ def message_rows(conn: Connection) -> list[dict[str, Any]]:
     rows = conn.execute_sql(f"SELECT {cols} FROM outbox_messages ORDER BY id")
     return [dict(zip(names, row, strict=True)) for row in rows]
 
-
-def db_now_ms(conn: Connection) -> int:
-    return int(conn.execute("now_ms")[0][0])
 
 
 def outcome(call: Callable[[], str]) -> tuple[str, str | None, str]:
@@ -200,7 +199,7 @@ def racing_child(db_url: str, who: int, rounds: int, barrier: Any, pipe: Pipe) -
 def migrate_child(db_url: str, barrier: Any, pipe: Pipe) -> None:
     """One of several processes that run ``migrate`` against one database at once."""
     from outbox.db.connection import Database
-    from outbox.schemas import migrate
+    from outbox.db.migrate import migrate
 
     try:
         database = Database(db_url)

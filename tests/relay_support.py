@@ -1,21 +1,10 @@
-"""Helpers for the relay's tests, and a small handoff measurement (not a test).
-
-Measure (DESTROYS the outbox tables' rows in the database given)::
-
-    .venv/bin/python -m tests.relay_support bench postgresql://postgres@127.0.0.1/bench \
-        --rows 100000 --batch-sizes 100,500,2000 --baseline
-    .venv/bin/python -m tests.relay_support notify-cost postgresql://postgres@127.0.0.1/bench \
-        --producers 4 --count 2000
-"""
+"""Helpers for the relay's tests (measurements live in ``bench/``)."""
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
 import multiprocessing
-import os
-import sys
 import time
 from collections.abc import Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
@@ -29,7 +18,11 @@ from outbox.db.connection import Connection, Database
 from outbox.errors import RetryTransaction
 from outbox.ids import new_message_id
 from outbox.relay import Relay, RelayConfig
-from tests.backends import backend_of, raw_connect
+from tests.fixtures.databases import (
+    db_now_ms,  # noqa: F401 - part of this module's vocabulary
+    placeholder,
+    raw_connect,
+)
 
 MARKER = "PAYLOAD-MARKER-7c1e"
 
@@ -51,10 +44,6 @@ def captured_logs() -> Iterator[list[MutableMapping[str, Any]]]:
     finally:
         structlog.configure(wrapper_class=saved)
 
-
-def placeholder(url_or_conn: str | Connection) -> str:
-    kind = url_or_conn if isinstance(url_or_conn, str) else url_or_conn.dialect.name
-    return "?" if backend_of(kind + ":") == "sqlite" else "%s"
 
 
 def record_many(
@@ -94,20 +83,20 @@ def sha256_hex(text: str) -> str:
 
 
 def outbox_rows(conn: Connection) -> dict[str, tuple[Any, ...]]:
-    """message_id → (state, failure_reason, payload is NULL)."""
+    """message_id → (state, failure_reason, payload is NULL) of every intent recorded;
+    one handed off (its outbox row gone, its key row left) is ``("handed_off", None, True)``."""
     rows = conn.execute_sql(
         "SELECT message_id, state, failure_reason, payload FROM outbox_messages"
     )
-    return {r[0]: (r[1], r[2], r[3] is None) for r in rows}
+    out = {r[0]: (r[1], r[2], r[3] is None) for r in rows}
+    for (message_id,) in conn.execute_sql("SELECT message_id FROM outbox_keys"):
+        out.setdefault(message_id, ("handed_off", None, True))
+    return out
 
 
 def queued_ids(conn: Connection) -> list[str]:
     return [r[0] for r in conn.execute_sql("SELECT message_id FROM outbox_jobs ORDER BY id")]
 
-
-def db_now_ms(conn: Connection) -> int:
-    """The database's clock, from the statement status uses."""
-    return int(conn.execute("status_oldest_pending")[0][1])
 
 
 # --- processes (spawned; top-level so multiprocessing can import them) ---------------
@@ -153,7 +142,7 @@ def spawn(target: Any, *args: Any) -> multiprocessing.process.BaseProcess:
     return proc
 
 
-# --- measurement -------------------------------------------------------------------------
+# --- a big backlog -----------------------------------------------------------------------
 
 
 def fill_pending(conn: Connection, rows: int) -> None:
@@ -197,114 +186,3 @@ INSERT INTO outbox_jobs (message_id, queue, job_name, payload, attempts, max_att
 SELECT message_id, queue, job_name, payload, 0, max_attempts, 0, 0 FROM moved ORDER BY id
 """
 
-
-def _raw_move(db: Database, size: int) -> int:
-    moved = 0
-    with db.connect() as conn:
-        while True:
-            with conn.transaction():
-                n = conn.raw.execute(RAW_MOVE, (size,)).rowcount
-            if n == 0:
-                return moved
-            moved += n
-
-
-def _fresh(db: Database, rows: int) -> None:
-    from outbox.schemas import migrate
-
-    with db.connect() as conn:
-        migrate(conn)
-        conn.execute_sql("DELETE FROM outbox_jobs")
-        conn.execute_sql("DELETE FROM outbox_messages")
-        fill_pending(conn, rows)
-        if db.dialect.name == "postgresql":
-            conn.execute_sql("VACUUM ANALYZE outbox_messages")
-            conn.execute_sql("VACUUM ANALYZE outbox_jobs")
-
-
-def bench(url: str, rows: int, batch_sizes: list[int], baseline: bool) -> None:
-    db = Database(url)
-    for size in batch_sizes:
-        for mode in ("relay", "raw") if baseline else ("relay",):
-            _fresh(db, rows)
-            started = time.perf_counter()
-            if mode == "raw":
-                moved = _raw_move(db, size)
-            else:
-                with Relay(db, RelayConfig(batch_size=size)) as relay:
-                    moved = relay.run().handed_off
-            elapsed = time.perf_counter() - started
-            assert moved == rows, moved
-            print(
-                f"{backend_of(url)} {mode} batch={size} rows={rows} {elapsed:.2f}s "
-                f"{rows / elapsed:,.0f} rows/s",
-                flush=True,
-            )
-
-
-def _produce_timed(url: str, prefix: str, count: int, notify: bool, start: Any) -> None:
-    from outbox.config import configure
-
-    configure(notify=notify)
-    app = raw_connect(url)
-    start.wait()
-    for i in range(count):
-        record(app, f"{prefix}:{i}", Job("bench.job", {"i": i}, queue="bench"))
-        app.commit()
-    app.close()
-
-
-def notify_cost(url: str, producers: int, count: int) -> None:
-    """Commits/s of ``producers`` concurrent producers, one intent per transaction."""
-    ctx = multiprocessing.get_context("spawn")
-    for round_ in range(2):
-        for notify in (True, False):
-            _fresh(Database(url), 0)
-            start = ctx.Event()
-            procs = [
-                ctx.Process(
-                    target=_produce_timed, args=(url, f"{notify}{round_}p{n}", count, notify, start)
-                )
-                for n in range(producers)
-            ]
-            for p in procs:
-                p.start()
-            time.sleep(1.5)  # let every child import and connect
-            began = time.perf_counter()
-            start.set()
-            for p in procs:
-                p.join()
-            elapsed = time.perf_counter() - began
-            total = producers * count
-            print(
-                f"notify={'on ' if notify else 'off'} producers={producers} commits={total} "
-                f"{elapsed:.2f}s {total / elapsed:,.0f} commits/s",
-                flush=True,
-            )
-
-
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.relay_support")
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("bench", help="rows/s handing off N pending rows (DESTROYS outbox data)")
-    b.add_argument("url")
-    b.add_argument("--rows", type=int, default=100_000)
-    b.add_argument("--batch-sizes", default="100,500,2000")
-    b.add_argument("--baseline", action="store_true", help="also time the raw move (PG)")
-    n = sub.add_parser("notify-cost", help="producer commits/s with NOTIFY on and off (PG)")
-    n.add_argument("url")
-    n.add_argument("--producers", type=int, default=4)
-    n.add_argument("--count", type=int, default=2000)
-    args = parser.parse_args(argv)
-    os.environ.setdefault("OUTBOX_LOG_LEVEL", "warning")
-    from outbox import log
-
-    log.configure("console", "warning")
-    if args.command == "notify-cost":
-        notify_cost(args.url, args.producers, args.count)
-        return
-    bench(args.url, args.rows, [int(s) for s in args.batch_sizes.split(",")], args.baseline)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

@@ -13,7 +13,7 @@ print("# TYPE outbox_oldest_pending_age_seconds gauge")
 print(f"outbox_oldest_pending_age_seconds {s[\"outbox\"][\"oldest_pending_age_s\"] or 0}")
 print("# TYPE outbox_jobs gauge")
 for queue, counts in s["queues"].items():
-    for state, n in counts.items():
-        print(f"outbox_jobs{{queue=\"{queue}\",state=\"{state}\"}} {n}")
+    for state in ("ready", "delayed", "reserved", "dead"):  # "dead_letters" is the same as "dead"
+        print(f"outbox_jobs{{queue=\"{queue}\",state=\"{state}\"}} {counts.get(state, 0)}")
 ' >"$out.tmp"
 mv "$out.tmp" "$out"

@@ -1,9 +1,10 @@
 """The ``outbox`` command line: a thin click layer over the library.
 
-Global settings live in ``ctx.obj`` (a ``CliContext``); every option has an
-``OUTBOX_*`` environment variable. Each command group is a module of its own that
-exports ``commands``. An ``OutboxError`` becomes one clear line on stderr and exit 1
-(with the traceback at ``--log-level debug``); usage errors exit 2.
+Global settings live in ``ctx.obj`` (a ``CliContext``); every option reads
+``OUTBOX_<COMMAND>_<OPTION>`` and global options may come before or after the command
+(``outbox.cli.conventions``). Each command group is a module of its own that exports
+``commands``. An ``OutboxError`` becomes one clear line on stderr and exit 1 (with the
+traceback at ``--log-level debug``); usage errors exit 2.
 """
 
 from __future__ import annotations
@@ -14,14 +15,23 @@ from typing import Any
 import click
 
 from outbox import log
-from outbox.cli import dashboard, migrate, queue, relay
+from outbox.cli import conventions, dashboard, init, migrate, queue, relay, scheduler
 from outbox.cli.context import CliContext
-from outbox.errors import OutboxError
+from outbox.db.connection import Database
+from outbox.errors import ConfigurationError, OutboxError
 
 EXIT_ERROR = 1
+HELP_WIDTH = 100  # --help is laid out alike everywhere, so the README can quote it exactly
 
 
 class _Group(click.Group):
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        conventions.apply(self)
+        return super().main(*args, **kwargs)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, conventions.hoist_globals(args))
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -33,13 +43,27 @@ class _Group(click.Group):
             ctx.exit(EXIT_ERROR)
 
 
-@click.group(cls=_Group, context_settings={"auto_envvar_prefix": "OUTBOX"})
+def _check_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A URL we cannot use is a usage error, found before any command runs; the message
+    names the part that is wrong, never a value (it may be a password)."""
+    try:
+        Database(value)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
+@click.group(
+    cls=_Group, context_settings={"max_content_width": HELP_WIDTH, "terminal_width": HELP_WIDTH}
+)
 @click.option(
     "--database-url",
     envvar="OUTBOX_DATABASE_URL",
     default="sqlite:///outbox.db",
+    callback=_check_url,
     show_default=True,
-    help="sqlite:///PATH, postgresql://USER@HOST/DB or mysql://USER@HOST/DB.",
+    help="sqlite:///PATH, postgresql://USER@HOST/DB or mysql://USER@HOST/DB; the query may "
+    "carry libpq keywords (?host=/var/run/postgresql) or PyMySQL's (?unix_socket=...).",
 )
 @click.option(
     "--log-format",
@@ -55,15 +79,22 @@ class _Group(click.Group):
     type=click.Choice(log.LEVELS),
     default="info",
     show_default=True,
+    help="Least severe log level written (to stderr).",
 )
 @click.version_option(package_name="outbox")
 @click.pass_context
 def main(ctx: click.Context, database_url: str, log_format: str, log_level: str) -> None:
-    """Transactional outbox, relay and SQL job queue."""
+    """Transactional outbox, relay and SQL job queue.
+
+    The global options may be given before or after the command. Exit codes: 0 success,
+    1 operational error, 2 usage error, 3 a `status` threshold crossed.
+    """
     log.configure(log_format, log_level)  # type: ignore[arg-type]
     ctx.obj = CliContext(database_url=database_url, log_level=log_level)
 
 
-for _module in (migrate, relay, queue, dashboard):
+for _module in (migrate, relay, queue, scheduler, init, dashboard):
     for _command in _module.commands:
         main.add_command(_command)
+
+conventions.apply(main)  # keep last: every command registered above follows the rules

@@ -12,8 +12,10 @@ import os
 
 import click
 
+from outbox.cli import preflight
 from outbox.cli.context import CliContext, pass_cli
-from outbox.errors import ConfigurationError
+from outbox.db.connection import Database
+from outbox.errors import ConfigurationError, DatabaseError
 
 DEFAULT_BIND = "127.0.0.1:8642"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -53,7 +55,8 @@ def is_loopback(host: str) -> bool:
 )
 @click.option(
     "--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
-    help="Another Host name to answer (the bind host and loopback names always are).",
+    help="Another Host name to answer (the bind host and loopback names always are); "
+    "repeat for more. Default: none.",
 )
 @pass_cli
 def dashboard_command(
@@ -79,14 +82,29 @@ def dashboard_command(
         refresh_s=refresh,
         allowed_hosts=None if host in ("0.0.0.0", "::") and not allowed_hosts else names,
     )
+    database = cli.database()
+    _check(database)
     mode = "actions need the token" if token else "read-only (no OUTBOX_DASHBOARD_TOKEN)"
     shown = f"[{host}]" if ":" in host else host
-    dialect = cli.database().dialect.name
+    dialect = database.dialect.name
     click.echo(f"outbox dashboard on http://{shown}:{port}/ for {dialect}: {mode}")
     if not is_loopback(host):
         click.echo(f"warning: listening on {host}, not loopback: anyone who reaches it can "
                    "read the counts and lists", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def _check(database: Database) -> None:
+    """A mistyped SQLite path or a database without the tables stops here (exit 1), as
+    for every command. A database that is down does not: the pages answer 503 until it
+    is back, and an operator may start the dashboard to watch it come back."""
+    preflight.check_sqlite_file(database)
+    try:
+        conn = database.connect()
+    except DatabaseError:
+        return
+    with conn:
+        preflight.check_schema(conn, database)
 
 
 commands: list[click.Command] = [dashboard_command]

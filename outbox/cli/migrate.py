@@ -6,19 +6,27 @@ import click
 
 from outbox.cli.context import CliContext, pass_cli
 from outbox.db.dialect import DIALECTS
-from outbox.schemas import LATEST, migrate, render_sql
+from outbox.db.migrate import LATEST, migrate, render_sql
 
 
 @click.command("migrate")
-@click.option("--sql", "print_sql", is_flag=True, help="Print the DDL instead of applying it.")
+@click.option(
+    "--sql",
+    "print_sql",
+    is_flag=True,
+    help="Only print the DDL (for a DBA to apply); the database is not touched.",
+)
 @click.option(
     "--dialect",
     type=click.Choice(sorted(DIALECTS)),
-    help="With --sql: the dialect to print (default: the database URL's).",
+    help="With --sql: the dialect to print. Default: the database URL's.",
 )
 @pass_cli
 def migrate_command(cli: CliContext, print_sql: bool, dialect: str | None) -> None:
-    """Create or upgrade the outbox tables. Idempotent; safe to run from two processes."""
+    """Create or upgrade the outbox tables. Idempotent; safe to run from two processes.
+
+    With `outbox demo`, the only command that creates a SQLite database file.
+    """
     if dialect and not print_sql:
         raise click.UsageError("--dialect goes with --sql")
     if print_sql:

@@ -3,84 +3,115 @@
 Listings show ids, names, queues, attempts, times and exception classes; never payloads
 or exception messages (``queue failed --show ID`` prints one dead letter's message and
 traceback, for the operator who asks). ``forget``, ``remove`` and ``clear`` ask first
-unless ``--yes``.
+unless ``--yes``, and refuse when standard input cannot answer.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 import click
 import orjson
 
+from outbox import status
+from outbox.cli import preflight, prompt, tables
+from outbox.cli.app import load_registry
 from outbox.cli.context import CliContext, pass_cli
+from outbox.cli.params import MESSAGE_ID, MESSAGE_ID_OR_ALL, QUEUE_NAME
 from outbox.db.connection import Connection
 from outbox.errors import MessageNotFound
+from outbox.job import NAME_PATTERN
 from outbox.queue import admin
-from outbox.queue.registry import Registry
+from outbox.queue.registry import DEFAULT_MAX_ATTEMPTS
 from outbox.queue.worker import Worker, WorkerConfig
 
 
-def load_registry(spec: str) -> Registry:
-    """``MODULE:ATTR`` → the ``Registry`` it names (the current directory is importable)."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise click.BadParameter(
-            "expected MODULE:ATTR, e.g. myapp.jobs:registry", param_hint="--app"
-        )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(
-            f"cannot import {module_name!r} ({type(exc).__name__})", param_hint="--app"
-        ) from exc
-    registry = getattr(module, attr, None)
-    if not isinstance(registry, Registry):
-        raise click.BadParameter(
-            f"{spec!r} is not an outbox.Registry (got {type(registry).__name__})",
-            param_hint="--app",
-        )
-    return registry
-
-
 def parse_queues(specs: tuple[str, ...]) -> dict[str, int | None]:
-    """``search=8 mail`` → ``{"search": 8, "mail": None}``."""
+    """``search=8 mail`` → ``{"search": 8, "mail": None}``; a bad one is a usage error."""
     out: dict[str, int | None] = {}
     for spec in specs or ("default",):
         name, sep, cap = spec.partition("=")
+        if not NAME_PATTERN.fullmatch(name):
+            raise click.BadParameter(
+                f"{name!r} is not a queue name (1-200 chars of A-Z a-z 0-9 _ . : -)",
+                param_hint="QUEUE",
+            )
         if sep and not (cap.isdigit() and int(cap) >= 1):
-            raise click.BadParameter(f"{spec!r}: the cap after '=' must be a whole number >= 1")
+            raise click.BadParameter(
+                f"{spec!r}: the cap after '=' must be a whole number >= 1", param_hint="QUEUE"
+            )
         if name in out:
-            raise click.BadParameter(f"queue {name!r} is given twice")
+            raise click.BadParameter(f"queue {name!r} is given twice", param_hint="QUEUE")
         out[name] = int(cap) if sep else None
     return out
 
 
 @click.command("worker")
 @click.argument("queues", nargs=-1, metavar="QUEUE[=CAP]...")
-@click.option("--app", envvar="OUTBOX_APP", required=True, help="MODULE:ATTR of a Registry.")
-@click.option("--concurrency", type=click.IntRange(1), help="Cap of queues given without one.")
-@click.option("--prefetch", type=click.IntRange(1), default=10, show_default=True)
-@click.option("--lease", type=click.FloatRange(0.3), default=30.0, show_default=True)
-@click.option("--sleep", type=click.FloatRange(0.001), default=1.0, show_default=True)
-@click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True)
-@click.option("--max-jobs", type=click.IntRange(1))
-@click.option("--max-time", type=click.FloatRange(0.001))
-@click.option("--stop-when-empty", is_flag=True, help="Exit when nothing is claimable now.")
+@click.option(
+    "--app",
+    required=True,
+    metavar="MODULE:ATTR",
+    help="The Registry to run, e.g. myapp.jobs:registry.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1),
+    default=1,
+    help="Jobs run at once in each queue given without =CAP.",
+)
+@click.option(
+    "--prefetch",
+    type=click.IntRange(1),
+    default=None,
+    help="Jobs claimed ahead of those running, per queue. Default: adaptive (up to 500 "
+    "while handlers are quick, one per slot when they are slow).",
+)
+@click.option(
+    "--lease",
+    type=click.FloatRange(0.3),
+    default=30.0,
+    help="Seconds a claim lasts without a heartbeat; renewed every third of it while a job "
+    "runs, so a crashed worker's jobs come back after at most this long.",
+)
+@click.option(
+    "--sleep",
+    type=click.FloatRange(0.001),
+    default=1.0,
+    help="Seconds between polls while idle (PostgreSQL also wakes at once on NOTIFY).",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(0),
+    default=30.0,
+    help="Seconds running jobs get to finish after SIGTERM/SIGINT.",
+)
+@click.option(
+    "--max-jobs",
+    type=click.IntRange(1),
+    metavar="N",
+    help="Stop claiming after N jobs, finish them, exit. Default: no limit.",
+)
+@click.option(
+    "--max-time",
+    type=click.FloatRange(0.001),
+    metavar="SECONDS",
+    help="Stop claiming after SECONDS, finish what runs, exit. Default: no limit.",
+)
+@click.option(
+    "--stop-when-empty",
+    is_flag=True,
+    help="Exit when nothing is claimable now (delayed jobs do not keep it running).",
+)
 @click.option("--once", is_flag=True, help="Run at most one job, then exit.")
 @pass_cli
 def worker_command(
     cli: CliContext,
     queues: tuple[str, ...],
     app: str,
-    concurrency: int | None,
-    prefetch: int,
+    concurrency: int,
+    prefetch: int | None,
     lease: float,
     sleep: float,
     grace: float,
@@ -89,15 +120,18 @@ def worker_command(
     stop_when_empty: bool,
     once: bool,
 ) -> None:
-    """Run jobs from QUEUE... (default: "default"); "search=8" caps that queue at 8.
+    """Run the jobs of the queues named (default: "default") until stopped.
 
-    SIGTERM/SIGINT stop gracefully: no new claims, unstarted jobs go back without
-    spending an attempt, running jobs get --grace seconds. A second signal stops at once.
+    QUEUE=CAP caps one queue: "search=8" runs at most 8 of its jobs at once.
+    Before it starts, the database must have the outbox tables (else: exit 1, saying to
+    run `outbox migrate`); a database that is down is waited for. SIGTERM/SIGINT stop
+    gracefully: no new claims, unstarted jobs go back without spending an attempt,
+    running jobs get --grace seconds. A second signal stops at once.
     """
     registry = load_registry(app)
     config = WorkerConfig(
         queues=parse_queues(queues),
-        concurrency=concurrency or 1,
+        concurrency=concurrency,
         prefetch=1 if once else prefetch,
         lease=lease,
         sleep=sleep,
@@ -106,7 +140,13 @@ def worker_command(
         max_time=max_time,
         stop_when_empty=stop_when_empty or once,
     )
-    worker = Worker(cli.database(), registry, config)
+    database = cli.database()
+    with preflight.stop_on_signals() as stop:
+        try:
+            preflight.ready(database, wait=True, stop=stop)
+        except preflight.Stopped:
+            return
+    worker = Worker(database, registry, config)
     with worker.signals_handled():
         stats = worker.run()
     if not stats.graceful:
@@ -115,46 +155,74 @@ def worker_command(
 
 @click.group("queue")
 def queue_group() -> None:
-    """Inspect and manage the job queue and its dead letters."""
+    """Inspect and manage the job queue and its dead letters.
+
+    A dead letter is a job that used up its attempts or failed permanently: it left the
+    queue for outbox_failed_jobs. (Intents the relay refused are quarantined instead:
+    `outbox failed`.)
+    """
 
 
-def _time(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+LIMIT = click.IntRange(1, admin.MAX_LIMIT)
+TRIES_NOTE = (
+    f"TRIES: attempts made / max_attempts; '-' means the handler's max_attempts "
+    f"(default {DEFAULT_MAX_ATTEMPTS})."
+)
 
 
 @queue_group.command("jobs")
-@click.argument("limit", type=int, default=50)
-@click.option("--queue", "queue_name", help="Only this queue.")
+@click.argument("limit", type=LIMIT, default=50)
+@click.option(
+    "--queue", "queue_name", type=QUEUE_NAME, help="Only this queue. Default: every queue."
+)
 @pass_cli
 def jobs_command(cli: CliContext, limit: int, queue_name: str | None) -> None:
-    """List jobs in the queue, oldest first (no payloads)."""
+    """List up to LIMIT (default 50) jobs in the queue, first due first; no payloads.
+
+    STATE is ready (due), delayed (due later) or reserved (a worker holds it until
+    LEASE_ENDS). Times are UTC.
+    """
     with cli.connect() as conn:
         rows = admin.jobs(conn, queue=queue_name, limit=limit)
-        now = admin.now_ms(conn)
-    click.echo(
-        f"{'message_id':36}  {'queue':12} {'job':24} {'tries':>5}  {'state':9} {'due':19}  "
-        "last_error"
-    )
+        now = conn.driver.clock_now()
+    cells = []
     for r in rows:
         state = "reserved" if r.reserved_by else ("ready" if r.available_at <= now else "delayed")
-        tries = f"{r.attempts}/{r.max_attempts or '-'}"
-        click.echo(
-            f"{r.message_id:36}  {r.queue:12} {r.job_name:24} {tries:>5}  {state:9} "
-            f"{_time(r.available_at):19}  {r.last_error or '-'}"
+        cells.append(
+            [
+                r.message_id,
+                r.queue,
+                r.job_name,
+                state,
+                f"{r.attempts}/{r.max_attempts or tables.NONE}",
+                tables.utc(r.available_at),
+                tables.utc(r.lease_expires_at if r.reserved_by else None),
+                r.last_error or tables.NONE,
+            ]
         )
-    click.echo(f"({len(rows)} shown)")
+    headers = ["MESSAGE_ID", "QUEUE", "JOB", "STATE", "TRIES", "DUE", "LEASE_ENDS", "LAST_ERROR"]
+    tables.echo_table(headers, cells, nothing="no jobs in the queue", right={4})
+    if rows:
+        click.echo(tables.shown(len(rows), limit))
+        if any(r.max_attempts is None for r in rows):
+            click.echo(TRIES_NOTE)
 
 
 @queue_group.command("stats")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 @pass_cli
 def stats_command(cli: CliContext, as_json: bool) -> None:
-    """Ready, delayed, reserved and dead jobs per queue."""
+    """Ready, delayed, reserved jobs and dead letters per queue, and the age of the
+    oldest ready job. --json keeps the older key "dead" (= "dead_letters")."""
     with cli.connect() as conn:
-        counts = admin.stats(conn)
-        now = admin.now_ms(conn)
+        counts = status.queue_counts(conn)
+        now = conn.driver.clock_now()
+
+    def oldest(c: status.QueueCounts) -> float | None:
+        if c.oldest_ready_ms is None:
+            return None
+        return round(max(0, now - c.oldest_ready_ms) / 1000, 3)
+
     if as_json:
         data = {
             c.queue: {
@@ -162,27 +230,36 @@ def stats_command(cli: CliContext, as_json: bool) -> None:
                 "delayed": c.delayed,
                 "reserved": c.reserved,
                 "dead": c.dead,
-                "oldest_ready_age_s": None
-                if c.oldest_ready_ms is None
-                else round(max(0, now - c.oldest_ready_ms) / 1000, 3),
+                "dead_letters": c.dead,
+                "oldest_ready_age_s": oldest(c),
             }
             for c in counts
         }
         click.echo(orjson.dumps({"queues": data}).decode())
         return
-    click.echo(f"{'queue':20} {'ready':>8} {'delayed':>8} {'reserved':>8} {'dead':>8}")
-    for c in counts:
-        click.echo(f"{c.queue:20} {c.ready:>8} {c.delayed:>8} {c.reserved:>8} {c.dead:>8}")
+    tables.echo_table(
+        ["QUEUE", "READY", "DELAYED", "RESERVED", "DEAD_LETTERS", "OLDEST_READY_AGE"],
+        [[c.queue, c.ready, c.delayed, c.reserved, c.dead, tables.age(oldest(c))] for c in counts],
+        nothing="no queues",
+        right={1, 2, 3, 4},
+    )
 
 
 @queue_group.command("failed")
-@click.argument("limit", type=int, default=50)
+@click.argument("limit", type=LIMIT, default=50)
 @click.option(
-    "--show", "show_id", metavar="ID", help="Print one dead letter's message and traceback."
+    "--show",
+    "show_id",
+    type=MESSAGE_ID,
+    help="Print this one dead letter's exception message and traceback instead of the list.",
 )
 @pass_cli
 def failed_command(cli: CliContext, limit: int, show_id: str | None) -> None:
-    """List dead letters, newest first (exception class only; --show ID for details)."""
+    """List up to LIMIT (default 50) dead letters, newest first: exception class only.
+
+    --show ID prints one dead letter's message and traceback, for the operator who asks.
+    Requeue with `outbox queue retry ID|all`, delete with `outbox queue forget ID`.
+    """
     with cli.connect() as conn:
         if show_id is not None:
             detail = admin.failed_job(conn, show_id)
@@ -191,31 +268,40 @@ def failed_command(cli: CliContext, limit: int, show_id: str | None) -> None:
             _echo_detail(detail)
             return
         rows = admin.failed(conn, limit=limit)
-    click.echo(
-        f"{'message_id':36}  {'queue':12} {'job':24} {'tries':>5}  {'failed_at':19}  exception"
+    tables.echo_table(
+        ["MESSAGE_ID", "QUEUE", "JOB", "TRIES", "DEAD_AT", "EXCEPTION"],
+        [
+            [
+                r.message_id,
+                r.queue,
+                r.job_name,
+                r.attempts,
+                tables.utc(r.failed_at),
+                r.exception_class,
+            ]
+            for r in rows
+        ],
+        nothing="no dead letters",
+        right={3},
     )
-    for r in rows:
-        click.echo(
-            f"{r.message_id:36}  {r.queue:12} {r.job_name:24} {r.attempts:>5}  "
-            f"{_time(r.failed_at):19}  {r.exception_class}"
-        )
-    click.echo(f"({len(rows)} shown)")
+    if rows:
+        click.echo(tables.shown(len(rows), limit))
 
 
 def _echo_detail(d: admin.FailedDetail) -> None:
-    click.echo(f"message_id: {d.message_id}")
-    click.echo(f"queue:      {d.queue}")
-    click.echo(f"job:        {d.job_name}")
-    click.echo(f"attempts:   {d.attempts}/{d.max_attempts or '-'}")
-    click.echo(f"failed_at:  {_time(d.failed_at)}")
-    click.echo(f"exception:  {d.exception_class}: {d.exception_message or ''}")
+    click.echo(f"MESSAGE_ID:  {d.message_id}")
+    click.echo(f"QUEUE:       {d.queue}")
+    click.echo(f"JOB:         {d.job_name}")
+    click.echo(f"TRIES:       {d.attempts}/{d.max_attempts or tables.NONE}")
+    click.echo(f"DEAD_AT:     {tables.utc(d.failed_at)}")
+    click.echo(f"EXCEPTION:   {d.exception_class}: {d.exception_message or ''}")
     if d.exception_trace:
         click.echo("")
         click.echo(d.exception_trace.rstrip())
 
 
 @queue_group.command("retry")
-@click.argument("target", metavar="ID|all")
+@click.argument("target", type=MESSAGE_ID_OR_ALL, metavar="ID|all")
 @pass_cli
 def retry_command(cli: CliContext, target: str) -> None:
     """Put a dead letter (or all of them) back in the queue with attempts reset to 0."""
@@ -229,9 +315,9 @@ def retry_command(cli: CliContext, target: str) -> None:
     click.echo(f"requeued {n} job(s)")
 
 
-def _confirm(yes: bool, question: str) -> None:
-    if not yes:
-        click.confirm(question, abort=True)
+YES = click.option(
+    "--yes", is_flag=True, help="Do not ask for confirmation (needed without a terminal)."
+)
 
 
 def _delete_one(
@@ -244,18 +330,17 @@ def _delete_one(
     missing: str,
     done: str,
 ) -> None:
-    """Check the id, ask unless ``--yes``, delete one row; a missing row is an error."""
-    admin.check_message_id(message_id)
-    _confirm(yes, question)
+    """Ask unless ``--yes``, delete one row; a missing row is an error."""
     with cli.connect() as conn:
+        prompt.confirm(yes, question)
         if delete(conn, message_id) == 0:
             raise MessageNotFound(missing)
     click.echo(done)
 
 
 @queue_group.command("forget")
-@click.argument("message_id", metavar="ID")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.argument("message_id", type=MESSAGE_ID, metavar="ID")
+@YES
 @pass_cli
 def forget_command(cli: CliContext, message_id: str, yes: bool) -> None:
     """Delete one dead letter for good."""
@@ -271,8 +356,8 @@ def forget_command(cli: CliContext, message_id: str, yes: bool) -> None:
 
 
 @queue_group.command("remove")
-@click.argument("message_id", metavar="ID")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.argument("message_id", type=MESSAGE_ID, metavar="ID")
+@YES
 @pass_cli
 def remove_command(cli: CliContext, message_id: str, yes: bool) -> None:
     """Remove one job from the queue (it will not run)."""
@@ -288,24 +373,35 @@ def remove_command(cli: CliContext, message_id: str, yes: bool) -> None:
 
 
 @queue_group.command("clear")
-@click.option("--queue", "queue_name", help="Only this queue.")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "--queue", "queue_name", type=QUEUE_NAME, help="Only this queue. Default: every queue."
+)
+@YES
 @pass_cli
 def clear_command(cli: CliContext, queue_name: str | None, yes: bool) -> None:
     """Remove every job no worker holds (of one queue, or all). They will not run."""
-    admin.check_queue(queue_name)
     where = f"queue {queue_name!r}" if queue_name else "every queue"
-    _confirm(yes, f"Remove all waiting jobs of {where}? They will not run.")
     with cli.connect() as conn:
+        prompt.confirm(yes, f"Remove all waiting jobs of {where}? They will not run.")
         n = admin.clear(conn, queue=queue_name)
     click.echo(f"removed {n} job(s) from {where}")
 
 
 @click.command("demo")
-@click.option("--intents", type=click.IntRange(10, 5000), default=300, show_default=True)
+@click.option(
+    "--intents",
+    type=click.IntRange(10, 5000),
+    default=300,
+    help="Simulated application transactions to run.",
+)
 @pass_cli
 def demo_command(cli: CliContext, intents: int) -> None:
-    """See the whole product work: record, relay, run, retry, dead-letter; on SQLite."""
+    """See the whole product work: record, relay, run, retry, dead-letter.
+
+    Runs on --database-url when given (default: sqlite:///outbox.db in the current
+    folder; the tables are created if missing), in a queue of its own. Some jobs are set
+    to fail once and one always fails, to show retries and a dead letter.
+    """
     from outbox import log
     from outbox.demo import run_demo
 

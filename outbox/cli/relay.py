@@ -7,20 +7,16 @@ message. Progress bars go to stderr, and only when it is a terminal.
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime
-from types import FrameType
 
 import click
 import orjson
 
+from outbox import status as outbox_status
+from outbox.cli import preflight, tables
 from outbox.cli.context import CliContext, pass_cli
+from outbox.cli.params import MESSAGE_ID
 from outbox.config import settings
-from outbox.ids import is_message_id
 from outbox.relay import Relay, RelayConfig, RunTotals, admin
 from outbox.relay.service import MAX_BATCH_SIZE
 
@@ -36,7 +32,11 @@ EXIT_THRESHOLD = 3
     show_default=True,
     help="Intents per batch (one transaction each).",
 )
-@click.option("--watch", is_flag=True, help="Keep relaying until SIGTERM/SIGINT.")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Keep relaying until SIGTERM/SIGINT; waits for a database that is down.",
+)
 @click.option(
     "--poll-only",
     is_flag=True,
@@ -74,12 +74,20 @@ def relay_command(
         listen=not poll_only,
         notify=settings.notify,
     )
-    with Relay(cli.database(), config) as relay:
-        if watch:
-            with _stop_on_signals() as stop:
-                totals = relay.watch(stop)
-        else:
+    database = cli.database()
+    if not watch:
+        preflight.ready(database)
+        with Relay(database, config) as relay:
             totals = _drain(relay, limit)
+    else:
+        with preflight.stop_on_signals() as stop:
+            try:
+                preflight.ready(database, wait=True, stop=stop)
+            except preflight.Stopped:
+                click.echo("stopped while waiting for the database; nothing relayed")
+                return
+            with Relay(database, config) as relay:
+                totals = relay.watch(stop)
     click.echo(_summary(totals))
 
 
@@ -87,25 +95,10 @@ def _drain(relay: Relay, limit: int | None) -> RunTotals:
     if not sys.stderr.isatty():
         return relay.run(limit)
     with relay.database.connect() as conn:
-        total = admin.pending_count(conn)
+        total = outbox_status.pending_count(conn)
     length = total if limit is None else min(limit, total)
     with click.progressbar(length=length, label="relaying", file=sys.stderr) as bar:
         return relay.run(limit, progress=lambda batch: bar.update(batch.claimed))
-
-
-@contextmanager
-def _stop_on_signals() -> Iterator[threading.Event]:
-    stop = threading.Event()
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield stop
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def _summary(totals: RunTotals) -> str:
@@ -118,27 +111,34 @@ def _summary(totals: RunTotals) -> str:
 
 
 @click.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON object instead of the tables."
+)
 @click.option(
     "--max-pending",
     type=click.IntRange(min=0),
-    help="Exit 3 when more than N intents are pending.",
+    metavar="N",
+    help="Exit 3 when more than N intents are pending. Default: no threshold.",
 )
 @click.option(
     "--max-age",
     type=click.FloatRange(min=0),
-    help="Exit 3 when the oldest pending intent is older than SECONDS.",
+    metavar="SECONDS",
+    help="Exit 3 when the oldest pending intent is older than SECONDS. Default: no threshold.",
 )
 @pass_cli
 def status_command(
     cli: CliContext, as_json: bool, max_pending: int | None, max_age: float | None
 ) -> None:
-    """Counts of intents by state, age of the oldest pending one, and jobs per queue.
+    """Counts of intents and of jobs per queue; exit 3 past a threshold.
 
+    Intents by state (pending, published, quarantined) and the oldest pending one's age;
+    jobs per queue (ready, delayed, reserved, dead letters).
     Exits 3 when --max-pending or --max-age is exceeded (for cron and health checks).
+    --json keeps the older keys "failed" (= "quarantined") and "dead" (= "dead_letters").
     """
     with cli.connect() as conn:
-        status = admin.status(conn)
+        status = outbox_status.status(conn)
     if as_json:
         click.echo(orjson.dumps(status.as_dict()).decode())
     else:
@@ -146,7 +146,7 @@ def status_command(
     if status.outbox.unknown_state:
         click.echo(
             f"warning: {status.outbox.unknown_state} intents have a state other than "
-            "pending/published/failed; the relay will not touch them",
+            "pending/published/failed (quarantined); the relay will not touch them",
             err=True,
         )
     problems = _exceeded(status.outbox, max_pending, max_age)
@@ -156,21 +156,29 @@ def status_command(
         sys.exit(EXIT_THRESHOLD)
 
 
-def _print_status(status: admin.Status) -> None:
+def _print_status(status: outbox_status.Status) -> None:
     o = status.outbox
-    age = "-" if o.oldest_pending_age_s is None else f"{o.oldest_pending_age_s:.1f} s"
-    click.echo(
-        f"outbox  pending {o.pending}  published {o.published}  failed {o.failed}  "
-        f"oldest pending {age}"
+    tables.echo_table(
+        ["PENDING", "PUBLISHED", "QUARANTINED", "OLDEST_PENDING_AGE"],
+        [[o.pending, o.published, o.failed, tables.age(o.oldest_pending_age_s)]],
+        nothing="",
+        right={0, 1, 2},
     )
-    for name, q in sorted(status.queues.items()):
-        click.echo(
-            f"queue {name}  ready {q.ready}  delayed {q.delayed}  reserved {q.reserved}  "
-            f"dead {q.dead}"
-        )
+    click.echo("")
+    rows = [
+        [name, q.ready, q.delayed, q.reserved, q.dead] for name, q in sorted(status.queues.items())
+    ]
+    tables.echo_table(
+        ["QUEUE", "READY", "DELAYED", "RESERVED", "DEAD_LETTERS"],
+        rows,
+        nothing="no queues",
+        right={1, 2, 3, 4},
+    )
 
 
-def _exceeded(o: admin.OutboxCounts, max_pending: int | None, max_age: float | None) -> list[str]:
+def _exceeded(
+    o: outbox_status.OutboxCounts, max_pending: int | None, max_age: float | None
+) -> list[str]:
     problems = []
     if max_pending is not None and o.pending > max_pending:
         problems.append(f"{o.pending} pending > {max_pending}")
@@ -184,37 +192,34 @@ def _exceeded(o: admin.OutboxCounts, max_pending: int | None, max_age: float | N
 @click.argument("limit", type=click.IntRange(min=1), default=50)
 @pass_cli
 def failed_command(cli: CliContext, limit: int) -> None:
-    """List up to LIMIT (default 50) quarantined intents: id, reason code, times.
+    """List quarantined intents, oldest first: id, reason code, times (UTC).
 
-    Payloads are never shown. Repair a row, then `outbox retry MESSAGE_ID`.
+    Up to LIMIT (default 50).
+    Quarantined: the relay found the row did not verify, so it stays in the outbox and
+    never ran. Payloads are never shown. Repair a row, then `outbox retry MESSAGE_ID`.
+    (Jobs that ran and used up their attempts are dead letters: `outbox queue failed`.)
     """
     with cli.connect() as conn:
         rows = admin.failed(conn, limit)
-    if not rows:
-        click.echo("no quarantined intents")
-        return
-    click.echo(f"{'MESSAGE_ID':36}  {'REASON':22}  {'CREATED':29}  FAILED")
-    for r in rows:
-        click.echo(
-            f"{r.message_id:36}  {r.reason or '-':22}  {_iso(r.created_at_ms):29}  "
-            f"{_iso(r.failed_at_ms)}"
-        )
-
-
-def _iso(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-
-
-def _message_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if not is_message_id(value):
-        raise click.BadParameter("not a message id (a UUID such as the ones `outbox failed` lists)")
-    return value
+    tables.echo_table(
+        ["MESSAGE_ID", "REASON", "CREATED_AT", "QUARANTINED_AT"],
+        [
+            [
+                r.message_id,
+                r.reason or tables.NONE,
+                tables.utc(r.created_at_ms),
+                tables.utc(r.failed_at_ms),
+            ]
+            for r in rows
+        ],
+        nothing="no quarantined intents",
+    )
+    if rows:
+        click.echo(tables.shown(len(rows), limit))
 
 
 @click.command("retry")
-@click.argument("message_id", callback=_message_id)
+@click.argument("message_id", type=MESSAGE_ID, metavar="MESSAGE_ID")
 @click.option(
     "--accept-current",
     is_flag=True,
@@ -225,8 +230,9 @@ def _message_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
 def retry_command(cli: CliContext, message_id: str, accept_current: bool) -> None:
     """Return a quarantined intent to pending once it verifies again.
 
-    Repair the row first; a row that still does not verify is refused unless
-    --accept-current is given.
+    Repair the row first. The payload is compared as canonical JSON, so spacing and key
+    order do not matter (it is stored canonically again). A row that still does not
+    verify is refused, saying what differs, unless --accept-current is given.
     """
     with cli.connect() as conn:
         outcome = admin.retry(conn, message_id, accept_current=accept_current)
@@ -242,7 +248,7 @@ def prune_command(cli: CliContext, days: int, limit: int) -> None:
     """Delete at most LIMIT (default 1000) published tombstones older than DAYS days.
 
     Oldest first, in small batches so no lock is held for long; `prune 0` takes all
-    published so far. Pending and failed intents are never pruned. Pruning ends
+    published so far. Pending and quarantined intents are never pruned. Pruning ends
     deduplication for those keys: recording one of them again creates a new job.
     """
     with cli.connect() as conn:

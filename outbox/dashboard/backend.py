@@ -5,8 +5,8 @@ its own taken from a small idle list (a connection is never shared by two thread
 once). The overview's counts are read once per ``ttl_s`` however many browsers poll
 it: ten open tabs cost the database what one does.
 
-The throughput chart is per minute, and reading it costs a row per handed-off intent
-of the last hour (half a second at a million an hour): it is refreshed every
+The throughput chart is per minute, and reading it costs an index entry per intent
+recorded in the last hour (a million an hour is a million entries): it is refreshed every
 ``CHART_TTL_S`` in a thread of its own while pages keep showing the previous one, so
 only the first page after start waits for it.
 """

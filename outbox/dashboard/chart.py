@@ -1,6 +1,6 @@
 """The throughput chart as SVG geometry, computed here so the page needs no chart script.
 
-One stacked bar per minute: handed off below, dead-lettered on top. The y axis has four
+One stacked bar per minute: intents recorded below, dead-lettered on top. The y axis has four
 round steps, the last at or above the busiest minute.
 """
 
@@ -24,8 +24,8 @@ TICKS = 4
 class Bar:
     x: float
     width: float
-    handed_y: float
-    handed_h: float
+    recorded_y: float
+    recorded_h: float
     dead_y: float
     dead_h: float
     title: str
@@ -47,7 +47,7 @@ class Chart:
     bars: list[Bar]
     y_ticks: list[Tick]
     x_ticks: list[Tick]
-    handed_total: int
+    recorded_total: int
     dead_total: int
     peak: int
 
@@ -65,7 +65,7 @@ def nice_step(value: int) -> int:
 
 
 def build(minutes: list[Minute]) -> Chart:
-    peak = max((m.handed_off + m.dead for m in minutes), default=0)
+    peak = max((m.recorded + m.dead for m in minutes), default=0)
     step = nice_step(peak)
     top = step * TICKS
     plot_w = WIDTH - LEFT - RIGHT
@@ -74,18 +74,18 @@ def build(minutes: list[Minute]) -> Chart:
     slot = plot_w / max(len(minutes), 1)
     bars = []
     for i, m in enumerate(minutes):
-        handed_h = plot_h * m.handed_off / top
+        recorded_h = plot_h * m.recorded / top
         dead_h = plot_h * m.dead / top
         at = datetime.fromtimestamp(m.start_ms / 1000, tz=UTC).strftime("%H:%M")
         bars.append(
             Bar(
                 x=round(LEFT + i * slot + 1, 2),
                 width=round(max(slot - 2, 1), 2),
-                handed_y=round(baseline - handed_h, 2),
-                handed_h=round(handed_h, 2),
-                dead_y=round(baseline - handed_h - dead_h, 2),
+                recorded_y=round(baseline - recorded_h, 2),
+                recorded_h=round(recorded_h, 2),
+                dead_y=round(baseline - recorded_h - dead_h, 2),
                 dead_h=round(dead_h, 2),
-                title=f"{at} UTC: {m.handed_off} handed off, {m.dead} dead-lettered",
+                title=f"{at} UTC: {m.recorded} recorded, {m.dead} dead-lettered",
             )
         )
     y_ticks = [
@@ -106,7 +106,7 @@ def build(minutes: list[Minute]) -> Chart:
         bars,
         y_ticks,
         x_ticks,
-        sum(m.handed_off for m in minutes),
+        sum(m.recorded for m in minutes),
         sum(m.dead for m in minutes),
         peak,
     )

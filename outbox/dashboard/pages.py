@@ -71,7 +71,7 @@ async def queue(dash: Dashboard, request: Request) -> Response:
     def read(conn: Connection) -> tuple[store.JobPage, int]:
         page = store.job_page(conn, name, state, job_name=job_name,
                               cursor=cursor, limit=PAGE_SIZE)
-        return page, queue_admin.now_ms(conn)
+        return page, conn.driver.clock_now()
 
     page, now = await dash.backend.call(read)
     view = await dash.backend.call_overview()
@@ -84,7 +84,8 @@ async def queue(dash: Dashboard, request: Request) -> Response:
 
 
 async def job(dash: Dashboard, request: Request) -> Response:
-    """One message by id, wherever it is now: in the queue, dead-lettered, or an intent."""
+    """One message by id, wherever it is now: in the queue, dead-lettered, or an intent
+    still in the outbox (pending or quarantined: one handed off has left it)."""
     message_id = queue_admin.check_message_id(request.path_params["message_id"])
     private = dash.show_private(dash.viewer(request))
 
@@ -93,7 +94,7 @@ async def job(dash: Dashboard, request: Request) -> Response:
             "job": store.job(conn, message_id),
             "dead": queue_admin.failed_job(conn, message_id),
             "intent": store.intent(conn, message_id),
-            "now_ms": queue_admin.now_ms(conn),
+            "now_ms": conn.driver.clock_now(),
             "payload": None,
         }
         if private:

@@ -1,6 +1,6 @@
 """The dashboard's own reads: the job pages, one job, payloads on request, the chart.
 
-Counts, lists of dead letters and quarantined intents, and every action go through
+Lists of dead letters and quarantined intents, and every action, go through
 ``outbox.queue.admin`` and ``outbox.relay.admin``, as the CLI's do. What those lack is
 here, as named statements of ``schemas/<dialect>/dashboard.sql``: each one index-backed,
 so a page costs the same with a million jobs as with ten.
@@ -70,7 +70,8 @@ class JobPage:
 
 @dataclass(frozen=True, slots=True)
 class Intent:
-    """An intent not yet pruned: pending, published (handed off) or quarantined."""
+    """An intent still in the outbox: pending or quarantined (``failed``). One handed off
+    has left the table (schema 2), so it is not found here."""
 
     message_id: str
     job_name: str
@@ -79,7 +80,6 @@ class Intent:
     max_attempts: int | None
     available_at: int | None
     created_at: int
-    published_at: int | None
     failed_at: int | None
     failure_reason: str | None
 
@@ -89,7 +89,7 @@ class Minute:
     """One minute of the throughput chart (``start_ms`` by the database's clock)."""
 
     start_ms: int
-    handed_off: int
+    recorded: int
     dead: int
 
 
@@ -201,20 +201,22 @@ def payload(conn: Connection, of: PayloadOf, message_id: str) -> str | None:
 
 
 def throughput(conn: Connection, minutes: int = CHART_MINUTES) -> list[Minute]:
-    """Per minute over the last ``minutes``, oldest first: intents handed off, jobs
+    """Per minute over the last ``minutes``, oldest first: intents recorded, jobs
     dead-lettered.
 
-    It counts what the tables hold: a finished job leaves no row, so completions are
-    not in it (a per-minute completion counter kept by the worker will be). Handed-off
-    intents are the published tombstones ``outbox prune`` has not removed yet; jobs
-    pushed straight to the queue never pass the relay and are not counted.
+    It counts what the tables hold. Every intent has a key row in ``outbox_keys`` from
+    the moment it is recorded until ``outbox prune`` removes it, whatever became of the
+    intent since, so "recorded" is read from the keys' age index. A handed-off intent
+    leaves no row with a time (it is deleted from the outbox) and neither does a
+    finished job, so hand-offs and completions are not in it; jobs pushed straight to
+    the queue are not recorded intents and are not counted either.
     """
-    now = admin.now_ms(conn)
+    now = conn.driver.clock_now()
     first = now // MINUTE_MS - minutes + 1
     since = {"since_ms": first * MINUTE_MS}
-    handed = {int(m): int(n) for m, n in _read(conn, "dashboard_handed_off_per_minute", since)}
+    recorded = {int(m): int(n) for m, n in _read(conn, "dashboard_recorded_per_minute", since)}
     dead = {int(m): int(n) for m, n in _read(conn, "dashboard_dead_per_minute", since)}
     return [
-        Minute(m * MINUTE_MS, handed.get(m, 0), dead.get(m, 0))
+        Minute(m * MINUTE_MS, recorded.get(m, 0), dead.get(m, 0))
         for m in range(first, first + minutes)
     ]

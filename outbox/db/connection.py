@@ -20,7 +20,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 import structlog
@@ -28,9 +28,13 @@ from sqlalchemy.engine import URL, make_url
 
 from outbox.db.adapters import described, psycopg_has_rows
 from outbox.db.dialect import MYSQL, POSTGRESQL, SQLITE, Dialect
-from outbox.db.errors import error_code, is_retryable
+from outbox.db.errors import is_retryable, translate
 from outbox.db.sql import Statement, queries
+from outbox.db.url import describe, mysql_args, postgresql_args, scrub
 from outbox.errors import ConfigurationError, DatabaseError, OutboxError
+
+if TYPE_CHECKING:
+    from outbox.db.driver import Driver
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -69,6 +73,16 @@ class Connection:
         self._sql = queries(dialect)
         self._in_tx = False
         self._has_rows = psycopg_has_rows if dialect is POSTGRESQL else described
+        self._driver: Driver | None = None
+
+    @property
+    def driver(self) -> Driver:
+        """This connection's typed operations (the dialect's ``Driver``)."""
+        if self._driver is None:
+            from outbox.db.drivers import driver_class
+
+            self._driver = driver_class(self.dialect)(self)
+        return self._driver
 
     def statement(self, name: str) -> Statement:
         """The named statement of this connection's dialect (KeyError naming it if absent)."""
@@ -236,22 +250,6 @@ class Connection:
         self.close()
 
 
-def translate(exc: BaseException, operation: str) -> DatabaseError:
-    """A ``DatabaseError`` naming the operation and the driver's error class and code.
-
-    The driver's own message is left on ``__cause__``: it can quote row values.
-    """
-    code = error_code(exc)
-    suffix = f" ({code})" if code else ""
-    if code in _MISSING_TABLE or "no such table" in str(exc):
-        suffix += "; the outbox tables are missing: run `outbox migrate`"
-    return DatabaseError(f"{operation} failed: {type(exc).__name__}{suffix}")
-
-
-# PostgreSQL undefined_table, MariaDB ER_NO_SUCH_TABLE (SQLite only says it in the message).
-_MISSING_TABLE = frozenset({"42P01", 1146})
-
-
 class Database:
     """Where the data lives, parsed from a URL; hands out ``Connection`` objects.
 
@@ -263,11 +261,13 @@ class Database:
     def __init__(self, url: str, *, sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
         self.url = parse_url(url)
         self.dialect = _dialect_of(self.url)
+        if self.dialect is not SQLITE:
+            self._driver_args()  # refuse a bad URL parameter now, not at the first connection
         self.sqlite_busy_timeout_ms = sqlite_busy_timeout_ms
 
     def describe(self) -> str:
         """The URL with any password hidden, for messages and logs."""
-        return self.url.render_as_string(hide_password=True)
+        return describe(self.url)
 
     def connect(self) -> Connection:
         """A new connection; a driver's failure becomes ``DatabaseError`` naming the URL."""
@@ -277,6 +277,7 @@ class Database:
             raise
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = scrub(self.url, first)
             raise DatabaseError(f"cannot connect to {self.describe()}: {first}") from exc
         return Connection(raw, self.dialect)
 
@@ -301,35 +302,18 @@ class Database:
         raw.create_function("regexp", 2, _sqlite_regexp, deterministic=True)
         return raw
 
+    def _driver_args(self) -> dict[str, Any]:
+        return postgresql_args(self.url) if self.dialect is POSTGRESQL else mysql_args(self.url)
+
     def _connect_postgresql(self) -> Any:
         import psycopg
 
-        u = self.url
-        params: dict[str, Any] = {k: str(v) for k, v in u.query.items()}
-        params.setdefault("application_name", "outbox")
-        return psycopg.connect(
-            host=u.host or None,
-            port=u.port,
-            user=u.username,
-            password=u.password,
-            dbname=u.database,
-            autocommit=True,
-            **params,
-        )
+        return psycopg.connect(autocommit=True, **self._driver_args())
 
     def _connect_mysql(self) -> Any:
         import pymysql
 
-        u = self.url
-        raw = pymysql.connect(
-            host=u.host or "localhost",
-            port=u.port or 3306,
-            user=u.username or "root",
-            password=u.password or "",
-            database=u.database,
-            autocommit=True,
-            charset="utf8mb4",
-        )
+        raw = pymysql.connect(autocommit=True, **self._driver_args())
         # Gap locks under REPEATABLE READ turn concurrent claims into deadlocks.
         with raw.cursor() as cur:
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")

@@ -20,6 +20,8 @@ class Dialect:
     supports_skip_locked: bool
     supports_listen: bool
     supports_returning: bool
+    # INSERT inside a WITH clause: a key row and its intent in one statement.
+    supports_insert_cte: bool
     transactional_ddl: bool
     # The driver's parameter style: "named" (:name) or "pyformat" (%(name)s).
     paramstyle: Literal["named", "pyformat"]
@@ -33,6 +35,7 @@ SQLITE = Dialect(
     False,
     False,
     True,
+    False,
     True,
     "named",
     "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
@@ -43,11 +46,19 @@ POSTGRESQL = Dialect(
     True,
     True,
     True,
+    True,
     "pyformat",
     "(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
 )
 MYSQL = Dialect(
-    "mysql", True, False, False, False, "pyformat", "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+    "mysql",
+    True,
+    False,
+    False,
+    False,
+    False,
+    "pyformat",
+    "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (SQLITE, POSTGRESQL, MYSQL)}

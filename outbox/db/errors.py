@@ -1,14 +1,21 @@
-"""Which driver errors are confirmed-safe to retry, decided in one place.
+"""Driver errors, translated in one place.
 
-A retry is safe only when the database has certainly rolled the transaction back:
-a deadlock victim, a serialisation failure, or SQLite refusing to start writing
-(BUSY/LOCKED). A lost connection is never retried here: during COMMIT we cannot know
-whether the transaction landed, so the next run reads the durable state instead.
+Every driver exception that leaves ``outbox.db`` passes through ``translate`` (our own
+connections) or ``translate_for_caller`` (the caller's connection in ``record()`` and
+``push()``). ``is_retryable`` decides which are confirmed-safe to retry: the database
+has certainly rolled the transaction back (a deadlock victim, a serialisation failure)
+or refused to start writing (SQLite BUSY/LOCKED). A lost connection is never retried:
+during COMMIT we cannot know whether the transaction landed, so the next run reads the
+durable state instead.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from outbox.errors import DatabaseError, OutboxError, RetryTransaction
 
 # PostgreSQL SQLSTATEs: serialization_failure, deadlock_detected.
 PG_RETRYABLE = frozenset({"40001", "40P01"})
@@ -18,6 +25,10 @@ PG_RETRYABLE = frozenset({"40001", "40P01"})
 # before trying again, which makes it safe.
 MYSQL_RETRYABLE = frozenset({1213, 1020, 1205})
 SQLITE_RETRYABLE = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+# PostgreSQL undefined_table, MariaDB ER_NO_SUCH_TABLE (SQLite only says it in the message).
+MISSING_TABLE = frozenset({"42P01", 1146})
+# PostgreSQL invalid_text_representation: a ::json cast met text that is not JSON.
+INVALID_TEXT = "22P02"
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -48,6 +59,46 @@ def error_code(exc: BaseException) -> str | int | None:
         return code
     cause = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver error
     return error_code(cause) if cause is not None and cause is not exc else None
+
+
+def translate(exc: BaseException, operation: str) -> DatabaseError:
+    """A ``DatabaseError`` naming the operation and the driver's error class and code.
+
+    The driver's own message is left on ``__cause__``: it can quote row values.
+    """
+    code = error_code(exc)
+    suffix = f" ({code})" if code else ""
+    if code in MISSING_TABLE or "no such table" in str(exc):
+        suffix += "; the outbox tables are missing: run `outbox migrate`"
+    return DatabaseError(
+        f"{operation} failed: {type(exc).__name__}{suffix}", operation=operation, code=code
+    )
+
+
+def translate_for_caller(exc: BaseException, operation: str) -> OutboxError:
+    """As ``translate``, for a statement on the caller's connection: a deadlock,
+    serialisation failure or busy database dooms the caller's transaction.
+
+    Not every such error has rolled it back already (SQLite BUSY and a MariaDB lock wait
+    timeout undo only the statement), so the message asks for the rollback explicitly.
+    """
+    if is_retryable(exc):
+        return RetryTransaction(
+            f"{operation}: the database refused the write ({type(exc).__name__}); "
+            "roll the transaction back and run all of it again"
+        )
+    return translate(exc, operation)
+
+
+@contextmanager
+def translated(operation: str, *, caller: bool = False) -> Iterator[None]:
+    """Driver errors raised inside become ours (the driver's stays as ``__cause__``)."""
+    try:
+        yield
+    except OutboxError:
+        raise
+    except Exception as exc:
+        raise (translate_for_caller if caller else translate)(exc, operation) from exc
 
 
 def _is_pymysql_error(exc: BaseException) -> bool:

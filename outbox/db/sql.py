@@ -3,8 +3,11 @@
 Each file holds statements headed by ``-- name: NAME``; comment lines after the header
 say what the statement is for. Statements every dialect writes alike live once, in
 ``outbox/schemas/common/``; a name is defined in one place only. ``{now_ms}`` stands for
-the dialect's clock expression. Statements use ``:name`` placeholders, converted once, at
-load, to the driver's own style, so the hot path does no string work. Only
+the dialect's clock expression, and ``{max_payload_bytes}``, ``{max_name_chars}``,
+``{max_attempts_limit}`` and ``{fingerprint_version}`` stand for ``outbox.job``'s limits,
+so the relay's SQL verification and ``record()``'s checks cannot drift apart.
+Statements use ``:name`` placeholders, converted once, at load, to the driver's own
+style, so the hot path does no string work. Only
 ``outbox.db`` reads these files.
 """
 
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from outbox import job
 from outbox.db.dialect import Dialect
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
@@ -41,12 +45,25 @@ def parse(text: str, dialect: Dialect) -> dict[str, Statement]:
     parts = _HEADER.split(text)
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
-        sql = "\n".join(lines).strip().rstrip(";").strip().replace("{now_ms}", dialect.now_ms)
+        sql = _templated("\n".join(lines).strip().rstrip(";").strip(), dialect)
         if name in out:
             raise ValueError(f"query {name!r} is defined twice")
         driver = sql if dialect.paramstyle == "named" else to_pyformat(sql)
         out[name] = Statement(name, sql, driver)
     return out
+
+
+def _templated(sql: str, dialect: Dialect) -> str:
+    values = {
+        "{now_ms}": dialect.now_ms,
+        "{max_payload_bytes}": str(job.MAX_PAYLOAD_BYTES),
+        "{max_name_chars}": str(job.MAX_NAME_CHARS),
+        "{max_attempts_limit}": str(job.MAX_ATTEMPTS_LIMIT),
+        "{fingerprint_version}": job.FINGERPRINT_VERSION,
+    }
+    for marker, value in values.items():
+        sql = sql.replace(marker, value)
+    return sql
 
 
 @cache

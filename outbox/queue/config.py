@@ -23,7 +23,8 @@ class WorkerConfig:
     - ``queues``: queue name → concurrency cap (``None``: ``concurrency``). Default
       ``{"default": None}``.
     - ``concurrency`` (1): the cap of queues given without one.
-    - ``prefetch`` (10): jobs claimed per round trip, and held beyond those running.
+    - ``prefetch`` (None: adaptive, see ``outbox.queue.prefetch``): jobs claimed per round
+      trip and held beyond those running; a number fixes it.
     - ``lease`` (30 s): how long a claim lasts without a heartbeat; beats every third.
     - ``sleep`` (1 s): idle poll interval (PostgreSQL also wakes on NOTIFY).
     - ``stop_when_empty`` (False): exit when nothing is claimable now.
@@ -35,7 +36,7 @@ class WorkerConfig:
 
     queues: dict[str, int | None] = field(default_factory=lambda: {"default": None})
     concurrency: int = 1
-    prefetch: int = 10
+    prefetch: int | None = None
     lease: float = 30.0
     sleep: float = 1.0
     stop_when_empty: bool = False
@@ -56,7 +57,7 @@ class WorkerConfig:
                 raise ConfigurationError(f"queue name {q!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
             if n is not None and n < 1:
                 raise ConfigurationError(f"queue {q!r}: the concurrency cap must be at least 1")
-        if self.concurrency < 1 or self.prefetch < 1:
+        if self.concurrency < 1 or (self.prefetch is not None and self.prefetch < 1):
             raise ConfigurationError("concurrency and prefetch must be at least 1")
         if self.lease < 0.3 or self.sleep <= 0 or self.grace < 0:
             raise ConfigurationError("lease must be >= 0.3 s, sleep > 0 and grace >= 0")

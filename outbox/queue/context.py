@@ -7,7 +7,9 @@ from typing import Any
 
 import structlog
 
-from outbox.db.connection import Connection
+DBAPIConnection = Any
+"""The driver's own connection, by the database URL: ``sqlite3.Connection``,
+``psycopg.Connection`` (PostgreSQL) or ``pymysql.connections.Connection`` (MariaDB/MySQL)."""
 
 
 class JobContext:
@@ -16,9 +18,10 @@ class JobContext:
     ``message_id``, ``job_name``, ``queue``, ``attempt`` (1 on the first run),
     ``max_attempts``, ``enqueued_at`` (aware UTC datetime, the database's clock),
     ``log`` (a structlog logger bound to the job's id, name and attempt) and, for
-    transactional handlers, ``connection``: the worker's ``outbox.db.Connection`` with
-    the job's transaction open (``connection.raw`` is the DB-API connection). Do not
-    commit or roll back on it; return to commit, raise to roll back.
+    transactional handlers, ``connection``: a plain DB-API connection (``DBAPIConnection``)
+    with the job's transaction open, whose commit also acknowledges the job. Write with
+    its ``cursor()``; ``record()`` and ``push()`` accept it too. Do not commit or roll
+    back on it: return to commit, raise to roll back.
     """
 
     __slots__ = (
@@ -41,7 +44,7 @@ class JobContext:
         attempt: int,
         max_attempts: int,
         enqueued_at_ms: int,
-        connection: Connection | None = None,
+        connection: DBAPIConnection | None = None,
     ) -> None:
         self.message_id = message_id
         self.job_name = job_name

@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import inspect
 import threading
+import time
 import traceback
 import typing
 from collections.abc import Callable
@@ -29,10 +30,9 @@ import orjson
 
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
+from outbox.db.rows import ClaimedJob, Failure, JobFence
 from outbox.errors import OutboxError, PermanentFailure
-from outbox.queue import ops
 from outbox.queue.context import JobContext
-from outbox.queue.ops import ClaimedJob, Failure
 from outbox.queue.registry import Handler, Registry
 
 
@@ -54,6 +54,7 @@ class Outcome:
     kind: Kind
     job: ClaimedJob
     failure: Failure | None = None
+    ran_s: float | None = None  # how long the handler ran, when it ran
 
 
 class _HandlerRaised(OutboxError):
@@ -123,7 +124,7 @@ class Runner:
             attempt=job.attempts,
             max_attempts=self.registry.max_attempts(job.job_name, job.max_attempts),
             enqueued_at_ms=job.created_at,
-            connection=conn,
+            connection=None if conn is None else conn.raw,
         )
 
     def run_sync(self, job: ClaimedJob, handler: Handler) -> Outcome:
@@ -147,7 +148,7 @@ class Runner:
                 if is_retryable(exc):
                     raise
                 raise _HandlerRaised(exc) from exc
-            if not ops.ack_in_transaction(c, self.worker_id, job):
+            if not c.driver.job_ack_in_tx(JobFence(self.worker_id, [job])):
                 raise _LeaseLost()
 
         try:
@@ -229,15 +230,17 @@ class SyncPool:
         self._results = results
         self._stopping = stopping
         self._started = started
+        # When each thread's current job started (monotonic seconds; 0.0 while idle).
+        self.busy_since = [0.0] * size
         self._threads = [
-            threading.Thread(target=self._loop, name=f"outbox-{name}-{i}", daemon=True)
+            threading.Thread(target=self._loop, args=(i,), name=f"outbox-{name}-{i}", daemon=True)
             for i in range(size)
         ]
         for t in self._threads:
             t.start()
 
-    def _loop(self) -> None:
-        get, put, runner = self.inbox.get, self._results.put, self._runner
+    def _loop(self, slot: int) -> None:
+        get, put, runner, clock = self.inbox.get, self._results.put, self._runner, time.monotonic
         while True:
             item = get()
             if item is STOP:
@@ -249,11 +252,25 @@ class SyncPool:
                 continue
             if handler.timeout is not None:
                 self._started(job)
+            began = self.busy_since[slot] = clock()
             try:
                 outcome = runner.run_sync(job, handler)
             except BaseException as exc:  # nothing may strand the job's lease (SystemExit too)
                 outcome = Outcome(Kind.FAILED, job, failure_of(exc))
+            self.busy_since[slot] = 0.0
+            outcome.ran_s = clock() - began
             put(outcome)
+
+    def stalled_for(self, now: float) -> float:
+        """How long every thread has been busy: 0.0 when any is idle."""
+        since = self.busy_since
+        if not since or 0.0 in since:
+            return 0.0
+        return now - max(since)
+
+    def waiting(self) -> int:
+        """Jobs handed to this pool that no thread has started."""
+        return self.inbox.qsize()
 
     def drain(self) -> list[tuple[ClaimedJob, Handler]]:
         """Take every job no thread has started yet (for a graceful stop)."""
@@ -322,7 +339,10 @@ class AsyncPool:
             if self._stopping.is_set():
                 self._results.put(Outcome(Kind.UNSTARTED, job))
                 return
-            self._results.put(await self._runner.run_async(job, handler))
+            began = time.monotonic()
+            outcome = await self._runner.run_async(job, handler)
+            outcome.ran_s = time.monotonic() - began
+            self._results.put(outcome)
         finally:
             sem.release()
 

@@ -11,10 +11,10 @@ from typing import Any
 
 from outbox.config import settings
 from outbox.db.adapters import adapt, adapt_async
+from outbox.db.caller import JobPush, job_push, run, run_async
 from outbox.errors import InvalidJob
 from outbox.ids import new_message_id
 from outbox.job import Job, NormalJob, normalise
-from outbox.steps import Steps, drive, drive_async
 
 MAX_DELAY_S = 10 * 365 * 86_400
 
@@ -39,23 +39,12 @@ def delay_ms(delay: object) -> int:
     return round(delay * 1000)
 
 
-def _push_steps(params: dict[str, Any], *, returning: bool, notify: bool) -> Steps:
-    rows = yield ("queue_push_notify" if notify else "queue_push", params)
-    if returning and not rows:
-        raise RuntimeError("queue_push returned no row")
-    return str(params["message_id"])
-
-
 def push(conn: Any, job: Job, delay: float = 0) -> str:
     """Put ``job`` in the queue inside ``conn``'s transaction; return its new message id."""
     params = push_params(normalise(job), new_message_id(), delay)
     target = adapt(conn)
     notify = target.dialect.supports_listen and settings.notify
-    return drive(
-        _push_steps(params, returning=target.dialect.supports_returning, notify=notify),
-        target,
-        "push",
-    )
+    return run(job_push(JobPush(params, notify), target.dialect), target, "push")
 
 
 async def push_async(conn: Any, job: Job, delay: float = 0) -> str:
@@ -63,8 +52,4 @@ async def push_async(conn: Any, job: Job, delay: float = 0) -> str:
     params = push_params(normalise(job), new_message_id(), delay)
     target = await adapt_async(conn)
     notify = target.dialect.supports_listen and settings.notify
-    return await drive_async(
-        _push_steps(params, returning=target.dialect.supports_returning, notify=notify),
-        target,
-        "push",
-    )
+    return await run_async(job_push(JobPush(params, notify), target.dialect), target, "push")

@@ -1,8 +1,9 @@
 """Job handlers by name: ``Registry`` and the ``@registry.job(...)`` decorator.
 
 A handler is a sync or async function ``(payload, ctx)``. Its settings travel with it:
-``max_attempts`` (used when the job was recorded without one; default 3), ``backoff``,
-``timeout`` (seconds) and ``transactional``.
+``max_attempts`` (used when the job was recorded without one; default 3), ``backoff``
+(an ``outbox.Backoff``; default 5 s base, 300 s cap), ``timeout`` (seconds) and
+``transactional``. ``outbox.queue.options`` checks each one when the handler registers.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from outbox.errors import ConfigurationError
-from outbox.job import MAX_ATTEMPTS_LIMIT, NAME_PATTERN
 from outbox.queue.backoff import DEFAULT_BACKOFF, Backoff
+from outbox.queue.options import check_handler, check_job_options
 
 DEFAULT_MAX_ATTEMPTS = 3
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,9 +53,16 @@ class Registry:
         database whose commit also deletes the job (exactly-once effects there); it must
         be a sync function and gets the connection as ``ctx.connection``.
         """
-        _check_settings(name, max_attempts, timeout)
+        check_job_options(
+            name,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            timeout=timeout,
+            transactional=transactional,
+        )
 
         def register(fn: F) -> F:
+            check_handler(name, fn)
             is_async = inspect.iscoroutinefunction(fn)
             if transactional and is_async:
                 raise ConfigurationError(
@@ -99,17 +107,109 @@ class Registry:
     def __len__(self) -> int:
         return len(self._handlers)
 
+    # Periodic jobs and event listeners: the declarations live in outbox.schedule and
+    # outbox.events; the registry only keeps them next to the handlers they need.
 
-def _check_settings(name: str, max_attempts: int | None, timeout: float | None) -> None:
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-        raise ConfigurationError(f"job name {name!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
-    if max_attempts is not None and (
-        isinstance(max_attempts, bool)
-        or not isinstance(max_attempts, int)
-        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
-    ):
-        raise ConfigurationError(
-            f"job {name!r}: max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}"
+    def periodic(
+        self,
+        cron: str,
+        *,
+        name: str,
+        queue: str = "default",
+        payload: Any = None,
+        timezone: str = "UTC",
+        max_attempts: int | None = None,
+        **job_settings: Any,
+    ) -> Callable[[F], F]:
+        """Register the decorated function as job ``name`` and record it at every tick
+        of ``cron`` (in ``timezone``) with ``payload`` on ``queue``.
+
+        An invalid cron expression or timezone, or a name already declared, raises
+        ``ConfigurationError`` here. ``job_settings`` go to ``job()`` (``backoff``, ...).
+        """
+        entry = self._declare(cron, name, None, queue, payload, timezone, max_attempts)
+        register = self.job(name, max_attempts=max_attempts, **job_settings)
+
+        def decorate(fn: F) -> F:
+            registered = register(fn)
+            self.schedules.add(entry)
+            return registered
+
+        return decorate
+
+    def schedule(
+        self,
+        cron: str,
+        *,
+        name: str,
+        job: str | None = None,
+        queue: str = "default",
+        payload: Any = None,
+        timezone: str = "UTC",
+        max_attempts: int | None = None,
+    ) -> None:
+        """Record ``Job(job or name, payload, queue)`` at every tick of ``cron``; the job's
+        handler may live elsewhere (another service's worker)."""
+        self.schedules.add(self._declare(cron, name, job, queue, payload, timezone, max_attempts))
+
+    def listen(
+        self,
+        event: str,
+        handler: Callable[..., Any],
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        **job_settings: Any,
+    ) -> str:
+        """Run ``handler`` as its own job for every ``emit`` of ``event``; return the job name.
+
+        The job is named ``name``, by default ``<event>.<function name>``; each listener
+        is a job of its own, so one that fails never holds up the others.
+        """
+        from outbox.events import listener_name
+
+        job_name = listener_name(event, handler, name)
+        self.job(job_name, **job_settings)(handler)
+        self.listeners.add(event, job_name, queue)
+        return job_name
+
+    @property
+    def schedules(self) -> Any:
+        """The periodic jobs declared on this registry (``outbox.schedule.Schedules``)."""
+        from outbox.schedule import Schedules
+
+        book: Schedules = self.__dict__.setdefault("_schedules", Schedules())
+        return book
+
+    @property
+    def listeners(self) -> Any:
+        """The event listeners declared on this registry (``outbox.events.Listeners``)."""
+        from outbox.events import Listeners
+
+        book: Listeners = self.__dict__.setdefault("_listeners", Listeners())
+        return book
+
+    def _declare(
+        self,
+        cron: str,
+        name: str,
+        job: str | None,
+        queue: str,
+        payload: Any,
+        timezone: str,
+        max_attempts: int | None,
+    ) -> Any:
+        from outbox.schedule import declare
+
+        if self.schedules.get(name) is not None:
+            raise ConfigurationError(f"schedule {name!r} is already declared")
+        return declare(
+            cron,
+            name=name,
+            job=job,
+            queue=queue,
+            payload=payload,
+            timezone=timezone,
+            max_attempts=max_attempts,
         )
-    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ConfigurationError(f"job {name!r}: timeout must be a positive number of seconds")
+

@@ -19,14 +19,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from outbox.db.connection import Connection, Database
+from outbox.db.driver import Driver
+from outbox.db.rows import (
+    ClaimedJob,
+    Failure,
+    JobClaim,
+    JobDeadLetter,
+    JobFence,
+    JobRelease,
+    JobReleaseUnspent,
+)
 from outbox.errors import DatabaseError
-from outbox.queue import ops
+from outbox.queue.backoff import DEFAULT_BACKOFF
 from outbox.queue.config import WorkerStats
-from outbox.queue.ops import ClaimedJob, Failure
-from outbox.queue.registry import Registry
+from outbox.queue.registry import Handler, Registry
 
 UNKNOWN_JOB = "UnknownJob"
 UNKNOWN_DELAY_MS = 60_000
+REAP_BATCH = 200
 
 
 class Settler:
@@ -54,9 +64,8 @@ class Settler:
         """Acknowledge ``done`` and claim up to ``limit`` jobs, in one round trip if
         the dialect can."""
         try:
-            acked, jobs = ops.ack_and_claim(
-                self._connection(), self.worker_id, done, queue, limit, self.lease_ms
-            )
+            claim = JobClaim(queue, limit, self.worker_id, self.lease_ms)
+            acked, jobs = self._driver().job_ack_claim(self._fence(done), claim)
         except DatabaseError as exc:
             self._trouble("claim", exc)
             return []
@@ -67,7 +76,7 @@ class Settler:
 
     def ack(self, jobs: Sequence[ClaimedJob]) -> None:
         try:
-            acked = ops.ack(self._connection(), self.worker_id, jobs)
+            acked = self._driver().job_ack(self._fence(jobs))
         except DatabaseError as exc:
             self._trouble("ack", exc)
             return
@@ -82,15 +91,16 @@ class Settler:
         """Retry after the handler's backoff, or dead-letter at the limit / if permanent."""
         limit = self.registry.max_attempts(job.job_name, job.max_attempts)
         try:
-            conn = self._connection()
+            driver = self._driver()
             if permanent or job.attempts >= limit:
-                ok = ops.dead_letter(conn, self.worker_id, job, failure)
+                ok = driver.job_dead_letter(JobDeadLetter(self.worker_id, job, failure))
                 self.stats.dead += int(ok)
                 event = "job.dead"
             else:
                 handler = self.registry.get(job.job_name)
-                delay_ms = handler.backoff.delay_ms(job.attempts) if handler else UNKNOWN_DELAY_MS
-                ok = ops.release(conn, self.worker_id, job, delay_ms, failure.exception_class)
+                delay_ms = _retry_delay_ms(handler, job.attempts)
+                release = JobRelease(self.worker_id, job, delay_ms, failure.exception_class)
+                ok = driver.job_release(release)
                 self.stats.retried += int(ok)
                 event = "job.retry"
         except DatabaseError as exc:
@@ -110,7 +120,8 @@ class Settler:
 
     def release_unspent(self, jobs: Sequence[ClaimedJob]) -> None:
         try:
-            self.stats.released += ops.release_unspent(self._connection(), self.worker_id, jobs)
+            unspent = JobReleaseUnspent(self._fence(jobs))
+            self.stats.released += self._driver().job_release_unspent(unspent)
         except DatabaseError as exc:
             self._trouble("release", exc)
 
@@ -125,13 +136,8 @@ class Settler:
                 retry_in_s=UNKNOWN_DELAY_MS / 1000,
             )
         try:
-            ops.release_unspent(
-                self._connection(),
-                self.worker_id,
-                jobs,
-                delay_ms=UNKNOWN_DELAY_MS,
-                error=UNKNOWN_JOB,
-            )
+            unspent = JobReleaseUnspent(self._fence(jobs), UNKNOWN_DELAY_MS, UNKNOWN_JOB)
+            self._driver().job_release_unspent(unspent)
         except DatabaseError as exc:
             self._trouble("release", exc)
             return
@@ -141,13 +147,14 @@ class Settler:
         if not jobs:
             return
         try:
-            ops.heartbeat(self._connection(), self.worker_id, jobs, self.lease_ms)
+            self._driver().job_heartbeat(self._fence(jobs), self.lease_ms)
         except DatabaseError as exc:
             self._trouble("heartbeat", exc)
 
     def reap(self) -> None:
+        """Expired leases back to the queue, or to the dead letters at their limit."""
         try:
-            result = ops.reap(self._connection(), self.registry.max_attempts)
+            result = self._driver().job_reap(self.registry.max_attempts, REAP_BATCH)
         except DatabaseError as exc:
             self._trouble("reap", exc)
             return
@@ -167,16 +174,19 @@ class Settler:
             self._conn.close()
             self._conn = None
 
-    def _connection(self) -> Connection:
+    def _fence(self, jobs: Sequence[ClaimedJob]) -> JobFence:
+        return JobFence(self.worker_id, jobs)
+
+    def _driver(self) -> Driver:
         if self._conn is None:
             conn = self.database.connect()
             try:
-                ops.start_session(conn)
+                conn.driver.session_start_worker()
             except DatabaseError:
                 conn.close()
                 raise
             self._conn = conn
-        return self._conn
+        return self._conn.driver
 
     def _trouble(self, during: str, exc: DatabaseError) -> None:
         """Log the error class, drop the connection, pause; leases cover what is held."""
@@ -185,3 +195,13 @@ class Settler:
         self.in_trouble = True
         self.close()
         time.sleep(self.pause_s)
+
+
+def _retry_delay_ms(handler: Handler | None, attempt: int) -> int:
+    """The handler's backoff; one that raises falls back to the default, never kills the worker."""
+    if handler is None:
+        return UNKNOWN_DELAY_MS
+    try:
+        return int(handler.backoff.delay_ms(attempt))
+    except Exception:
+        return DEFAULT_BACKOFF.delay_ms(attempt)

@@ -7,10 +7,11 @@ the reaper. Handlers never touch that connection, so the dispatcher stays respon
 however long they run, and leases are renewed on time.
 
 Per queue, a worker holds at most ``cap + prefetch`` jobs: up to ``cap`` running and up
-to ``prefetch`` claimed ahead. It tops the queue up as soon as half the prefetch (at
-least one job) is free, before the handlers run dry, and the acknowledgements of jobs
-finished meanwhile ride along in that claim's round trip; an ack goes alone only when
-no claim is coming (queue dry, limit reached, stopping) or after ``ACK_DELAY_S``.
+to ``prefetch`` claimed ahead (adaptive by default: ``outbox.queue.prefetch``). It tops
+the queue up as soon as half the prefetch (at least one job) is free, before the
+handlers run dry, and the acknowledgements of jobs finished meanwhile ride along in that
+claim's round trip; an ack goes alone only when no claim is coming (queue dry, limit
+reached, stopping) or after ``ACK_DELAY_S``.
 Sync handlers run on ``cap`` threads per queue, async handlers as tasks on one
 event loop (at most ``cap`` at a time per queue).
 
@@ -21,9 +22,14 @@ handler to its end with its result ignored and its slot occupied. The job may th
 elsewhere while the old call is still going: give such handlers idempotent effects.
 
 Stopping: ``stop()`` (SIGTERM/SIGINT in the CLI) ends claiming, hands unstarted jobs
-back without spending an attempt, and waits up to ``grace`` seconds for running jobs.
-``stop(now=True)`` (a second signal) returns at once; leases of jobs still running then
-expire and the reaper returns them to the queue.
+back without spending an attempt, and waits up to ``grace`` seconds for running jobs;
+calling it again changes nothing. ``stop_now()`` (a second signal) returns at once;
+leases of jobs still running then expire and the reaper returns them to the queue.
+
+Stepping: ``run_once()`` claims, dispatches and settles one round and returns, so an
+application's or a test's code decides when the next round happens; ``close()`` then
+ends the handler threads. ``clock`` (monotonic seconds) is injected for the schedule of
+heartbeats, reaps, timeouts and limits.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from queue import Empty, SimpleQueue
 from typing import Any
@@ -39,10 +45,12 @@ from typing import Any
 import structlog
 
 from outbox.db.connection import Database
+from outbox.db.driver import JOBS_CHANNEL
+from outbox.db.listen import Listener
+from outbox.db.rows import ClaimedJob
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
 from outbox.queue.execute import AsyncPool, JobTimeout, Kind, Outcome, Runner, SyncPool, failure_of
-from outbox.queue.listen import Listener
-from outbox.queue.ops import ClaimedJob
+from outbox.queue.prefetch import Prefetch
 from outbox.queue.registry import Registry
 from outbox.queue.settle import UNKNOWN_JOB, Settler
 
@@ -52,25 +60,36 @@ log = structlog.get_logger("outbox.worker")
 
 WAKE = object()
 ACK_DELAY_S = 0.05
+STEP_TIMEOUT_S = 30.0
 
 
 class Worker:
     """Runs jobs of ``registry`` from ``config.queues`` until stopped or a limit is hit."""
 
     def __init__(
-        self, database: Database, registry: Registry, config: WorkerConfig | None = None
+        self,
+        database: Database,
+        registry: Registry,
+        config: WorkerConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.database = database
         self.registry = registry
         self.config = config or WorkerConfig()
         self.config.check()
+        self._clock = clock
         self.worker_id = new_worker_id()
         self.stats = WorkerStats()
         self._caps = self.config.caps()
+        self._prefetch = {q: Prefetch(cap, self.config.prefetch) for q, cap in self._caps.items()}
         self._lease_ms = round(self.config.lease * 1000)
         self._results: SimpleQueue[Any] = SimpleQueue()
         self._stopping = threading.Event()
-        self._stop_requests = 0
+        self._stop_requests = 0  # 1: stop gracefully, 2: stop now
+        # Set while the last claim round found nothing to claim (for monitoring and tests).
+        self.idle = threading.Event()
+        self._started_pools = False
         self.listener: Listener | None = None
         self._stop_reason: str | None = None
         self._sync_pools: dict[str, SyncPool] = {}
@@ -96,13 +115,19 @@ class Worker:
 
     # -- control ------------------------------------------------------------------
 
-    def stop(self, *, now: bool = False) -> None:
-        """Ask the worker to stop; a second call (or ``now``) stops at once.
+    def stop(self) -> None:
+        """Stop gracefully: no new claims, running jobs finish (up to ``grace``), the
+        unstarted go back. Idempotent.
 
-        Safe from a signal handler: it only bumps a counter and puts a wake-up on a
+        Safe from a signal handler: it only sets a number and puts a wake-up on a
         ``SimpleQueue`` (whose ``put`` is reentrant); the loop does the rest.
         """
-        self._stop_requests += 2 if now else 1
+        self._stop_requests = max(self._stop_requests, 1)
+        self._results.put(WAKE)
+
+    def stop_now(self) -> None:
+        """Stop at once, without waiting for running jobs (their leases expire)."""
+        self._stop_requests = 2
         self._results.put(WAKE)
 
     def wake(self) -> None:
@@ -117,7 +142,10 @@ class Worker:
             return
 
         def on_signal(signum: int, _frame: Any) -> None:
-            self.stop()
+            if self._stop_requests:
+                self.stop_now()
+            else:
+                self.stop()
 
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
@@ -130,6 +158,56 @@ class Worker:
 
     def run(self) -> WorkerStats:
         """Run until stopped, empty (``stop_when_empty``) or a limit; return the stats."""
+        self._start_pools()
+        listener = self.listener = self._start_listener()
+        prefetch = "adaptive" if self.config.prefetch is None else self.config.prefetch
+        self._log.info("worker.started", queues=self._caps, prefetch=prefetch)
+        try:
+            self._loop()
+        finally:
+            self._shutdown(listener)
+        return self.stats
+
+    def run_once(self, timeout: float = STEP_TIMEOUT_S) -> int:
+        """One round: reap, claim for every queue with room, run what was claimed and
+        settle every outcome (acknowledge, retry, dead-letter). Returns how many jobs
+        it claimed. Waits up to ``timeout`` seconds for the round's handlers; jobs still
+        running then stay held and settle in a later round. No LISTEN, no sleeping:
+        the caller decides when the next round happens; ``close()`` ends the threads.
+        """
+        self._start_pools()
+        self._db.reap()
+        self._dry.clear()
+        claimed = self._claim_round()
+        # Real time, not the injected clock: this waits on threads.
+        deadline = time.monotonic() + timeout
+        next_beat = time.monotonic() + self.config.lease / 3
+        while self._held and time.monotonic() < deadline:
+            self._check_timeouts(self._clock())
+            if time.monotonic() >= next_beat:
+                self._db.heartbeat([*self._held.values(), *self._to_ack])
+                next_beat = time.monotonic() + self.config.lease / 3
+            self._wait_for_outcome(min(deadline - time.monotonic(), 0.1))
+            self._collect()
+        self._flush_acks()
+        return claimed
+
+    def close(self) -> None:
+        """End the handler threads and the connection of a worker driven by ``run_once``
+        (``run`` does this itself). Jobs still held come back through the reaper."""
+        if self._started_pools:
+            self._shutdown(None)
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start_pools(self) -> None:
+        if self._started_pools:
+            return
+        self._started_pools = True
         runner = Runner(self.registry, self.worker_id, self.database)
         self._sync_pools = {
             q: SyncPool(q, n, runner, self._results, self._stopping, self._mark_started)
@@ -137,27 +215,20 @@ class Worker:
         }
         if self.registry.has_async:
             self._async_pool = AsyncPool(self._caps, runner, self._results, self._stopping)
-        listener = self.listener = self._start_listener()
-        self._log.info("worker.started", queues=self._caps, prefetch=self.config.prefetch)
-        try:
-            self._loop()
-        finally:
-            self._shutdown(listener)
-        return self.stats
 
     def _start_listener(self) -> Listener | None:
         if not (self.config.listen and self.database.dialect.supports_listen):
             return None
-        return Listener(self.database, "outbox_jobs", self.wake)
+        return Listener(self.database, JOBS_CHANNEL, self.wake, owner="worker")
 
     def _loop(self) -> None:
         cfg = self.config
-        began = time.monotonic()
+        began = self._clock()
         next_beat = began + cfg.lease / 3
         reap_every = cfg.reap_every or max(cfg.lease / 2, 0.05)
         next_reap = began
         while self._stop_requests < 2:
-            now = time.monotonic()
+            now = self._clock()
             if self._stop_requests:
                 self._begin_stop("signal")
             if cfg.max_time is not None and now - began >= cfg.max_time:
@@ -169,22 +240,24 @@ class Worker:
                 self._db.heartbeat([*self._held.values(), *self._to_ack])
                 next_beat = now + cfg.lease / 3
             self._check_timeouts(now)
+            self._check_stalls(now)
             if self._stop_reason:
                 if self._stop_step(now):
                     return
             elif self._should_exit_empty(self._claim_round()):
                 return
-            self._wait(min(next_beat, next_reap) - time.monotonic())
+            self._wait(min(next_beat, next_reap) - self._clock())
             self._collect()
 
     def _claim_round(self) -> int:
         """Claim for every queue that has room; hand the jobs to their runners."""
         claimed = 0
-        now = time.monotonic()
+        now = self._clock()
         for queue, cap in self._caps.items():
             while self._has_room(queue, cap, now):
-                room = cap + self.config.prefetch - self._held_per_queue[queue]
-                limit = self._within_max_jobs(min(self.config.prefetch, room))
+                prefetch = self._prefetch[queue].value
+                room = cap + prefetch - self._held_per_queue[queue]
+                limit = self._within_max_jobs(min(prefetch, room))
                 if limit <= 0:
                     break
                 jobs = self._claim(queue, limit)
@@ -193,14 +266,19 @@ class Worker:
                 if len(jobs) < limit:
                     self._dry[queue] = now + self.config.sleep
                     break
+        (self.idle.set if not claimed and not self._held else self.idle.clear)()
         return claimed
 
     def _has_room(self, queue: str, cap: int, now: float) -> bool:
         """Claim for ``queue`` now? Once half the prefetch is free: big enough batches
         to keep round trips few, early enough that the handlers never wait on one."""
-        prefetch = self.config.prefetch
+        prefetch = self._prefetch[queue].value
         free = cap + prefetch - self._held_per_queue[queue]
-        return free >= max(1, prefetch // 2) and self._dry.get(queue, 0) <= now
+        return (
+            free >= max(1, prefetch // 2)
+            and self._dry.get(queue, 0) <= now
+            and not self._stalled(queue)
+        )
 
     def _within_max_jobs(self, limit: int) -> int:
         if self.config.max_jobs is None:
@@ -250,16 +328,19 @@ class Worker:
         """Block until an outcome, a wake-up or the next timer, whichever is first."""
         if not self._should_block():
             return
-        timeout = min(until_timer, self._next_dry() - time.monotonic(), 60.0)
-        if self._started:
-            timeout = min(timeout, 0.1)  # sync handlers with a timeout are watched
+        timeout = min(until_timer, self._next_dry() - self._clock(), 60.0)
+        if self._started or self._buffered():
+            timeout = min(timeout, 0.1)  # timeouts and stalls are watched
         if self._stop_deadline is not None:
-            timeout = min(timeout, self._stop_deadline - time.monotonic())
+            timeout = min(timeout, self._stop_deadline - self._clock())
         if self._to_ack:
             timeout = min(timeout, ACK_DELAY_S)
         timeout = max(timeout, 0.0)
+        self._wait_for_outcome(timeout)
+
+    def _wait_for_outcome(self, timeout: float) -> None:
         try:
-            item = self._results.get(timeout=timeout)
+            item = self._results.get(timeout=max(timeout, 0.0))
         except Empty:
             return
         self._handle(item)
@@ -275,7 +356,7 @@ class Worker:
         """Will the next claim round claim? (Then pending acks ride along with it.)"""
         if self._stop_reason or self._stop_requests or self._at_max_jobs():
             return False
-        now = time.monotonic()
+        now = self._clock()
         return any(self._has_room(q, cap, now) for q, cap in self._caps.items())
 
     def _claim_coming(self) -> bool:
@@ -283,14 +364,14 @@ class Worker:
         Then finished jobs wait for it, up to ``ACK_DELAY_S``, instead of a lone ack."""
         if self._stop_reason or self._stop_requests or self._at_max_jobs():
             return False
-        now = time.monotonic()
+        now = self._clock()
         return any(self._dry.get(q, 0) <= now for q in self._caps)
 
     def _at_max_jobs(self) -> bool:
         return self.config.max_jobs is not None and self.stats.claimed >= self.config.max_jobs
 
     def _next_dry(self) -> float:
-        return min(self._dry.values(), default=time.monotonic() + self.config.sleep)
+        return min(self._dry.values(), default=self._clock() + self.config.sleep)
 
     def _collect(self) -> None:
         get = self._results.get_nowait
@@ -301,7 +382,7 @@ class Worker:
                 break
             self._handle(item)
         if self._to_ack and (
-            not self._claim_coming() or time.monotonic() - self._ack_since >= ACK_DELAY_S
+            not self._claim_coming() or self._clock() - self._ack_since >= ACK_DELAY_S
         ):
             self._flush_acks()
 
@@ -311,6 +392,8 @@ class Worker:
             return
         outcome: Outcome = item
         job = outcome.job
+        if outcome.ran_s is not None:
+            self._prefetch[job.queue].observe(outcome.ran_s)
         self._started.pop(job.id, None)
         if job.id in self._abandoned:
             self._abandoned.discard(job.id)
@@ -318,7 +401,7 @@ class Worker:
         self._forget(job)
         if outcome.kind is Kind.DONE:
             if not self._to_ack:
-                self._ack_since = time.monotonic()
+                self._ack_since = self._clock()
             self._to_ack.append(job)
             return
         if outcome.kind is Kind.ACKED:
@@ -354,7 +437,7 @@ class Worker:
     # -- leases -------------------------------------------------------------------
 
     def _mark_started(self, job: ClaimedJob) -> None:
-        self._started[job.id] = time.monotonic()
+        self._started[job.id] = self._clock()
 
     def _check_timeouts(self, now: float) -> None:
         for job_id, began in list(self._started.items()):
@@ -370,6 +453,31 @@ class Worker:
                 exc = JobTimeout(f"the handler ran past its {handler.timeout} s timeout")
                 self._fail(job, Outcome(Kind.FAILED, job, failure_of(exc)))
 
+    def _buffered(self) -> bool:
+        """Are sync jobs waiting unstarted in an adaptive queue's buffer?"""
+        return any(
+            self._prefetch[q].adaptive and pool.waiting() for q, pool in self._sync_pools.items()
+        )
+
+    def _stalled(self, queue: str) -> bool:
+        """Has every thread of an adaptive sync queue been busy far longer than its usual
+        run time? Then nothing more is claimed for it until one is free."""
+        prefetch, pool = self._prefetch[queue], self._sync_pools.get(queue)
+        if pool is None or not prefetch.adaptive:
+            return False
+        return pool.stalled_for(time.monotonic()) >= prefetch.stall_after_s()
+
+    def _check_stalls(self, now: float) -> None:
+        """A stalled queue hands its unstarted jobs back so that other workers run them."""
+        for queue, pool in self._sync_pools.items():
+            if not pool.waiting() or not self._stalled(queue):
+                continue
+            self._prefetch[queue].stalled()
+            waiting = [job for job, _ in pool.drain()]
+            if waiting:
+                self._log.info("worker.prefetch_returned", queue=queue, jobs=len(waiting))
+                self._release_unspent(waiting)
+
     # -- stopping -----------------------------------------------------------------
 
     def _begin_stop(self, reason: str) -> None:
@@ -381,7 +489,7 @@ class Worker:
         self._stop_reason = reason
         if reason != "max_jobs":
             self._stopping.set()
-            self._stop_deadline = time.monotonic() + self.config.grace
+            self._stop_deadline = self._clock() + self.config.grace
             self._release_buffered()
 
     def _stop_step(self, now: float) -> bool:
@@ -406,6 +514,7 @@ class Worker:
             self._async_pool.release_waiting()
 
     def _shutdown(self, listener: Listener | None) -> None:
+        self._started_pools = False
         self._stopping.set()
         self._flush_acks()
         if self._stop_requests >= 2 or not self.stats.graceful:

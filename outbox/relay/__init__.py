@@ -1,12 +1,23 @@
-"""The relay: committed intents in ``outbox_messages`` → jobs in ``outbox_jobs``.
+"""The relay: committed intents in ``outbox_messages`` → a target (default: ``outbox_jobs``).
 
 ``Relay(database).run()`` drains what is pending; ``watch(stop)`` keeps relaying until
 ``stop`` is set; ``run_once()`` is one batch. The state machine and the handoff's
-guarantees are described in ``outbox.relay.handoff``; operator actions (status,
-failed, retry, prune) live in ``outbox.relay.admin``.
+guarantees are described in ``outbox.relay.target``; operator actions (failed, retry,
+prune) live in ``outbox.relay.admin``, the counts in ``outbox.status``.
 """
 
-from outbox.relay.handoff import BatchResult
+from outbox.db.rows import HandoffResult
 from outbox.relay.service import Relay, RelayConfig, RunTotals
+from outbox.relay.target import SqlQueueTarget, Target
 
-__all__ = ["BatchResult", "Relay", "RelayConfig", "RunTotals"]
+BatchResult = HandoffResult  # the name earlier releases exported
+
+__all__ = [
+    "BatchResult",
+    "HandoffResult",
+    "Relay",
+    "RelayConfig",
+    "RunTotals",
+    "SqlQueueTarget",
+    "Target",
+]

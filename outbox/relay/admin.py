@@ -8,12 +8,14 @@ transaction that requeues it, and never echoes it back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, TypeVar
+from dataclasses import replace
+from typing import Literal
 
+import orjson
 import structlog
 
 from outbox.db.connection import Connection
+from outbox.db.rows import FailedIntent, StoredIntent
 from outbox.errors import (
     InvalidJob,
     InvalidMessageId,
@@ -21,107 +23,20 @@ from outbox.errors import (
     RetryRefused,
 )
 from outbox.ids import is_message_id
-from outbox.relay.verify import StoredIntent, reason_for, refingerprint
+from outbox.job import canonical_json
+from outbox.relay.verify import reason_for, refingerprint
 
 log = structlog.get_logger("outbox.relay")
 
 DAY_MS = 86_400_000
 PRUNE_BATCH = 500
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxCounts:
-    """Intents by state; the oldest pending one's age in seconds (None when none is).
-
-    ``unknown_state`` counts rows whose state is none of the three (edited by hand or by
-    a newer version): the relay never touches them, so they must at least be seen.
-    """
-
-    pending: int = 0
-    published: int = 0
-    failed: int = 0
-    unknown_state: int = 0
-    oldest_pending_age_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class QueueCounts:
-    """One queue's jobs: due and free, not yet due, leased to a worker, dead-lettered."""
-
-    ready: int = 0
-    delayed: int = 0
-    reserved: int = 0
-    dead: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    """Counts by state, the oldest pending intent's age, and per-queue job counts."""
-
-    outbox: OutboxCounts
-    queues: dict[str, QueueCounts] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The shape ``outbox status --json`` prints (the contract names its keys)."""
-        return {
-            "outbox": asdict(self.outbox),
-            "queues": {name: asdict(q) for name, q in sorted(self.queues.items())},
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class FailedIntent:
-    """One quarantined intent as ``outbox failed`` lists it: no payload, by design."""
-
-    message_id: str
-    reason: str | None
-    created_at_ms: int
-    failed_at_ms: int | None
-
-
-_KNOWN_STATES = frozenset({"pending", "published", "failed"})
-
-
-def status(conn: Connection) -> Status:
-    """Read the counts; every age comes from the database's clock."""
-    return conn.read(_status, operation="status")
-
-
-def _status(conn: Connection) -> Status:
-    by_state = {str(s): int(n) for s, n in conn.execute("status_state_counts")}
-    oldest, now_ms = conn.execute("status_oldest_pending")[0]
-    age = None if oldest is None else round(max(0, int(now_ms) - int(oldest)) / 1000, 3)
-    counts = OutboxCounts(
-        pending=by_state.get("pending", 0),
-        published=by_state.get("published", 0),
-        failed=by_state.get("failed", 0),
-        unknown_state=sum(n for s, n in by_state.items() if s not in _KNOWN_STATES),
-        oldest_pending_age_s=age,
-    )
-    queues: dict[str, dict[str, int]] = {}
-    for name, ready, delayed, reserved, _oldest_ready in conn.execute("queue_counts"):
-        queues[str(name)] = {
-            "ready": int(ready),
-            "delayed": int(delayed),
-            "reserved": int(reserved),
-        }
-    for name, dead in conn.execute("dead_counts"):
-        queues.setdefault(str(name), {})["dead"] = int(dead)
-    return Status(counts, {name: QueueCounts(**q) for name, q in queues.items()})
-
-
-def pending_count(conn: Connection) -> int:
-    """How many intents are pending (sizes the CLI's progress bar)."""
-    return conn.read(lambda c: int(c.execute("status_pending_count")[0][0]), operation="status")
 
 
 def failed(conn: Connection, limit: int = 50) -> list[FailedIntent]:
     """Quarantined intents, oldest first: id, reason code and times, never the payload."""
     if limit < 1:
         raise ValueError("limit must be at least 1")
-    rows = conn.read(lambda c: c.execute("failed_list", {"limit": limit}), operation="failed")
-    return [FailedIntent(str(m), r, int(c), None if f is None else int(f)) for m, r, c, f in rows]
+    return conn.driver.outbox_failed_list(limit)
 
 
 def retry(
@@ -146,21 +61,24 @@ def retry(
 def _retry(
     conn: Connection, message_id: str, accept_current: bool
 ) -> Literal["requeued", "accepted"]:
-    rows = conn.execute("retry_lookup", {"message_id": message_id})
-    if not rows:
+    driver = conn.driver
+    found = driver.outbox_retry_lookup_in_tx(message_id)
+    if found is None:
         raise MessageNotFound(f"no outbox message {message_id}")
-    row_id, _, state, *columns = rows[0]
-    if state != "failed":
-        raise RetryRefused(f"message {message_id} is {state}, not failed; only failed ones retry")
-    intent = StoredIntent(row_id, message_id, *columns)
+    if found.state != "failed":
+        raise RetryRefused(
+            f"message {message_id} is {found.state}, not failed; only failed ones retry"
+        )
+    intent = found.intent
     if not accept_current:
-        reason = reason_for(intent)
+        canonical = _canonical(intent)
+        reason = reason_for(canonical)
         if reason is not None:
-            raise RetryRefused(
-                f"message {message_id} still does not verify ({reason}); repair the row, or "
-                "pass --accept-current to accept its current contents and re-fingerprint it"
-            )
-        conn.execute_count("retry_requeue", {"id": row_id})
+            raise RetryRefused(_still_fails(message_id, reason))
+        if canonical.payload == intent.payload:
+            driver.outbox_requeue_in_tx(intent.id)
+        else:  # stored canonically again, under the fingerprint it was recorded with
+            driver.outbox_accept_in_tx(intent.id, canonical.payload, intent.fingerprint)
         log.info("relay.retry", message_id=message_id, accepted=False)
         return "requeued"
     try:
@@ -169,10 +87,38 @@ def _retry(
         raise RetryRefused(
             f"message {message_id}: its current contents cannot be accepted ({exc})"
         ) from None
-    params = {"id": row_id, "payload": payload, "fingerprint": fingerprint}
-    conn.execute_count("retry_accept", params)
+    driver.outbox_accept_in_tx(intent.id, payload, fingerprint)
     log.info("relay.retry", message_id=message_id, accepted=True)
     return "accepted"
+
+
+def _canonical(intent: StoredIntent) -> StoredIntent:
+    """The intent with its payload in canonical form, when it is JSON at all.
+
+    The fingerprint covers the canonical payload, so a repair that is valid JSON but
+    spaced or ordered differently (as an editor or ``jsonb`` writes it) still verifies.
+    """
+    if not isinstance(intent.payload, str):
+        return intent
+    try:
+        payload = canonical_json(orjson.loads(intent.payload))
+    except (orjson.JSONDecodeError, InvalidJob):
+        return intent
+    return replace(intent, payload=payload)
+
+
+def _still_fails(message_id: str, reason: str) -> str:
+    what = (
+        "its job name, queue, payload, max_attempts or available_at differs from what was "
+        "recorded (the payload is compared as canonical JSON: spacing and key order do not "
+        "matter, values and types do); restore the recorded values"
+        if reason == "fingerprint_mismatch"
+        else "repair the row"
+    )
+    return (
+        f"message {message_id} still does not verify ({reason}): {what}, or pass "
+        "--accept-current to accept its current contents and re-fingerprint it"
+    )
 
 
 def prune(
@@ -183,11 +129,12 @@ def prune(
     batch: int = PRUNE_BATCH,
     progress: Callable[[int], None] | None = None,
 ) -> int:
-    """Delete at most ``limit`` published tombstones published ``days`` or more days ago.
+    """Delete at most ``limit`` keys recorded ``days`` or more days ago whose intents
+    were handed off (``0``: every one handed off so far).
 
-    Oldest first, ``batch`` rows per short transaction so no lock is held for long.
-    Pending and failed intents are never touched. Deleting a tombstone ends
-    deduplication for its key: recording the same key again creates a new intent.
+    Oldest first, ``batch`` rows per short transaction so no lock is held for long. The
+    keys of pending and quarantined intents are never touched. Deleting a key ends
+    deduplication for it: recording the same key again creates a new intent.
     """
     if isinstance(days, bool) or not isinstance(days, int) or days < 0:
         raise ValueError("days must be a whole number >= 0")
@@ -196,7 +143,7 @@ def prune(
     deleted = 0
     while deleted < limit:
         want = min(batch, limit - deleted)
-        n = _prune_batch(conn, days * DAY_MS, want)
+        n = conn.driver.outbox_prune(days * DAY_MS, want)
         deleted += n
         log.info("prune.batch", deleted=n)
         if progress is not None:
@@ -206,19 +153,4 @@ def prune(
     return deleted
 
 
-def _prune_batch(conn: Connection, age_ms: int, size: int) -> int:
-    params = {"age_ms": age_ms, "batch": size}
-    return conn.transact(lambda c: c.execute_count("prune_batch", params), operation="prune")
-
-
-__all__ = [
-    "FailedIntent",
-    "OutboxCounts",
-    "QueueCounts",
-    "Status",
-    "failed",
-    "pending_count",
-    "prune",
-    "retry",
-    "status",
-]
+__all__ = ["FailedIntent", "failed", "prune", "retry"]

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 import structlog
 
 from outbox.db.connection import Connection, Database
+from outbox.db.rows import HandoffResult, OutboxHandoff
 from outbox.errors import ConfigurationError, DatabaseError
-from outbox.relay.handoff import BatchResult, handoff
 from outbox.relay.listen import ListenWaiter, PollWaiter, Waiter
+from outbox.relay.target import SqlQueueTarget, Target
 
 log = structlog.get_logger("outbox.relay")
 
@@ -76,7 +77,7 @@ class RunTotals:
     quarantined: int = 0
     ms: float = 0.0
 
-    def add(self, batch: BatchResult) -> RunTotals:
+    def add(self, batch: HandoffResult) -> RunTotals:
         return RunTotals(
             batches=self.batches + 1,
             claimed=self.claimed + batch.claimed,
@@ -87,27 +88,32 @@ class RunTotals:
 
 
 class Relay:
-    """Moves committed intents from ``outbox_messages`` into ``outbox_jobs``.
+    """Moves committed intents from ``outbox_messages`` to a ``Target`` (default: the
+    SQL queue, ``outbox_jobs``).
 
     Owns one connection, opened on first use and reopened after a database error.
     Not thread-safe: give each thread its own ``Relay``.
     """
 
-    def __init__(self, database: Database, config: RelayConfig | None = None) -> None:
+    def __init__(
+        self,
+        database: Database,
+        config: RelayConfig | None = None,
+        *,
+        target: Target | None = None,
+    ) -> None:
         self.database = database
         self.config = config or RelayConfig()
+        self.target: Target = target or SqlQueueTarget()
         self._conn: Connection | None = None
 
-    def run_once(self, batch_size: int | None = None) -> BatchResult:
+    def run_once(self, batch_size: int | None = None) -> HandoffResult:
         """Hand off one batch (at most ``batch_size``, default the config's)."""
         size = self.config.batch_size if batch_size is None else batch_size
+        notify = self.config.notify and self.database.dialect.supports_listen
+        batch = OutboxHandoff(size, notify, self.config.verify_in_python)
         try:
-            result = handoff(
-                self._connection(),
-                size,
-                notify=self.config.notify,
-                verify_in_python=self.config.verify_in_python,
-            )
+            result = self.target.handoff(self._connection().driver, batch)
         except DatabaseError:
             self._drop_connection()
             raise
@@ -118,7 +124,7 @@ class Relay:
         self,
         limit: int | None = None,
         *,
-        progress: Callable[[BatchResult], None] | None = None,
+        progress: Callable[[HandoffResult], None] | None = None,
     ) -> RunTotals:
         """Hand off until nothing is pending (or ``limit`` intents were claimed); return totals.
 
@@ -143,7 +149,7 @@ class Relay:
         self,
         stop: threading.Event,
         *,
-        progress: Callable[[BatchResult], None] | None = None,
+        progress: Callable[[HandoffResult], None] | None = None,
     ) -> RunTotals:
         """Relay until ``stop`` is set; the batch in flight always finishes first."""
         waiter = self._waiter()
@@ -175,7 +181,7 @@ class Relay:
 
     def _waiter(self) -> Waiter:
         if self.config.listen and self.database.dialect.supports_listen:
-            return ListenWaiter(self.database, "relay_listen", self.config.reconnect_max)
+            return ListenWaiter(self.database, self.config.reconnect_max)
         return PollWaiter()
 
     def _connection(self) -> Connection:
@@ -189,8 +195,9 @@ class Relay:
             self._conn = None
 
     def close(self) -> None:
-        """Close the relay's connection (it reopens on next use)."""
+        """Close the relay's connection (it reopens on next use) and its target's."""
         self._drop_connection()
+        self.target.close()
 
     def __enter__(self) -> Relay:
         return self
@@ -214,7 +221,7 @@ class _Backoff:
         return self.low
 
 
-def _log_batch(batch: BatchResult) -> None:
+def _log_batch(batch: HandoffResult) -> None:
     for message_id, reason in batch.quarantined_ids:
         log.warning("relay.quarantined", message_id=message_id, reason=reason)
     emit = log.info if batch.claimed else log.debug

@@ -21,11 +21,9 @@ Reason codes, in the order they are tested (the first that applies wins):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import orjson
 
+from outbox.db.rows import StoredIntent
 from outbox.errors import InvalidJob
 from outbox.job import (
     MAX_ATTEMPTS_LIMIT,
@@ -45,26 +43,6 @@ REASONS = (
     "payload_too_large",
     "fingerprint_mismatch",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class StoredIntent:
-    """The columns of one ``outbox_messages`` row that verification reads."""
-
-    id: int
-    message_id: str
-    fingerprint: Any
-    job_name: Any
-    queue: Any
-    payload: Any
-    max_attempts: Any
-    available_at: Any
-
-    @classmethod
-    def from_row(cls, row: tuple[Any, ...]) -> StoredIntent:
-        """From ``(id, message_id, fingerprint, job_name, queue, payload, max_attempts,
-        available_at)``, the column order of ``relay_claim_rows``."""
-        return cls(*row[:8])
 
 
 def reason_for(row: StoredIntent) -> str | None:

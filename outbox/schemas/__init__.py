@@ -1,5 +1,3 @@
-"""The tables, per dialect, their migrations, and the named SQL in ``<dialect>/*.sql``."""
-
-from outbox.schemas.migrations import LATEST, MIGRATIONS, applied_versions, migrate, render_sql
-
-__all__ = ["LATEST", "MIGRATIONS", "applied_versions", "migrate", "render_sql"]
+"""The schema as data: the tables (``tables.py``), the numbered migrations
+(``<dialect>/migrations/NNNN_*.sql``) and the named statements (``<dialect>/*.sql``,
+``common/*.sql``). Only ``outbox.db`` reads them; the runner is ``outbox.db.migrate``."""

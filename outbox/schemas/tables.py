@@ -1,8 +1,8 @@
 """The tables, defined once and rendered per dialect.
 
-This is the single source of truth for the schema: migrations and
-``outbox migrate --sql`` compile these definitions with SQLAlchemy for SQLite,
-PostgreSQL and MariaDB/MySQL, so the three dialects cannot drift apart.
+This is the schema at the latest version, as SQLAlchemy ``MetaData`` (for Alembic users
+and for the test that compares it with what the migrations build). The migrations
+themselves are the frozen SQL files in ``<dialect>/migrations/``.
 
 Every time column is BIGINT milliseconds since the UNIX epoch, written from the
 database's own clock (except ``outbox_messages.available_at``, which keeps the
@@ -21,6 +21,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -53,6 +54,23 @@ def _name(column: str, nullable: bool = False) -> Column[str]:
     return Column(column, String(200), nullable=nullable)
 
 
+keys = Table(
+    "outbox_keys",
+    metadata,
+    Column("key_digest", String(64), primary_key=True),
+    Column("message_id", String(36), nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+# Prune walks key rows by age.
+Index("outbox_keys_created", keys.c.created_at)
+
+# Intents not yet handed off: pending, or quarantined (failed). A handed-off intent
+# leaves this table; its key row stays in outbox_keys. ``keyed`` is 1 when the writer
+# wrote the key row itself (version 2); version-1 writers leave it NULL during a rolling
+# upgrade and a trigger (migration 2) completes their insert. ``published`` rows are
+# tombstones a version-1 relay or that trigger left; prune removes them.
 messages = Table(
     "outbox_messages",
     metadata,
@@ -70,11 +88,11 @@ messages = Table(
     Column("published_at", BigInteger, nullable=True),
     Column("failed_at", BigInteger, nullable=True),
     Column("failure_reason", String(64), nullable=True),
+    Column("keyed", SmallInteger, nullable=True),
     **_OPTIONS,
 )
 
-# The relay scans pending rows oldest first, `outbox failed` lists quarantined ones, prune
-# scans published rows by age.
+# The relay scans pending rows oldest first, `outbox failed` lists quarantined ones.
 # Partial indexes where the dialect has them; MariaDB gets the composite equivalent.
 Index(
     "outbox_messages_pending",
@@ -89,16 +107,6 @@ Index(
     sqlite_where=text("state = 'failed'"),
 ).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]
 Index("outbox_messages_state_id", messages.c.state, messages.c.id).ddl_if(dialect="mysql")
-Index(
-    "outbox_messages_published",
-    messages.c.published_at,
-    postgresql_where=text("state = 'published'"),
-    sqlite_where=text("state = 'published'"),
-).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]
-Index("outbox_messages_state_published", messages.c.state, messages.c.published_at).ddl_if(
-    dialect="mysql"
-)
-
 jobs = Table(
     "outbox_jobs",
     metadata,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from outbox import status as outbox_status
 from outbox.db.connection import Connection, Database
 from outbox.errors import InvalidMessageId, MessageNotFound, RetryRefused
 from outbox.ids import new_message_id
@@ -50,12 +51,13 @@ def _insert_dead(conn: Connection, queue: str) -> None:
 def test_status_counts_intents_by_state_and_jobs_by_queue(
     database: Database, db_url: str, conn: Connection
 ) -> None:
-    empty = admin.status(conn)
+    empty = outbox_status.status(conn)
     assert empty.as_dict() == {
         "outbox": {
             "pending": 0,
             "published": 0,
             "failed": 0,
+            "quarantined": 0,
             "unknown_state": 0,
             "oldest_pending_age_s": None,
         },
@@ -69,15 +71,15 @@ def test_status_counts_intents_by_state_and_jobs_by_queue(
     _insert_job(conn, "q2", reserved=True)
     _insert_dead(conn, "q2")
     _insert_dead(conn, "q3")
-    status = admin.status(conn).as_dict()
+    status = outbox_status.status(conn).as_dict()
     assert status["outbox"]["pending"] == 2
     assert status["outbox"]["published"] == 2
-    assert status["outbox"]["failed"] == 1
+    assert status["outbox"]["failed"] == status["outbox"]["quarantined"] == 1
     assert status["outbox"]["oldest_pending_age_s"] >= 0
     assert status["queues"] == {
-        "q1": {"ready": 2, "delayed": 0, "reserved": 0, "dead": 0},
-        "q2": {"ready": 0, "delayed": 1, "reserved": 1, "dead": 1},
-        "q3": {"ready": 0, "delayed": 0, "reserved": 0, "dead": 1},
+        "q1": {"ready": 2, "delayed": 0, "reserved": 0, "dead": 0, "dead_letters": 0},
+        "q2": {"ready": 0, "delayed": 1, "reserved": 1, "dead": 1, "dead_letters": 1},
+        "q3": {"ready": 0, "delayed": 0, "reserved": 0, "dead": 1, "dead_letters": 1},
     }
     assert MARKER not in repr(status)
 
@@ -88,7 +90,7 @@ def test_status_ages_the_oldest_pending_intent_by_the_database_clock(
     [mid] = record_many(db_url, ["old"])
     set_column(conn, mid, "created_at", db_now_ms(conn) - 90_000)
     record_many(db_url, ["new"])
-    age = admin.status(conn).outbox.oldest_pending_age_s
+    age = outbox_status.status(conn).outbox.oldest_pending_age_s
     assert age is not None and 90 <= age < 90 + 600
 
 
@@ -122,7 +124,7 @@ def test_retry_returns_a_repaired_intent_to_pending_and_the_relay_hands_it_off(
     assert admin.retry(conn, mid) == "requeued"
     assert outbox_rows(conn)[mid] == ("pending", None, False)
     _run(database)
-    assert outbox_rows(conn)[mid] == ("published", None, True)
+    assert outbox_rows(conn)[mid] == ("handed_off", None, True)
     assert queued_ids(conn) == [mid]
 
 
@@ -183,26 +185,52 @@ def test_retry_names_unknown_pending_and_malformed_ids(
     assert outbox_rows(conn)[mid] == ("pending", None, False)
 
 
-def _age_published(conn: Connection, message_id: str, days: float) -> None:
-    set_column(conn, message_id, "published_at", db_now_ms(conn) - int(days * DAY_MS))
+def _age_key(conn: Connection, message_id: str, days: float) -> None:
+    """Make the key row of ``message_id`` look recorded ``days`` ago."""
+    at = db_now_ms(conn) - int(days * DAY_MS)
+    conn.execute_sql(
+        f"UPDATE outbox_keys SET created_at = {at} WHERE message_id = '{message_id}'"
+    )
 
 
-def test_prune_deletes_old_published_tombstones_oldest_first_within_the_limit(
+def _keys(conn: Connection) -> set[str]:
+    return {r[0] for r in conn.execute_sql("SELECT message_id FROM outbox_keys")}
+
+
+def test_prune_deletes_old_keys_of_handed_off_intents_oldest_first_within_the_limit(
     database: Database, db_url: str, conn: Connection
 ) -> None:
     ids = record_many(db_url, [f"p{i}" for i in range(6)])
     set_column(conn, ids[5], "payload", "[")
-    _run(database)  # ids[0..4] published, ids[5] failed
+    _run(database)  # ids[0..4] handed off, ids[5] quarantined
     for mid, days in zip(ids[:5], (40, 35, 31, 5, 1), strict=True):
-        _age_published(conn, mid, days)
+        _age_key(conn, mid, days)
     pending = record_many(db_url, ["p-pending"])
+    _age_key(conn, ids[5], 90)  # old, but quarantined: its key stays
+    _age_key(conn, pending[0], 90)  # old, but pending: its key stays
     assert admin.prune(conn, 30, limit=2, batch=1) == 2
-    assert set(outbox_rows(conn)) == set(ids[2:]) | set(pending)
+    assert _keys(conn) == set(ids[2:]) | set(pending)
     assert admin.prune(conn, 30) == 1
-    assert set(outbox_rows(conn)) == set(ids[3:]) | set(pending)
+    assert _keys(conn) == set(ids[3:]) | set(pending)
     assert admin.prune(conn, 0) == 2
+    assert _keys(conn) == {ids[5], pending[0]}
     rows = outbox_rows(conn)
     assert rows == {ids[5]: ("failed", "invalid_json", False), pending[0]: ("pending", None, False)}
+    status = outbox_status.status(conn).outbox
+    assert (status.pending, status.failed, status.published) == (1, 1, 0)
+
+
+def test_status_counts_published_as_the_keys_of_handed_off_intents(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    record_many(db_url, ["s1", "s2", "s3"])
+    assert outbox_status.status(conn).outbox.published == 0
+    _run(database)
+    record_many(db_url, ["s4"])
+    counts = outbox_status.status(conn).outbox
+    assert (counts.pending, counts.published, counts.failed) == (1, 3, 0)
+    admin.prune(conn, 0)
+    assert outbox_status.status(conn).outbox.published == 0
 
 
 def test_prune_ends_deduplication_for_the_pruned_keys(

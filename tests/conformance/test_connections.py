@@ -29,7 +29,7 @@ from outbox import Job, record
 from outbox.db.connection import Connection
 from outbox.errors import NoActiveTransaction, UnsupportedConnection
 from outbox.queue import push
-from tests.backends import raw_connect, sqlalchemy_url
+from tests.fixtures.databases import raw_connect, sqlalchemy_url
 from tests.gaps import Gap, skip_unless
 from tests.record_support import counts, create_notes, insert_note, message_rows
 

@@ -20,7 +20,7 @@ from outbox import Job, record, record_async
 from outbox.db.connection import Connection
 from outbox.errors import NoActiveTransaction, UnsupportedConnection
 from outbox.queue import push_async
-from tests.backends import raw_connect, sqlalchemy_url
+from tests.fixtures.databases import raw_connect, sqlalchemy_url
 from tests.gaps import Gap, skip_gap, skip_unless
 from tests.record_support import counts, create_notes, message_rows
 

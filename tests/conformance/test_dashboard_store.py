@@ -12,6 +12,7 @@ from outbox.db.connection import Connection, Database
 from outbox.errors import InvalidJob, InvalidMessageId
 from outbox.ids import new_message_id
 from outbox.relay import admin as relay_admin
+from outbox.status import status
 from tests.dashboard import seed
 
 
@@ -88,23 +89,26 @@ def test_bad_names_are_refused_before_any_query(conn: Connection) -> None:
         store.job_page(conn, "q", "done")  # type: ignore[arg-type]
 
 
-def test_throughput_counts_handoffs_and_dead_letters_per_minute_of_the_last_hour(
+def test_throughput_counts_intents_recorded_and_dead_letters_per_minute_of_the_last_hour(
     database: Database, db_url: str, conn: Connection
 ) -> None:
-    seed.intents(db_url, 5)
-    seed.relay(db_url)
-    seed.dead_letters(db_url, 2)
+    handed_off = seed.intents(db_url, 5)
+    seed.relay(db_url)  # handed off: out of the outbox, their key rows stay and count
+    seed.intents(db_url, 2)  # pending
+    seed.dead_letters(db_url, 2)  # pushed straight to the queue: dead letters, no intent
     old = seed.intents(db_url, 3)
-    seed.relay(db_url)
-    for message_id in old:  # handed off two hours ago: outside the chart
-        seed.scalar(db_url, "UPDATE outbox_messages SET published_at = published_at - ? "
+    for message_id in old:  # recorded two hours ago: outside the chart
+        seed.scalar(db_url, "UPDATE outbox_keys SET created_at = created_at - ? "
                     "WHERE message_id = ?", 7_200_000, message_id)
+    assert not any(seed.intent_state(db_url, m) for m in handed_off)
     minutes = store.throughput(conn)
     assert len(minutes) == 60
     assert [b.start_ms - a.start_ms for a, b in itertools.pairwise(minutes)] == [60_000] * 59
-    assert sum(m.handed_off for m in minutes) == 5
+    assert sum(m.recorded for m in minutes) == 7
     assert sum(m.dead for m in minutes) == 2
-    assert minutes[-1].handed_off + minutes[-2].handed_off == 5  # now, or a minute ago
+    assert minutes[-1].recorded + minutes[-2].recorded == 7  # now, or a minute ago
+    relay_admin.prune(conn, 0)  # the handed-off intents' keys go: they leave the chart
+    assert sum(m.recorded for m in store.throughput(conn)) == 2
 
 
 def test_counts_agree_with_status_below_the_cap_and_stop_at_it(
@@ -122,14 +126,32 @@ def test_counts_agree_with_status_below_the_cap_and_stop_at_it(
         seed.scalar(db_url, "UPDATE outbox_jobs SET reserved_by = 'w', lease_expires_at = ? "
                     "WHERE message_id = ?", 10**13, message_id)
     seed.dead_letters(db_url, 2, queue="dead-only")
-    exact = relay_admin.status(conn)
+    exact = status(conn)
     counts = store.counts(conn)
     assert (counts.pending, counts.failed) == (exact.outbox.pending, exact.outbox.failed) == (2, 2)
     assert counts.oldest_pending_age_s is not None and counts.oldest_pending_age_s >= 0
     assert {n: asdict(q) for n, q in counts.queues.items()} == {
-        n: asdict(q) for n, q in exact.queues.items()
+        n: {k: getattr(q, k) for k in ("ready", "delayed", "reserved", "dead")}
+        for n, q in exact.queues.items()
     }
     assert set(counts.queues) == {"mail", "billing", "held-only", "dead-only"}
     capped = store.counts(conn, cap=3)
     assert capped.queues["mail"].ready == 3 and capped.queues["billing"].ready == 3
     assert capped.queues["billing"].delayed == 2 and capped.pending == 2
+
+
+def test_an_intent_is_found_while_in_the_outbox_and_a_v1_tombstone_reads_as_handed_off(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    [handed] = seed.intents(db_url, 1)
+    seed.relay(db_url)
+    [pending, tombstone] = seed.intents(db_url, 2)
+    # A version-1 relay, during a rolling upgrade, leaves its row behind as 'published'.
+    seed.scalar(db_url, "UPDATE outbox_messages SET state = 'published', payload = NULL "
+                "WHERE message_id = ?", tombstone)
+    found = store.intent(conn, pending)
+    assert found is not None and found.state == "pending" and found.failed_at is None
+    assert store.intent(conn, handed) is None
+    assert store.intent(conn, tombstone) is None
+    assert store.payload(conn, "intent", tombstone) is None
+    assert store.payload(conn, "intent", pending) is not None

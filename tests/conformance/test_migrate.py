@@ -5,23 +5,34 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy.engine import make_url
 
 from outbox.cli import main
+from outbox.db import migrate as migrations
 from outbox.db.connection import Connection, Database
+from outbox.db.migrate import LATEST, MIGRATIONS, applied_versions, migrate
 from outbox.errors import DatabaseError
-from outbox.schemas import LATEST, MIGRATIONS, applied_versions, migrate, migrations
-from tests import backends
+from tests.fixtures import databases as backends
 from tests.gaps import Gap, skip_unless
 from tests.record_support import db_now_ms, migrate_child
 
 SPAWN = multiprocessing.get_context("spawn")
-OUTBOX_TABLES = {"outbox_messages", "outbox_jobs", "outbox_failed_jobs", "outbox_schema_version"}
+OUTBOX_TABLES = {
+    "outbox_keys",
+    "outbox_messages",
+    "outbox_jobs",
+    "outbox_failed_jobs",
+    "outbox_schema_version",
+}
+ALL = list(range(1, LATEST + 1))
+NEXT = LATEST + 1
 
 
 @pytest.fixture
@@ -51,14 +62,14 @@ def test_migrate_creates_every_table_then_applies_nothing_the_second_time(
 ) -> None:
     assert applied_versions(fresh) == []
     before = db_now_ms(fresh)
-    assert migrate(fresh) == [1]
+    assert migrate(fresh) == ALL
     after = db_now_ms(fresh)
     assert migrate(fresh) == []
     assert migrate(fresh) == []
     assert set(schema_of(fresh)["tables"]) >= OUTBOX_TABLES
-    [(version, description, applied_at)] = version_rows(fresh)
-    assert (version, description) == (LATEST, MIGRATIONS[-1].description)
-    assert before <= applied_at <= after
+    rows = version_rows(fresh)
+    assert [(v, d) for v, d, _ in rows] == [(m.version, m.description) for m in MIGRATIONS]
+    assert all(before <= applied_at <= after for _, _, applied_at in rows)
 
 
 def test_sqlite_database_is_in_wal_mode(fresh: Connection, backend: str) -> None:
@@ -85,8 +96,8 @@ def test_two_processes_migrating_at_once_both_succeed_with_one_schema(
             proc.join(30)
             if proc.is_alive():
                 proc.terminate()
-    assert sorted(results) == [("ok", []), ("ok", []), ("ok", [1])], results
-    assert [row[0] for row in version_rows(fresh)] == [1]
+    assert sorted(results) == [("ok", []), ("ok", []), ("ok", ALL)], results
+    assert [row[0] for row in version_rows(fresh)] == ALL
     assert set(schema_of(fresh)["tables"]) >= OUTBOX_TABLES
 
 
@@ -104,8 +115,9 @@ def test_printed_sql_applied_by_hand_gives_the_same_schema_as_migrate(
         expected = schema_of(c)
     with Database(other_url).connect() as c:
         assert schema_of(c) == expected
-        [(version, _, applied_at)] = version_rows(c)
-        assert version == LATEST and applied_at >= before - 60_000
+        rows = version_rows(c)
+        assert [v for v, _, _ in rows] == ALL
+        assert all(applied_at >= before - 60_000 for _, _, applied_at in rows)
         assert migrate(c) == []  # the version row came with the DDL
 
 
@@ -119,7 +131,7 @@ def test_migrate_command_says_what_it_did(db_url: str) -> None:
     runner = CliRunner()
     first = runner.invoke(main, ["--database-url", db_url, "migrate"])
     assert first.exit_code == 0, first.output
-    assert f"to version {LATEST} (applied [1])" in first.output
+    assert f"to version {LATEST} (applied {ALL})" in first.output
     second = runner.invoke(main, ["--database-url", db_url, "migrate"])
     assert second.exit_code == 0
     assert f"is up to date (version {LATEST})" in second.output
@@ -144,7 +156,7 @@ def test_a_failing_migration_leaves_no_half_migrated_database(
         return ["CREATE TABLE IF NOT EXISTS outbox_extra (id INTEGER)", "CREATE TABLE broken ("]
 
     monkeypatch.setattr(
-        migrations, "MIGRATIONS", (*MIGRATIONS, migrations.Migration(2, "broken", broken))
+        migrations, "MIGRATIONS", (*MIGRATIONS, migrations.Migration(NEXT, "broken", broken))
     )
     with pytest.raises(DatabaseError, match=r"^migrate failed: \w+Error"):
         migrate(fresh)
@@ -154,17 +166,17 @@ def test_a_failing_migration_leaves_no_half_migrated_database(
     else:
         # MariaDB commits each DDL statement; the version row is written last, so
         # the next run completes the migration instead of trusting it.
-        assert [row[0] for row in version_rows(fresh)] == [1]
+        assert [row[0] for row in version_rows(fresh)] == ALL
         assert "outbox_extra" in tables
 
     def fixed(_: object) -> list[str]:
         return ["CREATE TABLE IF NOT EXISTS outbox_extra (id INTEGER)"]
 
     monkeypatch.setattr(
-        migrations, "MIGRATIONS", (*MIGRATIONS, migrations.Migration(2, "fixed", fixed))
+        migrations, "MIGRATIONS", (*MIGRATIONS, migrations.Migration(NEXT, "fixed", fixed))
     )
-    assert migrate(fresh) == ([2] if backend == "mysql" else [1, 2])
-    assert [row[0] for row in version_rows(fresh)] == [1, 2]
+    assert migrate(fresh) == ([NEXT] if backend == "mysql" else [*ALL, NEXT])
+    assert [row[0] for row in version_rows(fresh)] == [*ALL, NEXT]
 
 
 def apply_by_hand(url: str, script: str) -> None:
@@ -176,18 +188,27 @@ def apply_by_hand(url: str, script: str) -> None:
         elif backends.backend_of(url) == "postgresql":
             conn.autocommit = True
             conn.execute(script)  # the script holds its own BEGIN/COMMIT
-        else:
-            with conn.cursor() as cur:
-                for statement in script.split(";\n"):
-                    if statement.strip() and not _only_comments(statement):
-                        cur.execute(statement)
-            conn.commit()
+        else:  # the MariaDB client, which reads the script's DELIMITER lines
+            u = make_url(url)
+            subprocess.run(
+                [
+                    "mariadb",
+                    "-h",
+                    u.host or "127.0.0.1",
+                    "-P",
+                    str(u.port or 3306),
+                    "-u",
+                    u.username or "root",
+                    f"--password={u.password or ''}",
+                    u.database or "",
+                ],
+                input=script,
+                text=True,
+                check=True,
+                capture_output=True,
+            )
     finally:
         conn.close()
-
-
-def _only_comments(statement: str) -> bool:
-    return all(not ln.strip() or ln.lstrip().startswith("--") for ln in statement.splitlines())
 
 
 SCHEMA_SQL = {
@@ -195,6 +216,7 @@ SCHEMA_SQL = {
         "tables": "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name",
         "indexes": "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'index'"
         " ORDER BY name",
+        "triggers": "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name",
     },
     "postgresql": {
         "tables": "SELECT table_name, column_name, ordinal_position, data_type,"
@@ -204,6 +226,9 @@ SCHEMA_SQL = {
         "indexes": "SELECT tablename, indexname,"
         " replace(indexdef, current_schema() || '.', '') FROM pg_indexes"
         " WHERE schemaname = current_schema() ORDER BY indexname",
+        "triggers": "SELECT trigger_name, event_manipulation, action_timing, action_condition,"
+        " action_statement FROM information_schema.triggers"
+        " WHERE trigger_schema = current_schema() ORDER BY trigger_name",
     },
     "mysql": {
         "tables": "SELECT c.table_name, c.column_name, c.ordinal_position, c.column_type,"
@@ -214,6 +239,9 @@ SCHEMA_SQL = {
         "indexes": "SELECT table_name, index_name, seq_in_index, column_name, non_unique"
         " FROM information_schema.statistics WHERE table_schema = DATABASE()"
         " ORDER BY table_name, index_name, seq_in_index",
+        "triggers": "SELECT trigger_name, event_manipulation, action_timing, action_statement"
+        " FROM information_schema.triggers WHERE trigger_schema = DATABASE()"
+        " ORDER BY trigger_name",
     },
 }
 
@@ -224,4 +252,8 @@ def schema_of(conn: Connection) -> dict[str, Any]:
     tables: dict[str, list[tuple[Any, ...]]] = {}
     for row in conn.execute_sql(queries["tables"]):
         tables.setdefault(str(row[0]), []).append(tuple(row[1:]))
-    return {"tables": tables, "indexes": conn.execute_sql(queries["indexes"])}
+    return {
+        "tables": tables,
+        "indexes": conn.execute_sql(queries["indexes"]),
+        "triggers": conn.execute_sql(queries["triggers"]),
+    }

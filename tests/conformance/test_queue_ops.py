@@ -8,8 +8,9 @@ import pytest
 
 from outbox import Job
 from outbox.db.connection import Connection
-from outbox.queue import ops, push
-from outbox.queue.ops import ClaimedJob, Failure
+from outbox.db.rows import ClaimedJob, Failure
+from outbox.queue import push
+from tests.fixtures import queue_ops as ops
 from tests.queue_support import count
 
 W1 = "host:1:aaaa"
@@ -165,8 +166,8 @@ def test_reap_leaves_a_job_renewed_or_finished_after_its_scan_alone(
     scanned = [ops.Expired(j.id, j.attempts, None, W1, j.job_name) for j in jobs]
     ops.heartbeat(conn, W1, jobs[:1], LEASE_MS)
     ops.ack(conn, W1, jobs[1:])
-    assert ops._reap_release(conn, scanned[0]) == 0
-    assert ops._reap_dead(conn, scanned[1]) is False
+    assert ops.reap_release(conn, scanned[0]) == 0
+    assert ops.reap_dead(conn, scanned[1]) is False
     assert _row(conn, renewed)[:2] == (1, W1)
     assert _row(conn, finished) == ()
     assert count(conn, "outbox_failed_jobs") == 0

@@ -28,7 +28,7 @@ from outbox.errors import (
 )
 from outbox.job import key_digest
 from outbox.record import MAX_BATCH
-from tests.backends import backend_of, raw_connect, sqlalchemy_url
+from tests.fixtures.databases import backend_of, raw_connect, sqlalchemy_url
 from tests.gaps import Gap, skip_unless
 from tests.record_support import FINGERPRINT_SQL, counts, create_notes, insert_note, message_rows
 

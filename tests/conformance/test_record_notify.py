@@ -14,7 +14,7 @@ from outbox import Job, record
 from outbox.config import configure, settings
 from outbox.db.dialect import dialect_named
 from outbox.queue import push
-from tests.backends import raw_connect
+from tests.fixtures.databases import raw_connect
 from tests.gaps import Gap, skip_gap
 
 JOB = Job("notes.index", {"note_id": 1})

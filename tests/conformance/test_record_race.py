@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from outbox.db.connection import Connection, Database
+from outbox.db.migrate import migrate
 from outbox.job import key_digest
-from outbox.schemas import migrate
-from tests import backends
+from tests.fixtures import databases as backends
 from tests.record_support import (
     counts,
     create_notes,

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from outbox import status as outbox_status
 from outbox.db.connection import Connection, Database
 from outbox.db.sql import queries
 from outbox.errors import ConfigurationError, DatabaseError
@@ -56,14 +57,14 @@ def test_relay_hands_off_pending_intents_once_oldest_first(
         assert (second.claimed, second.handed_off) == (2, 2)
         assert relay.run_once().claimed == 0
     assert queued_ids(conn) == ids
-    assert outbox_rows(conn) == {i: ("published", None, True) for i in ids}
+    assert outbox_rows(conn) == {i: ("handed_off", None, True) for i in ids}
 
 
 def test_relay_copies_the_job_into_the_queue_row(
     database: Database, db_url: str, conn: Connection
 ) -> None:
     from outbox import Job, record
-    from tests.backends import raw_connect
+    from tests.fixtures.databases import raw_connect
 
     app = raw_connect(db_url)
     mid = record(app, "one", Job("mail.send", {"to": "é", "n": [1, 2]}, "mail", max_attempts=7))
@@ -74,21 +75,21 @@ def test_relay_copies_the_job_into_the_queue_row(
     after = db_now_ms(conn)
     rows = conn.execute_sql(
         "SELECT j.message_id, j.queue, j.job_name, j.payload, j.attempts, j.max_attempts,"
-        " j.available_at, j.created_at, j.reserved_by, m.published_at FROM outbox_jobs j"
-        " JOIN outbox_messages m ON m.message_id = j.message_id"
+        " j.available_at, j.created_at, j.reserved_by, k.created_at FROM outbox_jobs j"
+        " JOIN outbox_keys k ON k.message_id = j.message_id"
     )
-    [(m, queue, name, payload, attempts, max_attempts, available_at, created, by, pub)] = rows
+    [(m, queue, name, payload, attempts, max_attempts, available_at, created, by, keyed)] = rows
     assert (m, queue, name, payload) == (mid, "mail", "mail.send", '{"n":[1,2],"to":"é"}')
     assert (attempts, max_attempts, by) == (0, 7, None)
     assert before <= created == available_at <= after
-    assert before <= pub <= after
+    assert keyed <= before  # the key row stays, as recorded
+    assert outbox_rows(conn) == {mid: ("handed_off", None, True)}  # the intent moved
 
 
 def test_relay_hands_off_future_intents_early_but_keeps_their_time(
     database: Database, db_url: str, conn: Connection
 ) -> None:
-    from outbox.queue import ops
-    from outbox.relay import admin
+    from tests.fixtures import queue_ops as ops
 
     due = time.time() + 3600
     [later] = record_many(db_url, ["later"], available_at=due)
@@ -99,7 +100,7 @@ def test_relay_hands_off_future_intents_early_but_keeps_their_time(
     )
     assert available_at == round(due * 1000)
     assert available_at > db_now_ms(conn)
-    assert admin.status(conn).queues["q1"].delayed == 1
+    assert outbox_status.status(conn).queues["q1"].delayed == 1
     # Handed off early, but a worker cannot claim it before its time; its peer it can.
     claimed = ops.claim(conn, "q1", 10, "w1", 60_000)
     assert [j.message_id for j in claimed] == [now]
@@ -144,7 +145,7 @@ def test_relay_quarantines_corrupt_rows_and_hands_off_their_peers(
     for mid, reason in expected.items():
         assert rows[mid] == ("failed", reason, False)
     for mid in good_before + good_after:
-        assert rows[mid] == ("published", None, True)
+        assert rows[mid] == ("handed_off", None, True)
     quarantined = {e["message_id"]: e["reason"] for e in logs if e["event"] == "relay.quarantined"}
     assert quarantined == expected
     assert set(expected.values()) <= set(REASONS)

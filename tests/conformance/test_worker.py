@@ -16,8 +16,10 @@ from structlog.testing import capture_logs
 from outbox import Job, PermanentFailure, Registry
 from outbox.db.connection import Connection, Database
 from outbox.errors import ConfigurationError
-from outbox.queue import Backoff, JobContext, Worker, WorkerConfig, ops, push
+from outbox.queue import Backoff, JobContext, Worker, WorkerConfig, push
 from outbox.queue.worker import UNKNOWN_JOB
+from tests.fixtures import queue_ops as ops
+from tests.fixtures.processes import wait_until
 from tests.gaps import Gap, skip_gap
 from tests.queue_support import count
 
@@ -25,8 +27,11 @@ SECRET = "payload-secret-4711"
 
 
 def _run(database: Database, registry: Registry, **kw: Any) -> Any:
-    config = WorkerConfig(stop_when_empty=True, **kw)
-    return Worker(database, registry, config).run()
+    """Step the worker, round by round, until a round claims nothing."""
+    with Worker(database, registry, WorkerConfig(**kw)) as worker:
+        while worker.run_once():
+            pass
+    return worker.stats
 
 
 def _push(app_conn: Any, *jobs: Job, delay: float = 0) -> list[str]:
@@ -192,7 +197,7 @@ def test_transactional_handler_commits_its_writes_with_the_acknowledgement(
     @registry.job("a.tx", transactional=True, backoff=Backoff(base=30, jitter=False))
     def job(payload: Any, ctx: JobContext) -> None:
         assert ctx.connection is not None
-        ctx.connection.execute_sql(
+        ctx.connection.cursor().execute(
             f"INSERT INTO notes_index (note_id) VALUES ({int(payload['note_id'])})"
         )
         if payload.get("fail"):
@@ -375,10 +380,7 @@ def _idle_worker(database: Database) -> Iterator[tuple[Worker, threading.Event]]
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while not worker._dry and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert worker._dry
+        assert worker.idle.wait(30)
         if database.dialect.supports_listen:
             assert worker.listener is not None and worker.listener.ready.wait(30)
         yield worker, ran
@@ -428,3 +430,42 @@ def test_worker_listener_survives_losing_its_connection_and_closes_with_the_work
     while _listen_sessions(conn) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert _listen_sessions(conn) == []  # close() ended the listener and its connection
+
+
+def test_jobs_prefetched_behind_a_slow_one_go_back_for_another_worker(
+    database: Database, app_conn: Any, conn: Connection
+) -> None:
+    """Adaptive prefetch (the default): a worker whose only slot is stuck in a slow job
+    hands the quick jobs it claimed behind it back, attempt refunded, and a second
+    worker runs them while the slow one is still running."""
+    release = threading.Event()
+    started = threading.Event()
+    ran: list[tuple[str, int]] = []
+    registry = Registry()
+
+    @registry.job("a.slow")
+    def slow(payload: Any, ctx: JobContext) -> None:
+        started.set()
+        assert release.wait(60)
+
+    @registry.job("a.quick")
+    def quick(payload: Any, ctx: JobContext) -> None:
+        ran.append((ctx.message_id, ctx.attempt))
+
+    _push(app_conn, Job("a.slow", {}))
+    quick_ids = _push(app_conn, *[Job("a.quick", {"i": i}) for i in range(6)])
+    stuck = Worker(database, registry, WorkerConfig(listen=False, sleep=0.05))
+    thread = threading.Thread(target=stuck.run)
+    thread.start()
+    try:
+        assert started.wait(30)
+        with Worker(database, registry, WorkerConfig(listen=False)) as other:
+            wait_until(lambda: other.run_once() == 0 and len(ran) == len(quick_ids), 60)
+        assert not release.is_set()  # all of it while the slow job still ran
+        assert sorted(ran) == sorted((mid, 1) for mid in quick_ids)  # no attempt spent
+    finally:
+        release.set()
+        stuck.stop()
+        thread.join(30)
+    assert stuck.stats.released >= 1 and stuck.stats.succeeded == 1
+    assert count(conn, "outbox_jobs") == 0

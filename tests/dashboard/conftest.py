@@ -31,9 +31,9 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from outbox.db.connection import Database
-from outbox.schemas import migrate
-from tests import backends
+from outbox.db.migrate import migrate
 from tests.dashboard import seed
+from tests.fixtures import databases as backends
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "dash-token-" + secrets.token_hex(12)

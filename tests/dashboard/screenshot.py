@@ -21,7 +21,7 @@ import uvicorn
 
 from outbox.dashboard import create_app
 from outbox.db.connection import Database
-from outbox.schemas import migrate
+from outbox.db.migrate import migrate
 from tests.dashboard import seed
 from tests.dashboard.conftest import CHROMIUM, free_port
 
@@ -43,7 +43,7 @@ def _history(url: str) -> None:
         start = (now // 60_000 - (59 - minute)) * 60_000
         stamp = min(now, start + rng.randint(0, 59_000))
         for message_id in flat[at : at + count]:
-            seed.scalar(url, "UPDATE outbox_messages SET published_at = ? WHERE message_id = ?",
+            seed.scalar(url, "UPDATE outbox_keys SET created_at = ? WHERE message_id = ?",
                         stamp, message_id)
         at += count
     dead = seed.dead_letters(url, 14, message="smtp: 550 mailbox unavailable")

@@ -18,7 +18,7 @@ from outbox import Job, PermanentFailure, Registry, record
 from outbox.db.connection import Database
 from outbox.queue import JobContext, Worker, WorkerConfig, push
 from outbox.relay import Relay, RelayConfig
-from tests.backends import backend_of, raw_connect
+from tests.fixtures.databases import backend_of, raw_connect
 
 PAYLOAD_MARKER = "PAYLOAD-SECRET-5d1f"
 registry = Registry()
@@ -157,11 +157,11 @@ def intent_state(url: str, message_id: str) -> str | None:
 def seed_site(url: str) -> dict[str, Any]:
     """A database an operator would recognise: several queues, handed-off intents, pending
     ones, quarantined ones, delayed and ready jobs, dead letters."""
-    intents(url, 40, queue="mail")
+    handed_off = intents(url, 40, queue="mail")
     intents(url, 25, queue="search")
     relay(url)
-    intents(url, 6, queue="mail")
+    intents(url, 6, queue="mail")  # (handed off by the relay run of quarantined() below)
     push_jobs(url, "billing", ["billing.charge"] * 12 + ["billing.refund"] * 3)
     push_jobs(url, "billing", ["billing.reminder"] * 5, delay=3600)
     dead = dead_letters(url, 3, message="card declined", queue="reports")
-    return {"dead": dead, "quarantined": quarantined(url, 2)}
+    return {"dead": dead, "quarantined": quarantined(url, 2), "handed_off": handed_off}

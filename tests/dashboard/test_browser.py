@@ -57,10 +57,11 @@ def test_overview_shows_counts_chart_and_queues(page: Any, site: Site, screensho
     expect(page.locator("#mode")).to_have_text("read-only")
     expect(page.locator("tr[data-queue=billing] [data-count=delayed]")).to_have_text("5")
     expect(page.locator("tr[data-queue=mail]")).to_be_visible()
-    bars = page.locator("svg.chart rect.bar.handed")
-    assert bars.count() >= 1  # the seed handed off 65 intents a moment ago
+    bars = page.locator("svg.chart rect.bar.recorded")
+    assert bars.count() >= 1  # the seed recorded 73 intents a moment ago
     titles = " ".join(page.locator("svg.chart title").all_text_contents())
-    assert "handed off" in titles
+    assert " recorded, " in titles
+    expect(page.locator(".note", has_text="What this counts: intents recorded")).to_be_visible()
     page.screenshot(path=str(screenshots / f"{site.backend}-overview-read-only.png"))
 
 

@@ -18,8 +18,8 @@ from starlette.routing import Mount
 from outbox.cli import main
 from outbox.dashboard import create_app
 from outbox.db.connection import Database
+from outbox.db.migrate import migrate
 from outbox.errors import ConfigurationError
-from outbox.schemas import migrate
 from tests.dashboard import seed
 from tests.dashboard.client import HTML, bearer, get, post
 from tests.dashboard.conftest import TOKEN, Site, free_port, start_server
@@ -39,8 +39,8 @@ def test_bad_options_are_refused_before_anything_starts() -> None:
     assert code == 2 and "--refresh" in out
     code, out = _cli("dashboard", env={"OUTBOX_DASHBOARD_TOKEN": "hunter2-secret"})
     assert code == 1 and "at least 16 printable ASCII" in out and "hunter2" not in out
-    code, out = _cli("--database-url", "nosuch://x", "dashboard")
-    assert code == 1 and "unsupported database URL scheme 'nosuch'" in out
+    code, out = _cli("--database-url", "nosuch://x", "dashboard")  # a usage error, as everywhere
+    assert code == 2 and "unsupported database URL scheme 'nosuch'" in out
 
 
 def test_help_names_every_option_and_the_safety_rule() -> None:
@@ -118,19 +118,32 @@ def test_mounted_under_a_prefix_every_link_and_redirect_stays_under_it(
 
 
 def test_an_unreachable_database_answers_503_without_naming_it(tmp_path: Path) -> None:
-    hidden = tmp_path / "no-such-folder" / "secret-name.db"
-    server = start_server(
-        f"sqlite:///{hidden}", tmp_path / "down.log", wait_path="/static/dashboard.css"
-    )
+    # Nothing listens on port 1: the dashboard starts anyway and says the database is down.
+    down = "postgresql://secret-user:secret-pass@127.0.0.1:1/secret-name"
+    server = start_server(down, tmp_path / "down.log", wait_path="/static/dashboard.css")
     try:
         for path in ("/", "/api/status", "/dead-letters"):
             for headers in (HTML, {}):
                 answer = get(server.url + path, headers=headers)
                 assert answer.status == 503
                 assert "the database did not answer" in answer.body
-                assert "secret-name" not in answer.body and "no-such-folder" not in answer.body
+                for secret in ("secret-name", "secret-user", "secret-pass"):
+                    assert secret not in answer.body
     finally:
         server.stop()
+
+
+def test_a_mistyped_sqlite_path_or_an_unmigrated_database_stops_before_serving(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "outbx.db"
+    code, out = _cli("--database-url", f"sqlite:///{missing}", "dashboard")
+    assert code == 1 and f"no SQLite database at '{missing}'" in out and "outbox migrate" in out
+    assert not missing.exists()
+    empty = tmp_path / "empty.db"
+    Database(f"sqlite:///{empty}").connect().close()
+    code, out = _cli("--database-url", f"sqlite:///{empty}", "dashboard")
+    assert code == 1 and "no outbox tables; run `outbox migrate` first" in out
 
 
 def test_allowed_host_adds_a_name_to_answer(tmp_path: Path) -> None:

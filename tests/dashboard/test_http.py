@@ -211,6 +211,21 @@ def test_bad_input_is_named_and_changes_nothing(site: Site) -> None:
     assert seed.is_dead(site.db_url, dead[0])
 
 
+def test_the_job_page_says_where_the_message_is_now(site: Site) -> None:
+    """Schema 2 keeps only pending and quarantined intents: one in the queue or the dead
+    letters but not in the outbox reads "handed off"."""
+    url = site.readonly.url
+    handed = get(url + f"/jobs/{site.seeded['handed_off'][0]}", headers=HTML)
+    assert handed.status == 200
+    assert "In the queue" in handed.body and "Intent · handed off" in handed.body
+    quarantined = get(url + f"/jobs/{next(iter(site.seeded['quarantined']))}", headers=HTML)
+    assert quarantined.status == 200
+    assert "Intent · quarantined" in quarantined.body and "handed off" not in quarantined.body
+    assert "In the queue" not in quarantined.body
+    dead = get(url + f"/jobs/{site.seeded['dead'][0]}", headers=HTML)
+    assert "Dead letter" in dead.body and "Intent · handed off" in dead.body
+
+
 def test_no_answer_contains_the_database_url_its_password_or_a_read_only_payload(
     site: Site,
 ) -> None:

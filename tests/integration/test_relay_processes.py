@@ -55,10 +55,10 @@ def test_racing_relays_hand_off_every_committed_intent_exactly_once(
         if t % 3 != 2
         for i in range(PER_TX)
     }
-    digests = {r[0] for r in conn.execute_sql("SELECT key_digest FROM outbox_messages")}
+    digests = {r[0] for r in conn.execute_sql("SELECT key_digest FROM outbox_keys")}
     assert digests == committed  # none of the rolled-back ones
     rows = outbox_rows(conn)
-    assert set(rows.values()) == {("published", None, True)}
+    assert set(rows.values()) == {("handed_off", None, True)}
     queued = queued_ids(conn)
     assert len(queued) == len(set(queued)) == len(committed)
     assert set(queued) == set(rows)
@@ -86,7 +86,7 @@ def test_relay_killed_at_random_points_loses_nothing_and_hands_off_nothing_twice
     queued = queued_ids(conn)
     assert len(queued) == len(set(queued)) == rows
     states = outbox_rows(conn)
-    assert set(states.values()) == {("published", None, True)}
+    assert set(states.values()) == {("handed_off", None, True)}
     assert set(queued) == set(states)
 
 
@@ -96,27 +96,29 @@ def test_relay_never_skips_a_long_transaction_committed_after_a_later_one(
     if backend == "sqlite":
         skip_gap(Gap.SQLITE_ONE_WRITER)
     from outbox import Job, record
-    from tests.backends import raw_connect
+    from tests.fixtures.databases import raw_connect
 
     long_tx = raw_connect(db_url)
     try:
         long_id = record(long_tx, "long", Job("tests.echo", {"n": 1}, queue="q1"))
         [short_id] = record_many(db_url, [_key_sorting_after("long")])
+        short_pk = _row_id(conn, short_id)
         with Relay(database) as relay:
             assert relay.run().handed_off == 1
             assert queued_ids(conn) == [short_id]
             long_tx.commit()
+            long_pk = _row_id(conn, long_id)
             assert relay.run().handed_off == 1
     finally:
         long_tx.close()
     assert queued_ids(conn) == [short_id, long_id]
-    [(long_pk,)] = conn.execute_sql(
-        f"SELECT id FROM outbox_messages WHERE message_id = '{long_id}'"
-    )
-    [(short_pk,)] = conn.execute_sql(
-        f"SELECT id FROM outbox_messages WHERE message_id = '{short_id}'"
-    )
     assert long_pk < short_pk  # the id order a high-water mark would have trusted
+
+
+def _row_id(conn: Connection, message_id: str) -> int:
+    """The outbox row's id (read while the intent is still pending: it leaves at handoff)."""
+    [(pk,)] = conn.execute_sql(f"SELECT id FROM outbox_messages WHERE message_id = '{message_id}'")
+    return int(pk)
 
 
 def _key_sorting_after(key: str) -> str:

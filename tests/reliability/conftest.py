@@ -12,9 +12,10 @@ import psycopg
 import pytest
 
 from outbox.db.connection import Database
-from outbox.schemas import migrate
-from tests import backends, pg_cluster
+from outbox.db.migrate import migrate
+from tests import pg_cluster
 from tests.fault_harness import install_ledger
+from tests.fixtures import databases as backends
 from tests.gaps import Gap, skip_gap
 
 SOAK = os.environ.get("OUTBOX_SOAK", "") not in ("", "0")

@@ -17,8 +17,8 @@ from typing import Any
 
 from outbox.errors import PermanentFailure
 from outbox.queue.registry import Registry
-from tests.backends import raw_connect
 from tests.fault_harness import placeholder
+from tests.fixtures.databases import raw_connect
 
 registry = Registry()
 # Claims count attempts, so a job on a worker SIGKILLed over and over spends one each
@@ -64,6 +64,6 @@ def run_tx(payload: dict[str, Any], ctx: Any) -> None:
     if "fail" in payload:
         raise HarnessFailure(payload["fail"])
     ph = placeholder(os.environ["HARNESS_URL"])
-    ctx.connection.execute_sql(
+    ctx.connection.cursor().execute(
         INSERT.format(", ".join([ph] * 4)), (ctx.message_id, str(os.getpid()), ctx.attempt, 1)
     )

@@ -15,7 +15,6 @@ from outbox import Job, errors, record
 from outbox.db.connection import Database
 from outbox.errors import DatabaseError, NoActiveTransaction, OutboxError
 from outbox.queue.worker import Worker, WorkerConfig
-from tests.backends import raw_connect
 from tests.fault_harness import (
     QUEUE,
     WORKER_READY,
@@ -29,6 +28,7 @@ from tests.fault_harness import (
     wait_until,
     worker_argv,
 )
+from tests.fixtures.databases import raw_connect
 from tests.pg_cluster import PgCluster
 
 
@@ -129,6 +129,6 @@ def test_an_idle_worker_survives_a_server_restart(
     pg_private.restart("fast")
     thread.join(timeout=3.0)  # several reaper periods
     alive = thread.is_alive()
-    worker.stop(now=True)
+    worker.stop_now()
     thread.join(timeout=30)
     assert alive and crashed == [], [type(e).__name__ for e in crashed]

@@ -9,8 +9,8 @@ from typing import Any
 
 from outbox import Job, record
 from outbox.cli import main
-from tests.backends import backend_of, raw_connect
 from tests.fault_harness import QUEUE, cli_argv, fetch, finish, spawn, worker_argv
+from tests.fixtures.databases import backend_of, raw_connect
 
 MARKER = "PRIVATE-7f3a-MARKER"
 #: every listing/status command; none may print the marker

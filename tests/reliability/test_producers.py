@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.backends import backend_of
 from tests.fault_harness import (
     WORKER_READY,
     Supervisor,
@@ -22,6 +21,7 @@ from tests.fault_harness import (
     wait_until,
     worker_argv,
 )
+from tests.fixtures.databases import backend_of
 from tests.reliability.producers import install_hot_rows
 
 TRANSACTIONS = 40

@@ -15,7 +15,6 @@ from outbox import Job, record
 from outbox.db.connection import Connection, Database
 from outbox.errors import DatabaseError
 from outbox.relay import Relay, RelayConfig
-from tests.backends import backend_of, raw_connect
 from tests.fault_harness import (
     Supervisor,
     check_handoff,
@@ -28,6 +27,7 @@ from tests.fault_harness import (
     spawn_producers,
     wait_until,
 )
+from tests.fixtures.databases import backend_of, raw_connect
 from tests.gaps import Gap, skip_gap
 
 

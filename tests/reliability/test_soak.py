@@ -23,7 +23,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests import backends
 from tests.fault_harness import (
     WORKER_READY,
     Supervisor,
@@ -35,6 +34,7 @@ from tests.fault_harness import (
     wait_until,
     worker_argv,
 )
+from tests.fixtures import databases as backends
 from tests.gaps import Gap, skip_mark
 from tests.pg_cluster import PgCluster
 from tests.reliability.conftest import SOAK, migrated

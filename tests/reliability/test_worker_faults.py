@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from outbox.queue import push
-from tests.backends import raw_connect
 from tests.fault_harness import (
     WORKER_READY,
     Supervisor,
@@ -26,6 +25,7 @@ from tests.fault_harness import (
     wait_until,
     worker_argv,
 )
+from tests.fixtures.databases import raw_connect
 
 CONCURRENCY, PREFETCH = 2, 2
 

@@ -8,6 +8,10 @@ SELECT
     (SELECT created_at FROM outbox_messages WHERE state = 'pending' ORDER BY id LIMIT 1),
     {now_ms};
 
+-- name: status_key_count
+-- Key rows: one per intent recorded and not yet pruned, handed off or not.
+SELECT count(*) FROM outbox_keys;
+
 -- name: status_pending_count
 SELECT count(*) FROM outbox_messages WHERE state = 'pending';
 
@@ -45,3 +49,9 @@ UPDATE outbox_messages
 SET state = 'pending', payload = :payload, fingerprint = :fingerprint,
     failed_at = NULL, failure_reason = NULL
 WHERE id = :id AND state = 'failed';
+
+-- name: retry_accept_key
+-- ... and the key row takes the new fingerprint, so a replay compares against it.
+UPDATE outbox_keys
+SET fingerprint = :fingerprint
+WHERE key_digest = (SELECT key_digest FROM outbox_messages WHERE id = :id);

@@ -19,3 +19,7 @@ SELECT message_id FROM outbox_failed_jobs ORDER BY id LIMIT :limit;
 -- name: queue_admin_remove
 -- Remove one job from the queue (a worker holding it then loses its lease).
 DELETE FROM outbox_jobs WHERE message_id = :message_id;
+
+-- name: queue_job_count
+-- Jobs of one queue in the table, held or not (the demo waits for its queue to empty).
+SELECT count(*) FROM outbox_jobs WHERE queue = :queue;

@@ -5,15 +5,15 @@
 SELECT id, message_id,
     CASE
         WHEN payload IS NULL OR NOT JSON_VALID(payload) THEN 'invalid_json'
-        WHEN CHAR_LENGTH(job_name) NOT BETWEEN 1 AND 200
+        WHEN CHAR_LENGTH(job_name) NOT BETWEEN 1 AND {max_name_chars}
             OR job_name REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_name'
-        WHEN CHAR_LENGTH(queue) NOT BETWEEN 1 AND 200
+        WHEN CHAR_LENGTH(queue) NOT BETWEEN 1 AND {max_name_chars}
             OR queue REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_queue'
-        WHEN max_attempts NOT BETWEEN 1 AND 1000 THEN 'invalid_max_attempts'
+        WHEN max_attempts NOT BETWEEN 1 AND {max_attempts_limit} THEN 'invalid_max_attempts'
         WHEN available_at < 0 THEN 'invalid_available_at'
-        WHEN LENGTH(payload) > 65535 THEN 'payload_too_large'
+        WHEN LENGTH(payload) > {max_payload_bytes} THEN 'payload_too_large'
         WHEN fingerprint IS NULL OR CAST(fingerprint AS BINARY) <> CAST(SHA2(CONCAT(
-                'v1', CHAR(10 USING utf8mb4), job_name, CHAR(10 USING utf8mb4), queue,
+                '{fingerprint_version}', CHAR(10 USING utf8mb4), job_name, CHAR(10 USING utf8mb4), queue,
                 CHAR(10 USING utf8mb4), COALESCE(CAST(max_attempts AS CHAR), ''),
                 CHAR(10 USING utf8mb4), COALESCE(CAST(available_at AS CHAR), ''),
                 CHAR(10 USING utf8mb4), payload), 256) AS BINARY)
@@ -46,10 +46,11 @@ FROM outbox_messages,
 WHERE id IN :ids AND state = 'pending'
 ORDER BY id;
 
--- name: relay_mark_published
-UPDATE outbox_messages
-SET state = 'published', payload = NULL,
-    published_at = {now_ms}
+-- name: relay_delete_moved
+-- The handed-off rows leave the outbox (their key rows stay in outbox_keys). The rows
+-- were selected FOR UPDATE by relay_claim: select-then-delete under the row locks,
+-- since MySQL 8 has no DELETE ... RETURNING.
+DELETE FROM outbox_messages
 WHERE id IN :ids AND state = 'pending';
 
 -- name: relay_mark_failed

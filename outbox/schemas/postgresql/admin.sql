@@ -6,15 +6,30 @@ FROM outbox_messages
 WHERE message_id = :message_id
 FOR UPDATE;
 
--- name: prune_batch
--- At most :batch published tombstones published at least :age_ms ago, oldest first.
--- Pending and failed rows never match.
+-- name: prune_tombstones
+-- At most :batch tombstones (left by a version-1 relay, or by the rolling-upgrade
+-- trigger of migration 2) published at least :age_ms ago, oldest first. Pending and
+-- failed rows never match.
 DELETE FROM outbox_messages
 WHERE id IN (
     SELECT id FROM outbox_messages
     WHERE state = 'published'
         AND published_at <= {now_ms} - :age_ms
     ORDER BY published_at
+    LIMIT :batch
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: prune_keys
+-- At most :batch key rows recorded at least :age_ms ago whose intents were handed off
+-- (no row of theirs is left in outbox_messages), oldest first. The key of a pending or
+-- quarantined intent never matches. This ends deduplication for those keys.
+DELETE FROM outbox_keys
+WHERE key_digest IN (
+    SELECT k.key_digest FROM outbox_keys AS k
+    WHERE k.created_at <= {now_ms} - :age_ms
+        AND NOT EXISTS (SELECT 1 FROM outbox_messages AS m WHERE m.key_digest = k.key_digest)
+    ORDER BY k.created_at
     LIMIT :batch
     FOR UPDATE SKIP LOCKED
 );

@@ -1,14 +1,15 @@
 -- The dashboard's reads (outbox/dashboard/store.py). Every one is index-backed or reads
 -- only the dead letters, which stay few; none reads a payload unless it says so.
 
--- name: dashboard_handed_off_per_minute
--- Intents the relay handed off, per minute (UNIX minute) since :since_ms: a range of the
--- published index (outbox_messages_published).
--- Prune removes tombstones, so a minute pruned away reads 0.
-SELECT published_at / 60000 AS minute, count(*)
-FROM outbox_messages
-WHERE state = 'published' AND published_at >= :since_ms
-GROUP BY published_at / 60000;
+-- name: dashboard_recorded_per_minute
+-- Intents recorded, per minute (UNIX minute) since :since_ms: a range of the key rows'
+-- age index (outbox_keys_created), read from the index alone. Every intent has a key row
+-- from the moment it is recorded, whether it is pending, quarantined or handed off since,
+-- until `outbox prune` removes it: a minute pruned away reads 0.
+SELECT created_at / 60000 AS minute, count(*)
+FROM outbox_keys
+WHERE created_at >= :since_ms
+GROUP BY created_at / 60000;
 
 -- name: dashboard_dead_per_minute
 -- Jobs dead-lettered, per minute since :since_ms. There is no index on failed_at: this
@@ -70,11 +71,13 @@ FROM outbox_jobs
 WHERE message_id = :message_id;
 
 -- name: dashboard_intent
--- One intent by message id (unique index), no payload: pending, published or quarantined.
+-- One intent still in the outbox by message id (unique index), no payload: pending or
+-- quarantined. A handed-off intent has left the table; a 'published' row is a tombstone
+-- a version-1 relay left during a rolling upgrade, and reads as handed off (not found).
 SELECT message_id, job_name, queue, state, max_attempts, available_at, created_at,
-       published_at, failed_at, failure_reason
+       failed_at, failure_reason
 FROM outbox_messages
-WHERE message_id = :message_id;
+WHERE message_id = :message_id AND state <> 'published';
 
 -- name: dashboard_job_payload
 -- A queued job's payload: only for a signed-in operator of a dashboard started with
@@ -86,12 +89,12 @@ SELECT payload FROM outbox_jobs WHERE message_id = :message_id;
 SELECT payload FROM outbox_failed_jobs WHERE message_id = :message_id;
 
 -- name: dashboard_intent_payload
--- A pending or quarantined intent's payload, on the same terms (handed off: NULL).
-SELECT payload FROM outbox_messages WHERE message_id = :message_id;
+-- A pending or quarantined intent's payload, on the same terms.
+SELECT payload FROM outbox_messages WHERE message_id = :message_id AND state <> 'published';
 
 -- name: dashboard_outbox_counts
 -- Pending and quarantined intents, each counted up to :cap rows of its index (the
--- pending/failed partial indexes; state + id on MariaDB), so a million handed-off
+-- pending/failed partial indexes; state + id on MariaDB), so leftover version-1
 -- tombstones cost nothing; the oldest pending intent by id; the database's clock.
 SELECT
     (SELECT count(*) FROM

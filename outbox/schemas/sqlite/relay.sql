@@ -6,17 +6,17 @@
 SELECT id, message_id,
     CASE
         WHEN typeof(payload) <> 'text' OR NOT json_valid(payload) THEN 'invalid_json'
-        WHEN typeof(job_name) <> 'text' OR length(job_name) NOT BETWEEN 1 AND 200
+        WHEN typeof(job_name) <> 'text' OR length(job_name) NOT BETWEEN 1 AND {max_name_chars}
             OR job_name REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_name'
-        WHEN typeof(queue) <> 'text' OR length(queue) NOT BETWEEN 1 AND 200
+        WHEN typeof(queue) <> 'text' OR length(queue) NOT BETWEEN 1 AND {max_name_chars}
             OR queue REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_queue'
         WHEN typeof(max_attempts) NOT IN ('integer', 'null')
-            OR max_attempts NOT BETWEEN 1 AND 1000 THEN 'invalid_max_attempts'
+            OR max_attempts NOT BETWEEN 1 AND {max_attempts_limit} THEN 'invalid_max_attempts'
         WHEN typeof(available_at) NOT IN ('integer', 'null')
             OR available_at < 0 THEN 'invalid_available_at'
-        WHEN length(CAST(payload AS BLOB)) > 65535 THEN 'payload_too_large'
+        WHEN length(CAST(payload AS BLOB)) > {max_payload_bytes} THEN 'payload_too_large'
         WHEN typeof(fingerprint) <> 'text' OR outbox_sha256(
-                'v1' || char(10) || job_name || char(10) || queue || char(10)
+                '{fingerprint_version}' || char(10) || job_name || char(10) || queue || char(10)
                 || coalesce(CAST(max_attempts AS TEXT), '') || char(10)
                 || coalesce(CAST(available_at AS TEXT), '') || char(10) || payload)
             <> fingerprint THEN 'fingerprint_mismatch'
@@ -46,10 +46,9 @@ FROM outbox_messages,
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
 ORDER BY id;
 
--- name: relay_mark_published
-UPDATE outbox_messages
-SET state = 'published', payload = NULL,
-    published_at = {now_ms}
+-- name: relay_delete_moved
+-- The handed-off rows leave the outbox (their key rows stay in outbox_keys).
+DELETE FROM outbox_messages
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending';
 
 -- name: relay_mark_failed

@@ -1,0 +1,30 @@
+"""The database seam: everything that talks to a database goes through here.
+
+Contract
+--------
+- ``Database(url)`` parses a URL (SQLite, PostgreSQL via psycopg 3, MariaDB/MySQL via
+  PyMySQL) and opens our own ``Connection`` objects: autocommit outside
+  ``transaction()``, with one retry policy (``transact``/``atomic``/``read``) that
+  retries only confirmed deadlocks, serialisation failures and SQLite BUSY.
+- ``conn.driver`` is the dialect's ``Driver`` (``driver.py`` is the interface and the
+  shared implementation; ``sqlite.py``, ``postgresql.py`` and ``mysql.py`` override what
+  their dialect does differently). Operations are named noun-verb (``job_claim``,
+  ``outbox_handoff``, ``dead_requeue``), take small frozen params (``rows.py``) and
+  return typed rows, never tuples read by position. Each is one short transaction
+  unless its name ends in ``_in_tx``.
+- ``caller.py`` is the half that runs on the *caller's* connection (``record()``,
+  ``push()``), sync or async, through ``adapters.py``.
+- Capabilities live on the ``Dialect`` (``supports_returning``, ``supports_listen``, …);
+  code asks a capability, not a name.
+- Driver errors are translated in one place (``errors.py``): ``DatabaseError`` carries
+  the operation and the driver's SQLSTATE / error number; on the caller's connection a
+  retryable error becomes ``RetryTransaction``.
+- SQL text lives only in ``outbox/schemas/`` (named statements, per dialect, loaded by
+  ``sql.py``) and in this package. ``listen.py`` is the one LISTEN/NOTIFY helper;
+  ``migrate.py`` runs the numbered migrations of ``outbox/schemas/<dialect>/migrations``.
+"""
+
+from outbox.db.connection import Connection, Database
+from outbox.db.driver import Driver
+
+__all__ = ["Connection", "Database", "Driver"]

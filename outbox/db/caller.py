@@ -1,0 +1,141 @@
+"""The seam's half that runs on the *caller's* connection: ``record()`` and ``push()``.
+
+These write inside the application's own transaction, on whatever connection kind it
+holds (``outbox.db.adapters``), sync or async. Each operation is a plan: a generator
+that yields ``(statement name, params)`` and receives the rows. ``run`` and
+``run_async`` drive a plan on a connection, so one copy of the logic serves both, and
+driver errors are translated here (a deadlock or busy database becomes
+``RetryTransaction``: the caller's transaction is doomed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+
+from outbox.db.adapters import AsyncTarget, Target
+from outbox.db.connection import Row
+from outbox.db.dialect import Dialect
+from outbox.db.errors import translated
+from outbox.db.sql import queries
+
+T = TypeVar("T")
+Step = tuple[str, Mapping[str, Any]]
+Plan = Generator[Step, list[Row], T]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyHolder:
+    """The intent that holds an idempotency key: its message id and fingerprint."""
+
+    message_id: str
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class IntentInsert:
+    """One intent to insert unless its key exists (``record_insert``'s columns)."""
+
+    row: Mapping[str, Any]
+    notify: bool
+
+
+@dataclass(frozen=True, slots=True)
+class IntentsInsert:
+    """Many intents (rows in ``record_many_insert``'s column order), one statement."""
+
+    rows: Sequence[Sequence[Any]]
+    notify: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobPush:
+    """One job straight into the queue (``queue_push``'s columns)."""
+
+    row: Mapping[str, Any]
+    notify: bool
+
+
+def intent_insert(p: IntentInsert, dialect: Dialect) -> Plan[KeyHolder | None]:
+    """Insert the key row and the intent unless the key exists; the holder of the key
+    (ours if inserted), or None when it is outside this transaction's snapshot.
+
+    One statement where the dialect can insert in a WITH clause; elsewhere the key row
+    first, then the intent only if that key row is its own.
+    """
+    rows = yield ("record_insert_notify" if p.notify else "record_insert", p.row)
+    if not dialect.supports_insert_cte:
+        yield ("record_insert_intent", p.row)
+    if dialect.supports_returning and rows:
+        return KeyHolder(str(rows[0][0]), str(p.row["fingerprint"]))
+    found = yield ("record_lookup", {"key_digest": p.row["key_digest"]})
+    if not found:
+        return None
+    return KeyHolder(str(found[0][0]), str(found[0][1]))
+
+
+def intents_insert(
+    p: IntentsInsert, fingerprints: Mapping[str, str], dialect: Dialect
+) -> Plan[dict[str, KeyHolder]]:
+    """Insert the keys that are new, with their intents; look up the holders of those
+    that were not.
+
+    ``fingerprints`` maps each key digest of the batch to its fingerprint. A key
+    missing from the result is held outside this transaction's snapshot.
+    """
+    name = "record_many_insert_notify" if p.notify else "record_many_insert"
+    batch = {"rows": orjson.dumps([tuple(r) for r in p.rows]).decode()}
+    rows = yield (name, batch)
+    if not dialect.supports_insert_cte:
+        yield ("record_many_insert_intents", batch)
+    held = {str(d): KeyHolder(str(m), fingerprints[str(d)]) for d, m in rows}
+    missing = [d for d in fingerprints if d not in held]
+    if missing:
+        found = yield ("record_many_lookup", {"key_digests": orjson.dumps(missing).decode()})
+        held.update({str(d): KeyHolder(str(m), str(fp)) for d, m, fp in found})
+    return held
+
+
+def keys_held(key_digests: Sequence[str]) -> Plan[dict[str, KeyHolder]]:
+    """The holders of those of ``key_digests`` that are recorded (``emit`` replays only
+    the listeners its first emit recorded)."""
+    rows = yield ("record_many_lookup", {"key_digests": orjson.dumps(list(key_digests)).decode()})
+    return {str(d): KeyHolder(str(m), str(fp)) for d, m, fp in rows}
+
+
+def job_push(p: JobPush, dialect: Dialect) -> Plan[str]:
+    rows = yield ("queue_push_notify" if p.notify else "queue_push", p.row)
+    if dialect.supports_returning and not rows:
+        raise RuntimeError("queue_push returned no row")
+    return str(p.row["message_id"])
+
+
+def run(plan: Plan[T], target: Target, operation: str) -> T:
+    """Drive ``plan`` on a sync caller connection."""
+    sql = queries(target.dialect)
+    try:
+        name, params = next(plan)
+        while True:
+            with translated(operation, caller=True):
+                rows = target.run(sql[name], params)
+            name, params = plan.send(rows)
+    except StopIteration as done:
+        value: T = done.value
+        return value
+
+
+async def run_async(plan: Plan[T], target: AsyncTarget, operation: str) -> T:
+    """Drive ``plan`` on an async caller connection."""
+    sql = queries(target.dialect)
+    try:
+        name, params = next(plan)
+        while True:
+            with translated(operation, caller=True):
+                rows = await target.run(sql[name], params)
+            name, params = plan.send(rows)
+    except StopIteration as done:
+        value: T = done.value
+        return value

@@ -1,0 +1,421 @@
+"""The driver: every database operation the services make, typed, per dialect.
+
+``Driver`` is the interface and the shared implementation; ``SqliteDriver``,
+``PostgresqlDriver`` and ``MysqlDriver`` (one module each) override what their dialect
+does differently. See the contract in ``outbox.db``'s docstring.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ClassVar, TypeVar
+
+from outbox.db.connection import Connection, Row
+from outbox.db.dialect import Dialect
+from outbox.db.errors import translated
+from outbox.db.rows import (
+    ClaimedJob,
+    ExpiredJob,
+    FailedDetail,
+    FailedIntent,
+    FailedRow,
+    Failure,
+    HandoffResult,
+    IntentCounts,
+    JobClaim,
+    JobDeadLetter,
+    JobFence,
+    JobRelease,
+    JobReleaseUnspent,
+    JobRow,
+    OutboxHandoff,
+    QueueCounts,
+    ReapResult,
+    RetryRow,
+    StoredIntent,
+)
+from outbox.errors import DatabaseError
+
+T = TypeVar("T")
+
+# The LISTEN/NOTIFY channels: ``record()`` wakes relays, handoffs and ``push()`` wake workers.
+RELAY_CHANNEL = "outbox_relay"
+JOBS_CHANNEL = "outbox_jobs"
+LEASE_EXPIRED = "LeaseExpired"
+
+# A relay batch's outcome before it is timed: claimed, handed off, (id, reason) quarantined.
+Outcome = tuple[int, int, tuple[tuple[str, str], ...]]
+
+
+class Driver:
+    """One connection of ours and the operations on it, named noun-verb.
+
+    Every method is one short transaction (or one autocommit statement) under the
+    connection's retry policy, unless its name ends in ``_in_tx``: those run inside a
+    transaction the caller opened with ``conn.transaction()``.
+    """
+
+    dialect: ClassVar[Dialect]
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _one(self, operation: str, name: str, params: dict[str, Any] | None = None) -> list[Row]:
+        """One statement in its own transaction (``Connection.atomic``)."""
+        return self.conn.atomic(lambda c: c.execute(name, params), operation=operation)
+
+    def _count(self, operation: str, name: str, params: dict[str, Any]) -> int:
+        return self.conn.atomic(lambda c: c.execute_count(name, params), operation=operation)
+
+    def _read(self, operation: str, name: str, params: dict[str, Any] | None = None) -> list[Row]:
+        """A read outside any transaction (no writer lock on SQLite)."""
+        return self.conn.read(lambda c: c.execute(name, params), operation=operation)
+
+    def _transact(self, operation: str, fn: Callable[[Connection], T]) -> T:
+        return self.conn.transact(fn, operation=operation)
+
+    # -- clock and session ------------------------------------------------------------
+
+    def clock_now(self) -> int:
+        """The database's clock, in milliseconds since the UNIX epoch."""
+        return int(self._read("clock", "now_ms")[0][0])
+
+    def session_start_worker(self) -> None:
+        """Settings of a worker's own connection (see ``queue_worker_session``), outside
+        any transaction: SQLite refuses to change ``synchronous`` inside one."""
+        with translated("connect"):
+            self.conn.execute("queue_worker_session")
+
+    def listen_statement(self, channel: str) -> str:
+        """The statement that subscribes a connection to ``channel`` (LISTEN dialects)."""
+        raise DatabaseError(f"{self.dialect.name} has no LISTEN/NOTIFY", operation="listen")
+
+    # -- jobs -------------------------------------------------------------------------
+
+    def job_claim(self, p: JobClaim) -> list[ClaimedJob]:
+        """Hold up to ``p.limit`` due jobs, oldest due first, each attempt counted."""
+        rows = self._one("claim", "job_claim", _claim_params(p))
+        return _claimed(rows)
+
+    def job_ack(self, fence: JobFence) -> set[int]:
+        """Delete finished jobs; return the ids this worker still held."""
+        if not fence.jobs:
+            return set()
+        return {int(r[0]) for r in self._one("ack", "job_ack", fence.params())}
+
+    def job_ack_claim(self, done: JobFence, claim: JobClaim) -> tuple[set[int], list[ClaimedJob]]:
+        """``job_ack(done)`` then ``job_claim(claim)`` in one transaction."""
+        if not done.jobs:
+            return set(), self.job_claim(claim)
+        params = {**done.params(), **_claim_params(claim)}
+
+        def both(c: Connection) -> tuple[set[int], list[Row]]:
+            acked = {int(r[0]) for r in c.execute("job_ack", params)}
+            return acked, self._claim_rows_in_tx(params)
+
+        acked, rows = self._transact("claim", both)
+        return acked, _claimed(rows)
+
+    def _claim_rows_in_tx(self, params: dict[str, Any]) -> list[Row]:
+        return self.conn.execute("job_claim", params)
+
+    def job_ack_in_tx(self, fence: JobFence) -> bool:
+        """Delete one held job inside the caller's open transaction (transactional
+        handlers: the handler's writes and the acknowledgement commit together)."""
+        return bool(self.conn.execute("job_ack", fence.params()))
+
+    def job_heartbeat(self, fence: JobFence, lease_ms: int) -> int:
+        """Renew the leases of held jobs in one statement; how many rows changed."""
+        if not fence.jobs:
+            return 0
+        return self._count("heartbeat", "job_heartbeat", {**fence.params(), "lease_ms": lease_ms})
+
+    def job_release(self, p: JobRelease) -> bool:
+        """A failed attempt back to the queue; False if the lease was lost."""
+        params = {
+            "id": p.job.id,
+            "holder": p.holder,
+            "attempts": p.job.attempts,
+            "delay_ms": p.delay_ms,
+            "error": p.error[:200],
+        }
+        return self._count("release", "job_release", params) == 1
+
+    def job_release_unspent(self, p: JobReleaseUnspent) -> int:
+        """Held jobs back with their attempt refunded; how many were still held."""
+        if not p.fence.jobs:
+            return 0
+        params = {**p.fence.params(), "delay_ms": p.delay_ms, "error": p.error}
+        return self._count("release", "job_release_unspent", params)
+
+    def job_dead_letter(self, p: JobDeadLetter) -> bool:
+        """Move a held job to the dead letters in one transaction; False if not held."""
+        key = {"id": p.job.id, "holder": p.holder, "attempts": p.job.attempts}
+        return self._transact(
+            "dead_letter", lambda c: self._move_to_dead(c, "job_dead_take", key, p.failure)
+        )
+
+    def job_reap(self, limit_for: Callable[[str, int | None], int], batch: int) -> ReapResult:
+        """Return up to ``batch`` expired leases to the queue; dead-letter those at
+        their attempt limit (``limit_for(job_name, row_max_attempts)``).
+
+        Each write re-checks holder, attempt and expiry, so a job acknowledged or renewed
+        after the scan is never resurrected. One indexed read when nothing has expired.
+        """
+        result = ReapResult()
+        for job in self.job_reap_scan(batch):
+            if job.attempts >= limit_for(job.job_name, job.max_attempts):
+                result.dead += int(self.job_reap_dead(job))
+            else:
+                result.requeued += self.job_reap_release(job)
+        return result
+
+    def job_reap_scan(self, limit: int) -> list[ExpiredJob]:
+        """Held jobs whose lease has expired, oldest expiry first."""
+        rows = self._read("reap", "job_reap_scan", {"limit": limit})
+        return [ExpiredJob(int(r[0]), int(r[1]), r[2], str(r[3]), str(r[4])) for r in rows]
+
+    def job_reap_release(self, job: ExpiredJob) -> int:
+        """An expired job back to the queue, if still expired and held by that attempt."""
+        params = {**_reap_key(job), "error": LEASE_EXPIRED}
+        return self._count("reap", "job_reap_release", params)
+
+    def job_reap_dead(self, job: ExpiredJob) -> bool:
+        """An expired job at its attempt limit to the dead letters."""
+        failure = Failure(LEASE_EXPIRED, "the lease expired on the last attempt", "")
+        key = _reap_key(job)
+        return self._transact(
+            "reap", lambda c: self._move_to_dead(c, "job_reap_take", key, failure)
+        )
+
+    @staticmethod
+    def _move_to_dead(c: Connection, take: str, key: dict[str, Any], failure: Failure) -> bool:
+        rows = c.execute(take, key)
+        if not rows:
+            return False
+        message_id, queue, job_name, payload, attempts, max_attempts = rows[0]
+        c.execute(
+            "job_dead_insert",
+            {
+                "message_id": message_id,
+                "queue": queue,
+                "job_name": job_name,
+                "payload": payload,
+                "attempts": attempts,
+                "max_attempts": max_attempts,
+                "exception_class": failure.exception_class[:200],
+                "exception_message": failure.message,
+                "exception_trace": failure.trace,
+            },
+        )
+        return True
+
+    # -- the outbox -------------------------------------------------------------------
+
+    def outbox_handoff(
+        self, p: OutboxHandoff, verify: Callable[[StoredIntent], str | None]
+    ) -> HandoffResult:
+        """Move one batch of pending intents into the SQL queue in one transaction.
+
+        Rows are verified in SQL, or with ``verify`` when ``p.verify_in_python``; a row
+        that fails is quarantined with its reason and its batch peers continue.
+        """
+        started = time.perf_counter()
+        outcome = self._transact("relay batch", lambda c: self._handoff_in_steps(p, verify))
+        return _timed(outcome, started)
+
+    def _handoff_in_steps(
+        self, p: OutboxHandoff, verify: Callable[[StoredIntent], str | None]
+    ) -> Outcome:
+        if p.verify_in_python:
+            claimed = [(i.id, i.message_id, verify(i)) for i in self.outbox_claim_in_tx(p)]
+        else:
+            rows = self.conn.execute("relay_claim", {"batch_size": p.batch_size})
+            claimed = [(int(r[0]), str(r[1]), r[2]) for r in rows]
+        valid = [row_id for row_id, _, reason in claimed if reason is None]
+        if valid:
+            self._expect("relay_insert_jobs", valid)
+            self._expect("relay_delete_moved", valid)
+            if p.notify:
+                self._notify_jobs_in_tx()
+        by_reason: dict[str, list[int]] = defaultdict(list)
+        for row_id, _, reason in claimed:
+            if reason is not None:
+                by_reason[reason].append(row_id)
+        for reason, ids in by_reason.items():
+            self._expect("relay_mark_failed", ids, reason=reason)
+        failed = tuple((m, r) for _, m, r in claimed if r is not None)
+        return len(claimed), len(valid), failed
+
+    def _notify_jobs_in_tx(self) -> None:
+        """Wake idle workers at commit (LISTEN dialects only)."""
+
+    def outbox_claim_in_tx(self, p: OutboxHandoff) -> list[StoredIntent]:
+        """The oldest pending intents, locked, with every column verification reads."""
+        rows = self.conn.execute("relay_claim_rows", {"batch_size": p.batch_size})
+        return [StoredIntent(*r) for r in rows]
+
+    def _expect(self, name: str, ids: list[int], **params: Any) -> None:
+        """Run ``name`` over ``ids`` and insist it touched every one of them.
+
+        The rows are locked by this transaction, so a shortfall means a broken invariant
+        (a state changed under our lock); the batch is rolled back rather than half applied.
+        """
+        changed = self.conn.execute_count(name, {"ids": ids, **params})
+        if changed != len(ids):
+            raise DatabaseError(
+                f"relay batch aborted: {name} changed {changed} of {len(ids)} claimed rows",
+                operation="relay batch",
+            )
+
+    def outbox_pending_count(self) -> int:
+        return int(self._read("status", "status_pending_count")[0][0])
+
+    def outbox_counts(self) -> IntentCounts:
+        """Intents by state, and the oldest pending one's age by the database's clock."""
+
+        def both(c: Connection) -> IntentCounts:
+            by_state = {str(s): int(n) for s, n in c.execute("status_state_counts")}
+            keys = int(c.execute("status_key_count")[0][0])
+            oldest, now = c.execute("status_oldest_pending")[0]
+            oldest_ms = None if oldest is None else int(oldest)
+            return IntentCounts(by_state, keys, oldest_ms, int(now))
+
+        return self.conn.read(both, operation="status")
+
+    def outbox_failed_list(self, limit: int) -> list[FailedIntent]:
+        rows = self._read("list quarantined", "failed_list", {"limit": limit})
+        return [
+            FailedIntent(str(m), r, int(c), None if f is None else int(f)) for m, r, c, f in rows
+        ]
+
+    def outbox_retry_lookup_in_tx(self, message_id: str) -> RetryRow | None:
+        """The intent ``outbox retry`` asks for, locked while it is re-verified."""
+        rows = self.conn.execute("retry_lookup", {"message_id": message_id})
+        if not rows:
+            return None
+        row_id, mid, state, *columns = rows[0]
+        return RetryRow(str(state), StoredIntent(row_id, str(mid), *columns))
+
+    def outbox_requeue_in_tx(self, row_id: int) -> int:
+        return self.conn.execute_count("retry_requeue", {"id": row_id})
+
+    def outbox_accept_in_tx(self, row_id: int, payload: str, fingerprint: str) -> int:
+        """The row's current contents, re-sealed: its key row takes the new fingerprint."""
+        params = {"id": row_id, "payload": payload, "fingerprint": fingerprint}
+        self.conn.execute_count("retry_accept_key", params)
+        return self.conn.execute_count("retry_accept", params)
+
+    def outbox_prune(self, age_ms: int, batch: int) -> int:
+        """Delete at most ``batch`` key rows older than ``age_ms`` whose intents were
+        handed off (and as many leftover tombstones); how many key rows went."""
+
+        def prune(c: Connection) -> int:
+            params = {"age_ms": age_ms, "batch": batch}
+            c.execute_count("prune_tombstones", params)
+            return c.execute_count("prune_keys", params)
+
+        return self._transact("prune", prune)
+
+    # -- queue administration -----------------------------------------------------------
+
+    def queue_counts(self) -> list[QueueCounts]:
+        """Counts per queue (ready, delayed, reserved, dead), one reading of the clock."""
+
+        def both(c: Connection) -> list[QueueCounts]:
+            dead = {str(q): int(n) for q, n in c.execute("dead_counts")}
+            out: dict[str, QueueCounts] = {}
+            for queue, ready, delayed, reserved, oldest in c.execute("queue_counts"):
+                out[str(queue)] = QueueCounts(
+                    str(queue),
+                    int(ready or 0),
+                    int(delayed or 0),
+                    int(reserved or 0),
+                    dead.get(str(queue), 0),
+                    None if oldest is None else int(oldest),
+                )
+            for queue, n in dead.items():
+                out.setdefault(queue, QueueCounts(queue, dead=n))
+            return [out[q] for q in sorted(out)]
+
+        return self.conn.read(both, operation="queue stats")
+
+    def queue_jobs(self, queue: str | None, limit: int) -> list[JobRow]:
+        rows = self._read("queue jobs", "queue_admin_jobs", {"queue": queue, "limit": limit})
+        return [JobRow(*r) for r in rows]
+
+    def dead_list(self, limit: int) -> list[FailedRow]:
+        return [
+            FailedRow(*r)
+            for r in self._read("queue failed", "queue_admin_failed", {"limit": limit})
+        ]
+
+    def dead_show(self, message_id: str) -> FailedDetail | None:
+        rows = self._read("queue failed", "queue_admin_failed_show", {"message_id": message_id})
+        return FailedDetail(*rows[0]) if rows else None
+
+    def dead_requeue(self, message_ids: Sequence[str] | None, batch: int) -> int:
+        """Requeue the given dead letters (or the next ``batch`` of them), attempts reset."""
+
+        def requeue(c: Connection) -> int:
+            ids = (
+                list(message_ids)
+                if message_ids is not None
+                else [str(r[0]) for r in c.execute("queue_admin_failed_ids", {"limit": batch})]
+            )
+            if not ids:
+                return 0
+            inserted = c.execute_count("queue_admin_requeue", {"ids": ids})
+            c.execute_count("queue_admin_failed_delete", {"ids": ids})
+            return inserted
+
+        return self._transact("queue retry", requeue)
+
+    def dead_delete(self, message_id: str) -> int:
+        return self._transact(
+            "queue forget",
+            lambda c: c.execute_count("queue_admin_failed_delete", {"ids": [message_id]}),
+        )
+
+    def job_remove(self, message_id: str) -> int:
+        return self._transact(
+            "queue remove",
+            lambda c: c.execute_count("queue_admin_remove", {"message_id": message_id}),
+        )
+
+    def queue_clear(self, queue: str | None) -> int:
+        return self._transact(
+            "queue clear", lambda c: c.execute_count("queue_admin_clear", {"queue": queue})
+        )
+
+    def queue_job_count(self, queue: str) -> int:
+        """Jobs of ``queue`` in the table, held or not."""
+        return int(self._read("queue count", "queue_job_count", {"queue": queue})[0][0])
+
+
+def _claim_params(p: JobClaim) -> dict[str, Any]:
+    return {"queue": p.queue, "limit": p.limit, "worker": p.worker, "lease_ms": p.lease_ms}
+
+
+def _claimed(rows: Iterable[Row]) -> list[ClaimedJob]:
+    """Claimed rows as jobs, oldest due first (RETURNING gives no order)."""
+    return sorted((ClaimedJob(*r) for r in rows), key=lambda j: (j.available_at, j.id))
+
+
+def _reap_key(job: ExpiredJob) -> dict[str, Any]:
+    return {"id": job.id, "holder": job.holder, "attempts": job.attempts}
+
+
+def _timed(outcome: Outcome, started: float) -> HandoffResult:
+    claimed, handed_off, failed = outcome
+    return HandoffResult(
+        claimed=claimed,
+        handed_off=handed_off,
+        quarantined=len(failed),
+        ms=round((time.perf_counter() - started) * 1000, 2),
+        quarantined_ids=failed,
+    )

@@ -1,0 +1,178 @@
+"""The migration runner: numbered migrations, the same numbers in every dialect.
+
+The migrations themselves are data: ``outbox/schemas/<dialect>/migrations/NNNN_<what>.sql``,
+statements separated by ``;`` at a line's end (a trigger or function body, between
+``BEGIN`` and ``END;`` or ``$$`` quotes, is one statement). A change to the tables adds
+the next file in each dialect's folder; a file once released never changes.
+
+Atomicity per dialect:
+
+- PostgreSQL and SQLite have transactional DDL: each migration's DDL and its row in
+  ``outbox_schema_version`` commit together, under an advisory transaction lock
+  (PostgreSQL) or the writer lock taken by ``BEGIN IMMEDIATE`` (SQLite).
+- MariaDB commits DDL implicitly. A session lock (``GET_LOCK``) serialises migrators,
+  every statement is ``IF NOT EXISTS``, and the version row is written last, so a
+  migration cut short is simply completed by the next run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from outbox.db.connection import Connection
+from outbox.db.dialect import DIALECTS, Dialect
+from outbox.db.errors import translated
+from outbox.db.sql import queries
+from outbox.errors import DatabaseError
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_BODY_BEGIN = re.compile(r"^\s*BEGIN\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One numbered step; ``ddl`` gives its statements for a dialect."""
+
+    version: int
+    description: str
+    ddl: Callable[[Dialect], list[str]]
+
+
+@cache
+def _files(dialect_name: str) -> dict[int, tuple[str, list[str]]]:
+    """Version → (description, statements) from the dialect's migration files."""
+    folder = resources.files("outbox.schemas") / dialect_name / "migrations"
+    out: dict[int, tuple[str, list[str]]] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        match = _FILE.match(entry.name)
+        if match is None:
+            continue
+        out[int(match.group(1))] = (
+            match.group(2).replace("_", " "),
+            split_statements(entry.read_text(encoding="utf-8")),
+        )
+    return out
+
+
+def split_statements(text: str) -> list[str]:
+    """A migration file's statements, comment lines dropped, in order."""
+    statements: list[str] = []
+    current: list[str] = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("--") or not (current or line.strip()):
+            continue
+        current.append(line)
+        body = "\n".join(current)
+        in_dollars = body.count("$$") % 2 == 1
+        in_block = (
+            "$$" not in body
+            and _BODY_BEGIN.search(body) is not None
+            and line.strip() != "END;"
+        )
+        if line.rstrip().endswith(";") and not in_dollars and not in_block:
+            statements.append(body.strip().removesuffix(";").rstrip())
+            current = []
+    if "\n".join(current).strip():
+        statements.append("\n".join(current).strip())
+    return statements
+
+
+def _load() -> tuple[Migration, ...]:
+    """Every dialect must define the same versions with the same descriptions."""
+    per_dialect = {name: _files(name) for name in DIALECTS}
+    versions = {name: sorted(files) for name, files in per_dialect.items()}
+    first = next(iter(versions.values()))
+    if any(v != first for v in versions.values()) or first != list(range(1, len(first) + 1)):
+        raise RuntimeError(f"migration files differ between dialects: {versions}")
+    return tuple(Migration(v, per_dialect["sqlite"][v][0], _ddl_of(v)) for v in first)
+
+
+def _ddl_of(version: int) -> Callable[[Dialect], list[str]]:
+    def ddl(dialect: Dialect) -> list[str]:
+        return list(_files(dialect.name)[version][1])
+
+    return ddl
+
+
+MIGRATIONS: tuple[Migration, ...] = _load()
+LATEST = MIGRATIONS[-1].version
+
+
+def render_sql(dialect: Dialect) -> str:
+    """The whole schema as a script a DBA can apply, version rows included."""
+    record = queries(dialect)["migrate_record_version"].named
+    lines = [f"-- outbox schema, version {LATEST}, for {dialect.name}"]
+    for m in MIGRATIONS:
+        lines.append(f"\n-- migration {m.version}: {m.description}")
+        if dialect.transactional_ddl:
+            lines.append("BEGIN;")
+        lines.extend(_printable(stmt, dialect) for stmt in m.ddl(dialect))
+        row = record.replace(":version", str(m.version))
+        lines.append(row.replace(":description", f"'{m.description}'") + ";")
+        if dialect.transactional_ddl:
+            lines.append("COMMIT;")
+    return "\n".join(lines) + "\n"
+
+
+def _printable(statement: str, dialect: Dialect) -> str:
+    """One statement for a script: the MariaDB client needs another delimiter around a
+    trigger body, whose statements end in ``;``."""
+    if dialect.transactional_ddl or not _BODY_BEGIN.search(statement):
+        return f"{statement};"
+    return f"DELIMITER //\n{statement}//\nDELIMITER ;"
+
+
+def applied_versions(conn: Connection) -> list[int]:
+    """Versions recorded in the database (empty for a database never migrated)."""
+    with translated("schema version"):
+        if not conn.execute("migrate_has_version_table")[0][0]:
+            return []
+        return [int(row[0]) for row in conn.execute("migrate_versions")]
+
+
+def migrate(conn: Connection) -> list[int]:
+    """Bring the schema to ``LATEST``; return the versions applied by this call.
+
+    Idempotent, and safe when several processes run it at once.
+    """
+    if conn.dialect.transactional_ddl:
+        return conn.transact(_migrate_in_transaction, operation="migrate")
+    with translated("migrate"):  # no ``transact`` here to translate driver errors
+        return _migrate_holding_lock(conn)
+
+
+def _migrate_in_transaction(conn: Connection) -> list[int]:
+    conn.execute("migrate_lock")
+    return _apply_missing(conn)
+
+
+def _migrate_holding_lock(conn: Connection) -> list[int]:
+    got = conn.execute("migrate_lock")
+    if not got or got[0][0] != 1:
+        raise DatabaseError(
+            "migrate failed: another migration held the lock for 120 s", operation="migrate"
+        )
+    try:
+        return _apply_missing(conn)
+    finally:
+        conn.execute("migrate_unlock")
+
+
+def _apply_missing(conn: Connection) -> list[int]:
+    """Apply, in order, every migration the database has not recorded; the caller holds
+    the migration lock."""
+    done = set(applied_versions(conn))
+    missing = [m for m in MIGRATIONS if m.version not in done]
+    for m in missing:
+        _apply(conn, m)
+    return [m.version for m in missing]
+
+
+def _apply(conn: Connection, m: Migration) -> None:
+    for stmt in m.ddl(conn.dialect):
+        conn.execute_sql(stmt)
+    conn.execute("migrate_record_version", {"version": m.version, "description": m.description})

@@ -1,0 +1,98 @@
+"""PostgreSQL: the hot paths in one statement each, and LISTEN/NOTIFY wake-ups.
+
+``job_ack_claim`` acknowledges and claims in one round trip; ``outbox_handoff`` locks,
+verifies, copies and marks a whole batch in one statement (``relay_handoff``), falling
+back to the step-by-step batch with Python verification when a payload is not JSON
+(the ``::json`` cast raises instead of answering).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from outbox.db.connection import Connection
+from outbox.db.dialect import POSTGRESQL
+from outbox.db.driver import (
+    JOBS_CHANNEL,
+    RELAY_CHANNEL,
+    Driver,
+    Outcome,
+    _claim_params,
+    _claimed,
+    _timed,
+)
+from outbox.db.errors import INVALID_TEXT, error_code
+from outbox.db.rows import (
+    ClaimedJob,
+    HandoffResult,
+    JobClaim,
+    JobFence,
+    OutboxHandoff,
+    StoredIntent,
+)
+from outbox.errors import DatabaseError, OutboxError
+
+log = structlog.get_logger("outbox.relay")
+
+_LISTEN = {RELAY_CHANNEL: "listen_relay", JOBS_CHANNEL: "listen_jobs"}
+
+
+class _NeedsPythonVerify(OutboxError):
+    """The one-statement batch met a payload its SQL cannot check; it was rolled back."""
+
+
+class PostgresqlDriver(Driver):
+    dialect = POSTGRESQL
+
+    def listen_statement(self, channel: str) -> str:
+        try:
+            return _LISTEN[channel]
+        except KeyError:
+            raise DatabaseError(f"no channel {channel!r}", operation="listen") from None
+
+    def job_ack_claim(self, done: JobFence, claim: JobClaim) -> tuple[set[int], list[ClaimedJob]]:
+        if not done.jobs:
+            return set(), self.job_claim(claim)
+        rows = self._one("claim", "job_ack_claim", {**done.params(), **_claim_params(claim)})
+        acked = {int(r[0]) for r in rows if r[1] is None}
+        return acked, _claimed(r for r in rows if r[1] is not None)
+
+    def _notify_jobs_in_tx(self) -> None:
+        self.conn.execute("relay_notify")
+
+    def outbox_handoff(
+        self, p: OutboxHandoff, verify: Callable[[StoredIntent], str | None]
+    ) -> HandoffResult:
+        if p.verify_in_python:
+            return super().outbox_handoff(p, verify)
+        started = time.perf_counter()
+        try:
+            outcome = self._transact("relay batch", lambda c: _in_one_statement(c, p))
+        except _NeedsPythonVerify:
+            log.info("relay.verify_fallback", cause="payload_not_json")
+            return super().outbox_handoff(
+                OutboxHandoff(p.batch_size, p.notify, verify_in_python=True), verify
+            )
+        return _timed(outcome, started)
+
+
+def _in_one_statement(conn: Connection, p: OutboxHandoff) -> Outcome:
+    params: dict[str, Any] = {"batch_size": p.batch_size, "notify": p.notify}
+    try:
+        rows = conn.execute("relay_handoff", params)
+    except Exception as exc:
+        if error_code(exc) == INVALID_TEXT:
+            raise _NeedsPythonVerify() from exc
+        raise
+    claimed, handed_off, failed_ids, reasons, _woken, moved = rows[0]
+    if moved != handed_off:  # rows are locked by this statement: a broken invariant
+        raise DatabaseError(
+            f"relay batch aborted: {moved} rows left the outbox, {handed_off} reached the queue",
+            operation="relay batch",
+        )
+    failed = tuple(zip(failed_ids or (), reasons or (), strict=True))
+    return int(claimed), int(handed_off), failed

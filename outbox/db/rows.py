@@ -1,0 +1,224 @@
+"""What the driver seam takes and gives: small frozen params and typed rows.
+
+Services never read a row by position: each driver operation returns one of these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class ClaimedJob:
+    """One job as claimed: enough to run it and to fence every later change."""
+
+    id: int
+    message_id: str
+    queue: str
+    job_name: str
+    payload: str
+    attempts: int
+    max_attempts: int | None
+    created_at: int
+    available_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What a dead letter keeps: the only place an exception message is stored."""
+
+    exception_class: str
+    message: str
+    trace: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobClaim:
+    """Hold up to ``limit`` due jobs of ``queue`` for ``worker``, leased ``lease_ms``."""
+
+    queue: str
+    limit: int
+    worker: str
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobFence:
+    """Jobs ``worker`` holds, each at its attempt: every change to a held job is a
+    compare-and-set on ``(id, holder, attempts)``."""
+
+    worker: str
+    jobs: Sequence[ClaimedJob]
+
+    def params(self) -> dict[str, Any]:
+        """The fence in the shapes each dialect reads: PostgreSQL unnests ``ids`` and
+        ``attempts``; SQLite reads ``pairs`` as JSON; PyMySQL expands ``ids`` and
+        ``pairs`` into ``IN`` lists. Unused keys are ignored."""
+        return {
+            "worker": self.worker,
+            "ids": [j.id for j in self.jobs],
+            "attempts": [j.attempts for j in self.jobs],
+            "pairs": [(j.id, j.attempts) for j in self.jobs],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JobRelease:
+    """A failed attempt of ``job`` back to the queue after ``delay_ms``."""
+
+    holder: str
+    job: ClaimedJob
+    delay_ms: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobReleaseUnspent:
+    """Held jobs back with their attempt refunded; ``delay_ms=0`` keeps their place."""
+
+    fence: JobFence
+    delay_ms: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobDeadLetter:
+    """Move ``job``, held by ``holder``, to the dead letters with ``failure``."""
+
+    holder: str
+    job: ClaimedJob
+    failure: Failure
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredJob:
+    """A held job whose lease ran out (its worker died or stalled)."""
+
+    id: int
+    attempts: int
+    max_attempts: int | None
+    holder: str
+    job_name: str
+
+
+@dataclass(slots=True)
+class ReapResult:
+    """What one reap did: jobs back in the queue, jobs dead-lettered."""
+
+    requeued: int = 0
+    dead: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxHandoff:
+    """Hand off up to ``batch_size`` of the oldest pending intents to the SQL queue."""
+
+    batch_size: int
+    notify: bool = False
+    verify_in_python: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffResult:
+    """What one batch did. ``quarantined_ids`` pairs each failed message id with its reason."""
+
+    claimed: int
+    handed_off: int
+    quarantined: int
+    ms: float
+    quarantined_ids: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredIntent:
+    """The columns of one ``outbox_messages`` row that verification reads."""
+
+    id: int
+    message_id: str
+    fingerprint: Any
+    job_name: Any
+    queue: Any
+    payload: Any
+    max_attempts: Any
+    available_at: Any
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """One queue's jobs: due and free, not yet due, leased to a worker, dead-lettered;
+    and when the oldest ready job fell due (database milliseconds)."""
+
+    queue: str
+    ready: int = 0
+    delayed: int = 0
+    reserved: int = 0
+    dead: int = 0
+    oldest_ready_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IntentCounts:
+    """Outbox rows by state, key rows, the oldest pending one's creation time and the
+    clock."""
+
+    by_state: dict[str, int]
+    keys: int
+    oldest_pending_ms: int | None
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    message_id: str
+    queue: str
+    job_name: str
+    attempts: int
+    max_attempts: int | None
+    available_at: int
+    reserved_by: str | None
+    lease_expires_at: int | None
+    created_at: int
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FailedRow:
+    message_id: str
+    queue: str
+    job_name: str
+    attempts: int
+    exception_class: str
+    failed_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailedDetail:
+    message_id: str
+    queue: str
+    job_name: str
+    attempts: int
+    max_attempts: int | None
+    exception_class: str
+    exception_message: str | None
+    exception_trace: str | None
+    failed_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailedIntent:
+    """One quarantined intent as ``outbox failed`` lists it: no payload, by design."""
+
+    message_id: str
+    reason: str | None
+    created_at_ms: int
+    failed_at_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryRow:
+    """A quarantined candidate for ``outbox retry``: its state and what verification reads."""
+
+    state: str
+    intent: StoredIntent

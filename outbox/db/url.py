@@ -1,0 +1,215 @@
+"""Database URLs: what each driver is given, and how a URL is shown.
+
+PostgreSQL URLs take every form libpq and SQLAlchemy take: userinfo and host in the
+authority, or libpq keywords in the query (``?host=/var/run/postgresql`` for a Unix
+socket, ``?user=``, ``?password=``, ``?sslmode=``, ...), and SQLAlchemy's multi-host
+``?host=a:5432&host=b:5433``. A keyword libpq does not know, or one given both in the
+authority and in the query, is refused by name when the URL is parsed, not at the first
+connection.
+
+MariaDB/MySQL URLs pass on the query parameters PyMySQL takes (``unix_socket``,
+``charset``, ``ssl_*``, timeouts, ...), converted to the type PyMySQL wants; any other is
+refused by name instead of being dropped without a word.
+
+A URL is shown only through ``describe`` (password and every secret-looking query value
+replaced by ``***``), and a driver's error text only through ``scrub``: no secret from any
+part of a URL ever reaches a message or a log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy.engine import URL
+
+from outbox.errors import ConfigurationError
+
+MASK = "***"
+_SECRET_MARKS = ("pass", "secret", "token")
+
+# The authority's parts, and the libpq keyword each one is.
+_PG_AUTHORITY = {"host": "host", "port": "port", "username": "user", "password": "password"}
+
+_MYSQL_TEXT = frozenset(
+    {
+        "unix_socket",
+        "charset",
+        "collation",
+        "sql_mode",
+        "init_command",
+        "read_default_file",
+        "read_default_group",
+        "ssl_ca",
+        "ssl_cert",
+        "ssl_key",
+        "ssl_key_password",
+        "bind_address",
+        "program_name",
+        "server_public_key",
+    }
+)
+_MYSQL_INT = frozenset(
+    {"connect_timeout", "read_timeout", "write_timeout", "max_allowed_packet", "client_flag"}
+)
+_MYSQL_BOOL = frozenset(
+    {
+        "local_infile",
+        "ssl_disabled",
+        "ssl_verify_cert",
+        "ssl_verify_identity",
+        "binary_prefix",
+        "use_unicode",
+    }
+)
+MYSQL_PARAMS = _MYSQL_TEXT | _MYSQL_INT | _MYSQL_BOOL
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def is_secret(key: str) -> bool:
+    """Whether a query parameter's value is to be hidden (``password``, ``sslpassword``,
+    ``ssl_key_password``, anything naming a secret or token)."""
+    lowered = key.lower()
+    return any(mark in lowered for mark in _SECRET_MARKS)
+
+
+def describe(url: URL) -> str:
+    """The URL for messages and logs: password and secret query values as ``***``."""
+    base = url.set(query={}).render_as_string(hide_password=True)
+    if not url.query:
+        return base
+    parts = []
+    for key, value in url.query.items():
+        for one in value if isinstance(value, tuple) else (value,):
+            shown = MASK if is_secret(key) else quote(str(one), safe="/:,")
+            parts.append(f"{quote(key, safe='')}={shown}")
+    return f"{base}?{'&'.join(parts)}"
+
+
+def secrets_of(url: URL) -> list[str]:
+    """Every secret value in the URL (the password, secret query values)."""
+    found = [url.password] if url.password else []
+    for key, value in url.query.items():
+        if is_secret(key):
+            found.extend(v for v in (value if isinstance(value, tuple) else (value,)) if v)
+    return [str(s) for s in found]
+
+
+def scrub(url: URL, text: str) -> str:
+    """``text`` (a driver's error) with every secret of ``url`` replaced by ``***``."""
+    for secret in sorted(secrets_of(url), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
+
+
+def postgresql_args(url: URL) -> dict[str, Any]:
+    """Keyword arguments for ``psycopg.connect`` (libpq keywords), from any accepted form."""
+    args: dict[str, Any] = {}
+    for part, keyword in _PG_AUTHORITY.items():
+        value = getattr(url, part)
+        if value not in (None, ""):
+            args[keyword] = value
+    if url.database:
+        args["dbname"] = url.database
+    for key, value in url.query.items():
+        keyword = "dbname" if key == "database" else key
+        if keyword in args:
+            raise ConfigurationError(
+                f"the database URL gives {keyword!r} twice (in the address and as ?{key}=); "
+                "keep one"
+            )
+        if isinstance(value, tuple) or (key == "host" and value.count(":") == 1):
+            args.update(_multi_host(key, value if isinstance(value, tuple) else (value,)))
+        else:
+            args[keyword] = value
+    _check_libpq_keywords(args)
+    args.setdefault("application_name", "outbox")
+    return args
+
+
+def _multi_host(key: str, values: tuple[str, ...]) -> dict[str, str]:
+    """SQLAlchemy's ``?host=a:5432&host=b:5433`` (or one ``?host=a:5432``) as libpq's
+    ``host=a,b port=5432,5433``."""
+    if key != "host":
+        raise ConfigurationError(f"the database URL gives ?{key}= more than once")
+    hosts, ports = [], []
+    for value in values:
+        host, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
+        hosts.append(host)
+        ports.append(port)
+    out = {"host": ",".join(hosts)}
+    if any(ports):
+        out["port"] = ",".join(ports)
+    return out
+
+
+def _check_libpq_keywords(args: Mapping[str, Any]) -> None:
+    known = _libpq_keywords()
+    unknown = sorted(k for k in args if known and k not in known)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown PostgreSQL URL parameter(s): {', '.join(unknown)} "
+            "(libpq connection keywords are accepted, e.g. host, port, user, password, "
+            "sslmode, connect_timeout, application_name)"
+        )
+
+
+def _libpq_keywords() -> frozenset[str]:
+    """The keywords the installed libpq knows (empty when psycopg is not installed)."""
+    try:
+        from psycopg import pq
+    except ImportError:  # the "postgres" extra is missing; connecting will say so
+        return frozenset()
+    return frozenset(d.keyword.decode() for d in pq.Conninfo.get_defaults())
+
+
+def mysql_args(url: URL) -> dict[str, Any]:
+    """Keyword arguments for ``pymysql.connect``; unknown query parameters are refused."""
+    args: dict[str, Any] = {
+        "host": url.host or "localhost",
+        "port": url.port or 3306,
+        "user": url.username or "root",
+        "password": url.password or "",
+        "database": url.database,
+        "charset": "utf8mb4",
+    }
+    unknown = sorted(k for k in url.query if k not in MYSQL_PARAMS)
+    if unknown:
+        raise ConfigurationError(
+            f"unsupported MySQL/MariaDB URL parameter(s): {', '.join(unknown)}; "
+            f"accepted: {', '.join(sorted(MYSQL_PARAMS))}"
+        )
+    for key, value in url.query.items():
+        if isinstance(value, tuple):
+            raise ConfigurationError(f"the database URL gives ?{key}= more than once")
+        args[key] = _mysql_value(key, value)
+    return args
+
+
+def _mysql_value(key: str, value: str) -> Any:
+    convert: Callable[[str], Any] = str
+    if key in _MYSQL_INT:
+        convert = _whole_number
+    elif key in _MYSQL_BOOL:
+        convert = _boolean
+    try:
+        return convert(value)
+    except ValueError as exc:
+        raise ConfigurationError(f"database URL parameter {key!r}: {exc}") from None
+
+
+def _whole_number(value: str) -> int:
+    if not value.isdigit():
+        raise ValueError("expected a whole number")
+    return int(value)
+
+
+def _boolean(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError("expected true/false (or 1/0, yes/no, on/off)")

@@ -1,0 +1,82 @@
+"""The checks on ``@registry.job(...)``'s options, made when the handler registers.
+
+A wrong option found only when a job first fails would kill the worker mid-batch and
+strand its claimed jobs until their leases expire, each losing an attempt. So every
+option is checked here, at import time of the application's jobs module, and a wrong
+one raises ``ConfigurationError`` naming the job, the option and the type it takes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from outbox.errors import ConfigurationError
+from outbox.job import MAX_ATTEMPTS_LIMIT, NAME_PATTERN
+from outbox.queue.backoff import Backoff
+
+
+def check_job_options(
+    name: object,
+    *,
+    max_attempts: object,
+    backoff: object,
+    timeout: object,
+    transactional: object,
+) -> None:
+    """Raise ``ConfigurationError`` naming the first option of ``name`` that is wrong."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise ConfigurationError(f"job name {name!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
+    if max_attempts is not None and not (
+        _is_int(max_attempts) and 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT  # type: ignore[operator]
+    ):
+        raise _wrong(name, "max_attempts", f"an int from 1 to {MAX_ATTEMPTS_LIMIT}", max_attempts)
+    if backoff is not None:
+        _check_backoff(name, backoff)
+    if timeout is not None and not (
+        _is_number(timeout) and timeout > 0 and math.isfinite(timeout)  # type: ignore[operator, arg-type]
+    ):
+        raise _wrong(name, "timeout", "a positive, finite number of seconds", timeout)
+    if not isinstance(transactional, bool):
+        raise _wrong(name, "transactional", "True or False", transactional)
+
+
+def check_handler(name: str, fn: object) -> Callable[..., Any]:
+    """The decorated object must be a function (or other callable) taking (payload, ctx)."""
+    if not callable(fn):
+        raise ConfigurationError(
+            f"job {name!r}: @registry.job(...) decorates a function taking (payload, ctx), "
+            f"not a {type(fn).__name__}"
+        )
+    return fn
+
+
+def _check_backoff(name: str, backoff: object) -> None:
+    if not isinstance(backoff, Backoff):
+        raise _wrong(
+            name,
+            "backoff",
+            "an outbox.Backoff, e.g. Backoff(base=0.5, cap=60) (seconds)",
+            backoff,
+        )
+    for part in ("base", "cap"):
+        value = getattr(backoff, part)
+        if not (_is_number(value) and math.isfinite(value)):
+            raise ConfigurationError(
+                f"job {name!r}: backoff.{part} must be a finite number of seconds"
+            )
+    if not isinstance(backoff.jitter, bool):
+        raise ConfigurationError(f"job {name!r}: backoff.jitter must be True or False")
+
+
+def _wrong(name: str, option: str, wanted: str, got: object) -> ConfigurationError:
+    return ConfigurationError(f"job {name!r}: {option} must be {wanted} (got {type(got).__name__})")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -1,0 +1,10 @@
+-- name: record_insert_intent
+-- The intent, only if the key row just written (record_insert) is its own. Dialects
+-- that can insert in a WITH clause write both in record_insert instead.
+INSERT INTO outbox_messages
+    (message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
+     available_at, state, created_at, keyed)
+SELECT k.message_id, k.key_digest, k.fingerprint, :job_name, :queue, :payload,
+    :max_attempts, :available_at, 'pending', k.created_at, 1
+FROM outbox_keys AS k
+WHERE k.key_digest = :key_digest AND k.message_id = :message_id;

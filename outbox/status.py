@@ -1,0 +1,92 @@
+"""What ``outbox status`` and ``outbox queue stats`` report: counts, never payloads.
+
+One place for the counts of both halves: the outbox (intents by state, the oldest
+pending one's age) and the queues (ready, delayed, reserved, dead). Every age comes
+from the database's clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from outbox.db.connection import Connection
+from outbox.db.rows import QueueCounts
+
+__all__ = ["OutboxCounts", "QueueCounts", "Status", "pending_count", "queue_counts", "status"]
+
+_KNOWN_STATES = frozenset({"pending", "published", "failed"})
+# What ``status --json`` prints per queue (``QueueCounts`` also keeps the oldest ready time).
+_QUEUE_KEYS = ("ready", "delayed", "reserved", "dead")
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxCounts:
+    """Intents by state; the oldest pending one's age in seconds (None when none is).
+
+    ``published`` counts the key rows of intents handed off and not yet pruned: it falls
+    after ``outbox prune``.
+
+    ``unknown_state`` counts rows whose state is none of the three (edited by hand or by
+    a newer version): the relay never touches them, so they must at least be seen.
+    """
+
+    pending: int = 0
+    published: int = 0
+    failed: int = 0
+    unknown_state: int = 0
+    oldest_pending_age_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Counts by state, the oldest pending intent's age, and per-queue job counts."""
+
+    outbox: OutboxCounts
+    queues: dict[str, QueueCounts] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The shape ``outbox status --json`` prints (the contract names its keys).
+
+        ``quarantined`` and ``dead_letters`` are the words the CLI uses; ``failed`` and
+        ``dead`` are kept beside them, same values, for readers written before.
+        """
+        outbox = asdict(self.outbox)
+        outbox["quarantined"] = self.outbox.failed
+        queues = {
+            name: {**{k: getattr(q, k) for k in _QUEUE_KEYS}, "dead_letters": q.dead}
+            for name, q in sorted(self.queues.items())
+        }
+        return {"outbox": outbox, "queues": queues}
+
+
+def status(conn: Connection) -> Status:
+    """Read the outbox's and the queues' counts."""
+    intents = conn.driver.outbox_counts()
+    by_state = intents.by_state
+    age = (
+        None
+        if intents.oldest_pending_ms is None
+        else round(max(0, intents.now_ms - intents.oldest_pending_ms) / 1000, 3)
+    )
+    pending, failed = by_state.get("pending", 0), by_state.get("failed", 0)
+    counts = OutboxCounts(
+        pending=pending,
+        # Every intent has a key row until pruned; those with no row left in the outbox
+        # (or only a tombstone a version-1 relay left) were handed off.
+        published=max(0, intents.keys - sum(n for s, n in by_state.items() if s != "published")),
+        failed=failed,
+        unknown_state=sum(n for s, n in by_state.items() if s not in _KNOWN_STATES),
+        oldest_pending_age_s=age,
+    )
+    return Status(counts, {q.queue: q for q in queue_counts(conn)})
+
+
+def queue_counts(conn: Connection) -> list[QueueCounts]:
+    """Counts per queue, sorted by name; dead from the dead letters."""
+    return conn.driver.queue_counts()
+
+
+def pending_count(conn: Connection) -> int:
+    """How many intents are pending (sizes the CLI's progress bar)."""
+    return conn.driver.outbox_pending_count()
