@@ -26,6 +26,7 @@ SCENARIOS = (
     "backlog",
     "memory",
     "backends",
+    "dashboard",
 )
 ANY_BACKEND = ("record", "relay", "worker")
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start PostgreSQL, MariaDB and NATS on loopback if they are down, then wait until each
-# answers. Safe to run when they are already up.
+# answers; install Chromium (the dashboard's browser tests) if it is missing. Safe to run
+# when they are already up.
 set -euo pipefail
 
 wait_for() {  # name, probe command...
@@ -41,4 +42,16 @@ if ! command -v pgbouncer >/dev/null 2>&1; then
   fi
   # The package's own service is not ours to run.
   systemctl disable --now pgbouncer >/dev/null 2>&1 || service pgbouncer stop >/dev/null 2>&1 || true
+fi
+
+# Chromium for the dashboard's browser tests (Debian's package; Playwright drives it).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      chromium fonts-dejavu-core >/dev/null
+  else
+    echo "services: chromium is missing; install it with: sudo apt-get install -y chromium" >&2
+    exit 1
+  fi
 fi

@@ -1,0 +1,138 @@
+"""The pages: overview (live), queue, job, dead letters, quarantined intents, sign-in.
+
+Every read goes through ``outbox.queue.admin``, ``outbox.relay.admin`` or
+``outbox.dashboard.store``. Payloads and exception messages appear only for a signed-in
+operator of a dashboard started with ``--show-payloads``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from outbox.dashboard import chart, store
+from outbox.dashboard.backend import Overview
+from outbox.dashboard.web import Dashboard, Problem
+from outbox.db.connection import Connection
+from outbox.queue import admin as queue_admin
+from outbox.relay import admin as relay_admin
+
+LIST_LIMIT = 100
+PAGE_SIZE = 50
+
+
+def _overview_context(view: Overview) -> dict[str, Any]:
+    queues = sorted(view.counts.queues.items())
+    peak = max((q.ready + q.delayed + q.reserved + q.dead for _, q in queues), default=0)
+    return {
+        "outbox": view.counts,
+        "queues": queues,
+        "queue_peak": max(peak, 1),
+        "chart": chart.build(view.minutes),
+    }
+
+
+async def overview(dash: Dashboard, request: Request) -> Response:
+    view = await dash.backend.call_overview()
+    return dash.render(request, "overview.html", title="Overview", **_overview_context(view))
+
+
+async def live(dash: Dashboard, request: Request) -> Response:
+    """The overview's changing part, fetched by the page every few seconds."""
+    view = await dash.backend.call_overview()
+    return dash.render(request, "_live.html", **_overview_context(view))
+
+
+async def api_status(dash: Dashboard, request: Request) -> Response:
+    """The overview's counts (capped, as the page shows them) and the chart's minutes."""
+    dash.viewer(request)  # a wrong bearer token is refused here too
+    view = await dash.backend.call_overview()
+    data = view.counts.as_dict()
+    data["throughput"] = [asdict(m) for m in view.minutes]
+    return JSONResponse(data)
+
+
+async def queue(dash: Dashboard, request: Request) -> Response:
+    name = request.path_params["queue"]
+    state = request.query_params.get("state", "ready")
+    if state not in store.JOB_STATES:
+        raise Problem(400, f"state must be one of {', '.join(store.JOB_STATES)}")
+    job_name = request.query_params.get("job") or None
+    try:
+        cursor = store.Cursor.decode(request.query_params.get("after"))
+    except ValueError as exc:
+        raise Problem(400, str(exc)) from None
+    store.check_job_name(job_name)
+    queue_admin.check_queue(name)
+
+    def read(conn: Connection) -> tuple[store.JobPage, int]:
+        page = store.job_page(conn, name, state, job_name=job_name,
+                              cursor=cursor, limit=PAGE_SIZE)
+        return page, conn.driver.clock_now()
+
+    page, now = await dash.backend.call(read)
+    view = await dash.backend.call_overview()
+    counts = view.counts.queues.get(name, store.QueueCounts())
+    return dash.render(
+        request, "queue.html", title=f"Queue {name}", queue=name, state=state,
+        job_name=job_name or "", page=page, counts=counts, now_ms=now,
+        first_page=request.query_params.get("after") is None,
+    )
+
+
+async def job(dash: Dashboard, request: Request) -> Response:
+    """One message by id, wherever it is now: in the queue, dead-lettered, or an intent
+    still in the outbox (pending or quarantined: one handed off has left it)."""
+    message_id = queue_admin.check_message_id(request.path_params["message_id"])
+    private = dash.show_private(dash.viewer(request))
+
+    def read(conn: Connection) -> dict[str, Any]:
+        found: dict[str, Any] = {
+            "job": store.job(conn, message_id),
+            "dead": queue_admin.failed_job(conn, message_id),
+            "intent": store.intent(conn, message_id),
+            "now_ms": conn.driver.clock_now(),
+            "payload": None,
+        }
+        if private:
+            of: store.PayloadOf | None = (
+                "job" if found["job"] else "dead" if found["dead"] else
+                "intent" if found["intent"] else None
+            )
+            found["payload"] = store.payload(conn, of, message_id) if of else None
+        return found
+
+    found = await dash.backend.call(read)
+    if not (found["job"] or found["dead"] or found["intent"]):
+        raise Problem(404, f"no job, dead letter or intent with message id {message_id}")
+    return dash.render(request, "job.html", title=f"Job {message_id}", message_id=message_id,
+                       private=private, **found)
+
+
+async def dead_letters(dash: Dashboard, request: Request) -> Response:
+    def read(conn: Connection) -> tuple[list[queue_admin.FailedRow], int]:
+        total = sum(q.dead for q in dash.backend.overview().counts.queues.values())
+        return queue_admin.failed(conn, limit=LIST_LIMIT), total
+
+    rows, total = await dash.backend.call(read)
+    return dash.render(request, "dead_letters.html", title="Dead letters", rows=rows,
+                       total=total, limit=LIST_LIMIT)
+
+
+async def quarantined(dash: Dashboard, request: Request) -> Response:
+    def read(conn: Connection) -> tuple[list[relay_admin.FailedIntent], int]:
+        total = dash.backend.overview().counts.failed
+        return relay_admin.failed(conn, limit=LIST_LIMIT), total
+
+    rows, total = await dash.backend.call(read)
+    return dash.render(request, "quarantined.html", title="Quarantined intents", rows=rows,
+                       total=total, limit=LIST_LIMIT)
+
+
+async def login_page(dash: Dashboard, request: Request) -> Response:
+    if dash.settings.token is None:
+        raise Problem(403, "read-only: this dashboard runs without OUTBOX_DASHBOARD_TOKEN")
+    return dash.render(request, "login.html", title="Sign in", error=None)

@@ -1,0 +1,222 @@
+"""The dashboard's own reads: the job pages, one job, payloads on request, the chart.
+
+Lists of dead letters and quarantined intents, and every action, go through
+``outbox.queue.admin`` and ``outbox.relay.admin``, as the CLI's do. What those lack is
+here, as named statements of ``schemas/<dialect>/dashboard.sql``: each one index-backed,
+so a page costs the same with a million jobs as with ten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from outbox.db.connection import Connection, Row
+from outbox.errors import InvalidJob
+from outbox.job import NAME_PATTERN
+from outbox.queue import admin
+
+JobState = Literal["ready", "delayed", "reserved"]
+JOB_STATES: tuple[JobState, ...] = ("ready", "delayed", "reserved")
+MINUTE_MS = 60_000
+CHART_MINUTES = 60
+COUNT_CAP = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A queued job without its payload; ``id`` is the row id, used only as a page cursor."""
+
+    message_id: str
+    queue: str
+    job_name: str
+    attempts: int
+    max_attempts: int | None
+    available_at: int
+    reserved_at: int | None
+    reserved_by: str | None
+    lease_expires_at: int | None
+    created_at: int
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where the next page starts: after this sort value and row id."""
+
+    after_at: int = -1
+    after_id: int = 0
+
+    def encode(self) -> str:
+        return f"{self.after_at}.{self.after_id}"
+
+    @classmethod
+    def decode(cls, text: str | None) -> Cursor:
+        """``"AT.ID"`` from a link; ``ValueError`` for anything else."""
+        if not text:
+            return cls()
+        at, sep, row_id = text.partition(".")
+        if not sep or not at.lstrip("-").isdigit() or not row_id.isdigit():
+            raise ValueError(f"{text!r} is not a page cursor (AT.ID)")
+        return cls(int(at), int(row_id))
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    jobs: list[Job]
+    next: Cursor | None
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """An intent still in the outbox: pending or quarantined (``failed``). One handed off
+    has left the table (schema 2), so it is not found here."""
+
+    message_id: str
+    job_name: str
+    queue: str
+    state: str
+    max_attempts: int | None
+    available_at: int | None
+    created_at: int
+    failed_at: int | None
+    failure_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Minute:
+    """One minute of the throughput chart (``start_ms`` by the database's clock)."""
+
+    start_ms: int
+    recorded: int
+    dead: int
+
+
+def check_job_name(value: str | None) -> str | None:
+    if value is not None and not NAME_PATTERN.fullmatch(value):
+        raise InvalidJob(f"job name {value!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    ready: int = 0
+    delayed: int = 0
+    reserved: int = 0
+    dead: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """What the overview shows, each count exact up to ``cap`` and ``cap`` beyond it.
+
+    Exact counts cost a read of every counted row: with a million jobs that is most of a
+    second per refresh. Counting up to a cap keeps each one a bounded index range; an
+    operator needs to know "10,000 or more", and ``outbox status`` gives the exact figure.
+    """
+
+    pending: int
+    failed: int
+    oldest_pending_age_s: float | None
+    queues: dict[str, QueueCounts]
+    cap: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "outbox": {
+                "pending": self.pending,
+                "failed": self.failed,
+                "oldest_pending_age_s": self.oldest_pending_age_s,
+            },
+            "queues": {name: asdict(q) for name, q in sorted(self.queues.items())},
+            "count_cap": self.cap,
+        }
+
+
+def counts(conn: Connection, cap: int = COUNT_CAP) -> Counts:
+    """Intents and per-queue jobs by state, each count index-backed and capped at ``cap``
+    (held jobs excepted: workers bound them)."""
+    pending, failed, oldest, now = _read(conn, "dashboard_outbox_counts", {"cap": cap})[0]
+    held = {str(q): int(n) for q, n in _read(conn, "dashboard_held_counts")}
+    names = {str(n) for (n,) in _read(conn, "dashboard_queue_names")} | set(held)
+    queues = {}
+    for name in sorted(names):
+        ready, delayed, dead = _read(conn, "dashboard_queue_counts", {"queue": name, "cap": cap})[0]
+        queues[name] = QueueCounts(int(ready), int(delayed), held.get(name, 0), int(dead))
+    age = None if oldest is None else round(max(0, int(now) - int(oldest)) / 1000, 3)
+    return Counts(int(pending), int(failed), age, queues, cap)
+
+
+def _read(conn: Connection, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+    return conn.read(lambda c: c.execute(name, params), operation=f"dashboard {name[10:]}")
+
+
+def job_page(
+    conn: Connection,
+    queue: str,
+    state: JobState,
+    *,
+    job_name: str | None = None,
+    cursor: Cursor = Cursor(),
+    limit: int = 50,
+) -> JobPage:
+    """One page of a queue's jobs in one state, in the order a worker meets them."""
+    if state not in JOB_STATES:
+        raise ValueError(f"state must be one of {', '.join(JOB_STATES)}")
+    params = {
+        "queue": admin.check_queue(queue),
+        "job_name": check_job_name(job_name),
+        "after_at": (cursor or Cursor()).after_at,
+        "after_id": (cursor or Cursor()).after_id,
+        "limit": admin.check_limit(limit) + 1,
+    }
+    rows = _read(conn, f"dashboard_jobs_{state}", params)
+    jobs = [Job(*row[:11]) for row in rows[:limit]]
+    if len(rows) <= limit:
+        return JobPage(jobs, None)
+    last = rows[limit - 1]
+    sort_value = last[8] if state == "reserved" else last[5]
+    return JobPage(jobs, Cursor(int(sort_value), int(last[11])))
+
+
+def job(conn: Connection, message_id: str) -> Job | None:
+    rows = _read(conn, "dashboard_job", {"message_id": admin.check_message_id(message_id)})
+    return Job(*rows[0]) if rows else None
+
+
+def intent(conn: Connection, message_id: str) -> Intent | None:
+    rows = _read(conn, "dashboard_intent", {"message_id": admin.check_message_id(message_id)})
+    return Intent(*rows[0]) if rows else None
+
+
+PayloadOf = Literal["job", "dead", "intent"]
+
+
+def payload(conn: Connection, of: PayloadOf, message_id: str) -> str | None:
+    """The stored JSON text, for a signed-in operator of a ``--show-payloads`` dashboard."""
+    params = {"message_id": admin.check_message_id(message_id)}
+    rows = _read(conn, f"dashboard_{of}_payload", params)
+    return None if not rows or rows[0][0] is None else str(rows[0][0])
+
+
+def throughput(conn: Connection, minutes: int = CHART_MINUTES) -> list[Minute]:
+    """Per minute over the last ``minutes``, oldest first: intents recorded, jobs
+    dead-lettered.
+
+    It counts what the tables hold. Every intent has a key row in ``outbox_keys`` from
+    the moment it is recorded until ``outbox prune`` removes it, whatever became of the
+    intent since, so "recorded" is read from the keys' age index. A handed-off intent
+    leaves no row with a time (it is deleted from the outbox) and neither does a
+    finished job, so hand-offs and completions are not in it; jobs pushed straight to
+    the queue are not recorded intents and are not counted either.
+    """
+    now = conn.driver.clock_now()
+    first = now // MINUTE_MS - minutes + 1
+    since = {"since_ms": first * MINUTE_MS}
+    recorded = {int(m): int(n) for m, n in _read(conn, "dashboard_recorded_per_minute", since)}
+    dead = {int(m): int(n) for m, n in _read(conn, "dashboard_dead_per_minute", since)}
+    return [
+        Minute(m * MINUTE_MS, recorded.get(m, 0), dead.get(m, 0))
+        for m in range(first, first + minutes)
+    ]
