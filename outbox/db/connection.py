@@ -368,3 +368,8 @@ class LazyConnection:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def use(self, conn: Connection) -> None:
+        """Adopt ``conn`` as the connection (a fault test hands in one that fails on cue)."""
+        self.drop()
+        self._conn = conn

@@ -110,7 +110,7 @@ def test_connection_dropped_around_commit_is_read_back_on_the_next_run(
             kill()
 
     conn._commit = cut_commit  # type: ignore[method-assign]
-    relay._conn = conn
+    relay._conn.use(conn)
     if when == "before_commit":
         with pytest.raises(DatabaseError):
             relay.run_once()
