@@ -33,10 +33,10 @@ from typing import Any
 from sqlalchemy import MetaData, text
 
 from outbox.db.connection import Connection
-from outbox.db.dialect import MYSQL, Dialect, dialect_named
-from outbox.db.migrate import LATEST, MIGRATIONS, Migration, applied_versions
+from outbox.db.dialect import Dialect, dialect_named
+from outbox.db.migrate import LATEST, MIGRATIONS, Migration, apply_locked
 from outbox.db.sql import queries
-from outbox.errors import ConfigurationError, DatabaseError
+from outbox.errors import ConfigurationError
 from outbox.schemas.tables import metadata as _metadata
 
 metadata: MetaData = _metadata
@@ -71,20 +71,7 @@ def upgrade(op: Any, *, to: int = LATEST) -> list[int]:
             _emit(op, dialect, m)
         return [m.version for m in wanted]
     conn = Connection(op.get_bind().connection.dbapi_connection, dialect)
-    got = conn.execute("migrate_lock")  # PostgreSQL: until Alembic commits
-    if dialect is MYSQL and (not got or got[0][0] != 1):
-        raise DatabaseError("migrate failed: another migration held the lock for 120 s")
-    try:
-        done = set(applied_versions(conn))
-        missing = [m for m in wanted if m.version not in done]
-        for m in missing:
-            for stmt in m.ddl(dialect):
-                conn.execute_sql(stmt)
-            conn.execute("migrate_record_version", _version_row(m))
-    finally:
-        if dialect is MYSQL:
-            conn.execute("migrate_unlock")
-    return [m.version for m in missing]
+    return apply_locked(conn, to)  # the lock lasts until Alembic commits (MariaDB: released)
 
 
 def downgrade(op: Any) -> None:

@@ -107,7 +107,7 @@ def parse_queues(specs: tuple[str, ...]) -> dict[str, int | None]:
     help="Exit when nothing is claimable now (delayed jobs do not keep it running).",
 )
 @click.option("--once", is_flag=True, help="Run at most one job, then exit.")
-@metrics_options("worker")
+@metrics_options()
 @pass_cli
 def worker_command(
     cli: CliContext,

@@ -56,7 +56,7 @@ EXIT_THRESHOLD = 3
     show_default=True,
     help="With --watch: seconds between polls while busy; doubles while idle, up to 5 s.",
 )
-@metrics_options("relay")
+@metrics_options()
 @pass_cli
 def relay_command(
     cli: CliContext,

@@ -22,7 +22,7 @@ _APP_HELP = "MODULE:ATTR of a Registry."
 
 
 @click.command("scheduler")
-@click.option("--app", envvar=["OUTBOX_SCHEDULER_APP", "OUTBOX_APP"], required=True, help=_APP_HELP)
+@click.option("--app", required=True, help=_APP_HELP)
 @click.option(
     "--catch-up",
     type=click.Choice(CATCH_UP_POLICIES),
@@ -88,9 +88,7 @@ def schedule_group() -> None:
 
 
 @schedule_group.command("list")
-@click.option(
-    "--app", envvar=["OUTBOX_SCHEDULE_LIST_APP", "OUTBOX_APP"], required=True, help=_APP_HELP
-)
+@click.option("--app", required=True, help=_APP_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line.")
 @pass_cli
 def list_command(cli: CliContext, app: str, as_json: bool) -> None:
@@ -120,7 +118,6 @@ def list_command(cli: CliContext, app: str, as_json: bool) -> None:
 
 def _tick(value: object) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%SZ") if isinstance(value, datetime) else "-"
-
 
 
 commands = [scheduler_command, schedule_group]

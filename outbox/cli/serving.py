@@ -14,21 +14,19 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def metrics_options(command: str) -> Callable[[F], F]:
-    """Add the two options to ``command`` (its name as in ``outbox <command>``)."""
-    prefix = f"OUTBOX_{command.upper()}"
+def metrics_options() -> Callable[[F], F]:
+    """Add the two options to ``command``; their environment names (and the shared
+    ``OUTBOX_METRICS_*`` aliases) come from ``outbox.cli.conventions``."""
 
     def decorate(fn: F) -> F:
         fn = click.option(
             "--metrics-bind",
-            envvar=[f"{prefix}_METRICS_BIND", "OUTBOX_METRICS_BIND"],
             default="127.0.0.1",
             show_default=True,
             help="Address the metrics port listens on.",
         )(fn)
         return click.option(
             "--metrics-port",
-            envvar=[f"{prefix}_METRICS_PORT", "OUTBOX_METRICS_PORT"],
             type=click.IntRange(1, 65535),
             callback=_needs_prometheus,
             help="Serve /metrics, /healthz and /readyz on this port.",

@@ -140,33 +140,34 @@ def migrate(conn: Connection) -> list[int]:
     Idempotent, and safe when several processes run it at once.
     """
     if conn.dialect.transactional_ddl:
-        return conn.transact(_migrate_in_transaction, operation="migrate")
+        return conn.transact(lambda c: apply_locked(c), operation="migrate")
     with translated("migrate"):  # no ``transact`` here to translate driver errors
-        return _migrate_holding_lock(conn)
+        return apply_locked(conn)
 
 
-def _migrate_in_transaction(conn: Connection) -> list[int]:
-    conn.execute("migrate_lock")
-    return _apply_missing(conn)
+def apply_locked(conn: Connection, to: int | None = None) -> list[int]:
+    """Take the migration lock and apply, in order, every migration up to ``to`` (default
+    all) the database has not recorded; return their versions.
 
-
-def _migrate_holding_lock(conn: Connection) -> list[int]:
+    With transactional DDL the caller holds a transaction, and the lock lasts until it ends
+    (``outbox migrate``'s own, or Alembic's); MariaDB's is a session lock, released here.
+    """
     got = conn.execute("migrate_lock")
+    if conn.dialect.transactional_ddl:
+        return _apply_missing(conn, to)
     if not got or got[0][0] != 1:
         raise DatabaseError(
             "migrate failed: another migration held the lock for 120 s", operation="migrate"
         )
     try:
-        return _apply_missing(conn)
+        return _apply_missing(conn, to)
     finally:
         conn.execute("migrate_unlock")
 
 
-def _apply_missing(conn: Connection) -> list[int]:
-    """Apply, in order, every migration the database has not recorded; the caller holds
-    the migration lock."""
+def _apply_missing(conn: Connection, to: int | None) -> list[int]:
     done = set(applied_versions(conn))
-    missing = [m for m in MIGRATIONS if m.version not in done]
+    missing = [m for m in MIGRATIONS if m.version not in done and (to is None or m.version <= to)]
     for m in missing:
         _apply(conn, m)
     return [m.version for m in missing]
