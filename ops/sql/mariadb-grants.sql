@@ -71,10 +71,13 @@ GRANT UPDATE (attempts, available_at, reserved_at, reserved_by, lease_expires_at
     ON outbox_jobs TO outbox_worker;
 GRANT INSERT ON outbox_failed_jobs TO outbox_worker;
 GRANT SELECT ON outbox_schema_version TO outbox_worker;
+-- The dashboard chart's per-minute counts: each worker adds to rows of its own
+-- (outbox/queue/throughput.py); the upsert reads the row it adds to.
+GRANT SELECT, INSERT, UPDATE ON outbox_throughput TO outbox_worker;
 
 -- operator: reads everything; returns quarantined intents to pending (retry, which may
 -- re-seal a key's fingerprint), prunes the keys of handed-off intents (and version-1
--- tombstones), requeues / forgets dead letters, removes and clears jobs. It cannot record
+-- tombstones) and the chart's old minutes, requeues / forgets dead letters, removes and clears jobs. It cannot record
 -- an intent or change a job.
 GRANT SELECT, DELETE ON outbox_keys TO outbox_operator;
 GRANT UPDATE (fingerprint) ON outbox_keys TO outbox_operator;
@@ -84,3 +87,4 @@ GRANT UPDATE (state, payload, fingerprint, failed_at, failure_reason)
 GRANT SELECT, INSERT, DELETE ON outbox_jobs TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_failed_jobs TO outbox_operator;
 GRANT SELECT ON outbox_schema_version TO outbox_operator;
+GRANT SELECT, DELETE ON outbox_throughput TO outbox_operator;

@@ -51,6 +51,7 @@ ALTER TABLE outbox_messages OWNER TO outbox_migrator;
 ALTER TABLE outbox_jobs OWNER TO outbox_migrator;
 ALTER TABLE outbox_failed_jobs OWNER TO outbox_migrator;
 ALTER TABLE outbox_schema_version OWNER TO outbox_migrator;
+ALTER TABLE outbox_throughput OWNER TO outbox_migrator;
 
 -- app: writes intents with their key rows, and jobs; reads back only ids, digests,
 -- fingerprints and times (RETURNING, the replay lookup in outbox_keys). No payload, no
@@ -80,10 +81,13 @@ GRANT UPDATE (attempts, available_at, reserved_at, reserved_by, lease_expires_at
     ON outbox_jobs TO outbox_worker;
 GRANT INSERT ON outbox_failed_jobs TO outbox_worker;
 GRANT SELECT ON outbox_schema_version TO outbox_worker;
+-- The dashboard chart's per-minute counts: each worker adds to rows of its own
+-- (outbox/queue/throughput.py); the upsert reads the row it adds to.
+GRANT SELECT, INSERT, UPDATE ON outbox_throughput TO outbox_worker;
 
 -- operator: reads everything; returns quarantined intents to pending (retry, which may
 -- re-seal a key's fingerprint), prunes the keys of handed-off intents (and version-1
--- tombstones), requeues / forgets dead letters, removes and clears jobs. It cannot record
+-- tombstones) and the chart's old minutes, requeues / forgets dead letters, removes and clears jobs. It cannot record
 -- an intent or change a job.
 GRANT SELECT ON outbox_keys, outbox_messages, outbox_jobs, outbox_failed_jobs,
     outbox_schema_version TO outbox_operator;
@@ -93,3 +97,4 @@ GRANT UPDATE (state, payload, fingerprint, failed_at, failure_reason)
 GRANT DELETE ON outbox_messages TO outbox_operator;
 GRANT INSERT, DELETE ON outbox_jobs TO outbox_operator;
 GRANT DELETE ON outbox_failed_jobs TO outbox_operator;
+GRANT SELECT, DELETE ON outbox_throughput TO outbox_operator;

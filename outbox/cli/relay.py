@@ -19,6 +19,7 @@ from outbox.cli.params import MESSAGE_ID
 from outbox.cli.serving import metrics_options
 from outbox.config import settings
 from outbox.metrics import serving
+from outbox.queue import throughput
 from outbox.relay import Relay, RelayConfig, RunTotals, admin
 from outbox.relay.service import MAX_BATCH_SIZE
 
@@ -290,6 +291,7 @@ def prune_command(cli: CliContext, days: int, limit: int) -> None:
     Oldest first, in small batches so no lock is held for long; `prune 0` takes all
     published so far. Pending and quarantined intents are never pruned. Pruning ends
     deduplication for those keys: recording one of them again creates a new job.
+    It also deletes the dashboard chart's per-minute counts older than a day.
     """
     with cli.connect() as conn:
         if sys.stderr.isatty():
@@ -297,7 +299,10 @@ def prune_command(cli: CliContext, days: int, limit: int) -> None:
                 deleted = admin.prune(conn, days, limit, progress=bar.update)
         else:
             deleted = admin.prune(conn, days, limit)
+        minutes = throughput.prune(conn.driver)
     click.echo(f"pruned {deleted} published tombstones older than {days} days")
+    if minutes:
+        click.echo(f"pruned {minutes} per-minute chart rows older than a day")
 
 
 commands: list[click.Command] = [

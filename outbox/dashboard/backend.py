@@ -5,10 +5,9 @@ its own taken from a small idle list (a connection is never shared by two thread
 once). The overview's counts are read once per ``ttl_s`` however many browsers poll
 it: ten open tabs cost the database what one does.
 
-The throughput chart is per minute, and reading it costs an index entry per intent
-recorded in the last hour (a million an hour is a million entries): it is refreshed every
-``CHART_TTL_S`` in a thread of its own while pages keep showing the previous one, so
-only the first page after start waits for it.
+The chart's hour is read with the counts: it comes from ``outbox_throughput``, at most a
+row per minute, queue and worker however many jobs ran, so it costs the same with a
+million jobs as with ten.
 """
 
 from __future__ import annotations
@@ -27,14 +26,17 @@ from outbox.db.connection import Connection, Database
 
 T = TypeVar("T")
 IDLE_CONNECTIONS = 4
-CHART_TTL_S = 20.0
 log = structlog.get_logger("outbox.dashboard")
 
 
 @dataclass(frozen=True, slots=True)
 class Overview:
     counts: store.Counts
-    minutes: list[store.Minute]
+    throughput: store.Throughput
+
+    @property
+    def minutes(self) -> list[store.Minute]:
+        return self.throughput.minutes
 
 
 class Backend:
@@ -45,9 +47,6 @@ class Backend:
         self._lock = threading.Lock()
         self._overview_lock = threading.Lock()
         self._overview: tuple[float, Overview] | None = None
-        self._chart_lock = threading.Lock()
-        self._chart: tuple[float, list[store.Minute]] | None = None
-        self._chart_refreshing = False
 
     def run(self, fn: Callable[[Connection], T]) -> T:
         """``fn`` on a pooled connection; a connection that saw an error is closed."""
@@ -77,38 +76,9 @@ class Backend:
             cached = self._overview
             if cached is not None and time.monotonic() - cached[0] < self.ttl_s:
                 return cached[1]
-            fresh = Overview(self.run(store.counts), self.minutes())
+            fresh = self.run(_read_overview)
             self._overview = (time.monotonic(), fresh)
             return fresh
-
-    def minutes(self) -> list[store.Minute]:
-        """The chart: read now the first time, then refreshed in the background."""
-        with self._chart_lock:
-            cached = self._chart
-            stale = cached is None or time.monotonic() - cached[0] >= CHART_TTL_S
-            start = stale and cached is not None and not self._chart_refreshing
-            if start:
-                self._chart_refreshing = True
-        if cached is None:
-            return self._read_chart()
-        if start:
-            threading.Thread(target=self._refresh_chart, daemon=True).start()
-        return cached[1]
-
-    def _read_chart(self) -> list[store.Minute]:
-        minutes = self.run(store.throughput)
-        with self._chart_lock:
-            self._chart = (time.monotonic(), minutes)
-        return minutes
-
-    def _refresh_chart(self) -> None:
-        try:
-            self._read_chart()
-        except Exception as exc:  # the page keeps the previous chart; the log says why
-            log.warning("dashboard.chart_failed", error=type(exc).__name__)
-        finally:
-            with self._chart_lock:
-                self._chart_refreshing = False
 
     async def call_overview(self) -> Overview:
         return await run_in_threadpool(self.overview)
@@ -117,9 +87,6 @@ class Backend:
         """After an action, so the next page shows its effect."""
         with self._overview_lock:
             self._overview = None
-        with self._chart_lock:  # stale: refreshed in the background, shown until then
-            if self._chart is not None:
-                self._chart = (float("-inf"), self._chart[1])
 
     def close(self) -> None:
         with self._lock:
@@ -127,3 +94,6 @@ class Backend:
         for conn in idle:
             conn.close()
 
+
+def _read_overview(conn: Connection) -> Overview:
+    return Overview(store.counts(conn), store.throughput(conn))

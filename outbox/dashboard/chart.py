@@ -1,7 +1,8 @@
 """The throughput chart as SVG geometry, computed here so the page needs no chart script.
 
-One stacked bar per minute: intents recorded below, dead-lettered on top. The y axis has four
-round steps, the last at or above the busiest minute.
+One stacked bar per minute: jobs that succeeded at the bottom, failed attempts sent back
+to retry above them, dead-lettered on top. The y axis has four round steps, the last at
+or above the busiest minute.
 """
 
 from __future__ import annotations
@@ -21,13 +22,17 @@ TICKS = 4
 
 
 @dataclass(frozen=True, slots=True)
+class Segment:
+    kind: str  # the CSS class: succeeded, retried, dead
+    y: float
+    h: float
+
+
+@dataclass(frozen=True, slots=True)
 class Bar:
     x: float
     width: float
-    recorded_y: float
-    recorded_h: float
-    dead_y: float
-    dead_h: float
+    segments: list[Segment]
     title: str
 
 
@@ -47,7 +52,8 @@ class Chart:
     bars: list[Bar]
     y_ticks: list[Tick]
     x_ticks: list[Tick]
-    recorded_total: int
+    succeeded_total: int
+    retried_total: int
     dead_total: int
     peak: int
 
@@ -64,30 +70,30 @@ def nice_step(value: int) -> int:
         scale *= 10
 
 
+def _bar(x: float, width: float, baseline: float, scale: float, m: Minute) -> Bar:
+    segments, top = [], baseline
+    for kind, n in (("succeeded", m.succeeded), ("retried", m.retried), ("dead", m.dead)):
+        if n:
+            h = scale * n
+            top -= h
+            segments.append(Segment(kind, round(top, 2), round(h, 2)))
+    at = datetime.fromtimestamp(m.start_ms / 1000, tz=UTC).strftime("%H:%M")
+    title = f"{at} UTC: {m.succeeded:,} succeeded, {m.retried:,} retried, {m.dead:,} dead-lettered"
+    return Bar(round(x, 2), round(width, 2), segments, title)
+
+
 def build(minutes: list[Minute]) -> Chart:
-    peak = max((m.recorded + m.dead for m in minutes), default=0)
+    peak = max((m.succeeded + m.retried + m.dead for m in minutes), default=0)
     step = nice_step(peak)
-    top = step * TICKS
     plot_w = WIDTH - LEFT - RIGHT
     plot_h = HEIGHT - TOP - BOTTOM
     baseline = float(TOP + plot_h)
     slot = plot_w / max(len(minutes), 1)
-    bars = []
-    for i, m in enumerate(minutes):
-        recorded_h = plot_h * m.recorded / top
-        dead_h = plot_h * m.dead / top
-        at = datetime.fromtimestamp(m.start_ms / 1000, tz=UTC).strftime("%H:%M")
-        bars.append(
-            Bar(
-                x=round(LEFT + i * slot + 1, 2),
-                width=round(max(slot - 2, 1), 2),
-                recorded_y=round(baseline - recorded_h, 2),
-                recorded_h=round(recorded_h, 2),
-                dead_y=round(baseline - recorded_h - dead_h, 2),
-                dead_h=round(dead_h, 2),
-                title=f"{at} UTC: {m.recorded} recorded, {m.dead} dead-lettered",
-            )
-        )
+    scale = plot_h / (step * TICKS)
+    bars = [
+        _bar(LEFT + i * slot + 1, max(slot - 2, 1), baseline, scale, m)
+        for i, m in enumerate(minutes)
+    ]
     y_ticks = [
         Tick(round(baseline - plot_h * k / TICKS, 2), f"{step * k:,}") for k in range(TICKS + 1)
     ]
@@ -106,7 +112,8 @@ def build(minutes: list[Minute]) -> Chart:
         bars,
         y_ticks,
         x_ticks,
-        sum(m.recorded for m in minutes),
+        sum(m.succeeded for m in minutes),
+        sum(m.retried for m in minutes),
         sum(m.dead for m in minutes),
         peak,
     )

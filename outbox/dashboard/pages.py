@@ -7,7 +7,7 @@ operator of a dashboard started with ``--show-payloads``.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -18,20 +18,49 @@ from outbox.dashboard.backend import Overview
 from outbox.dashboard.web import Dashboard, Problem
 from outbox.db.connection import Connection
 from outbox.queue import admin as queue_admin
+from outbox.queue.throughput import FLUSH_EVERY_S
 from outbox.relay import admin as relay_admin
 
 LIST_LIMIT = 100
 PAGE_SIZE = 50
 
 
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """One row of the overview's queue table. Per-queue state that is not a count (queue
+    control's ``paused``) belongs here, filled in ``queue_rows``, shown in ``_live.html``."""
+
+    name: str
+    counts: store.QueueCounts
+    hour: store.Minute  # what workers settled in the chart's hour
+
+
+def queue_rows(view: Overview) -> list[QueueRow]:
+    """Every queue with jobs or dead letters, and every queue that ran jobs this hour."""
+    per_queue = view.throughput.per_queue
+    names = sorted(set(view.counts.queues) | set(per_queue))
+    return [
+        QueueRow(
+            name,
+            view.counts.queues.get(name, store.QueueCounts()),
+            per_queue.get(name, store.Minute(0)),
+        )
+        for name in names
+    ]
+
+
 def _overview_context(view: Overview) -> dict[str, Any]:
-    queues = sorted(view.counts.queues.items())
-    peak = max((q.ready + q.delayed + q.reserved + q.dead for _, q in queues), default=0)
+    rows = queue_rows(view)
+    peak = max(
+        (r.counts.ready + r.counts.delayed + r.counts.reserved + r.counts.dead for r in rows),
+        default=0,
+    )
     return {
         "outbox": view.counts,
-        "queues": queues,
+        "queues": rows,
         "queue_peak": max(peak, 1),
         "chart": chart.build(view.minutes),
+        "flush_s": FLUSH_EVERY_S,
     }
 
 
@@ -52,6 +81,10 @@ async def api_status(dash: Dashboard, request: Request) -> Response:
     view = await dash.backend.call_overview()
     data = view.counts.as_dict()
     data["throughput"] = [asdict(m) for m in view.minutes]
+    data["throughput_per_queue"] = {
+        name: {k: v for k, v in asdict(m).items() if k != "start_ms"}
+        for name, m in sorted(view.throughput.per_queue.items())
+    }
     return JSONResponse(data)
 
 

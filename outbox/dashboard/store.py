@@ -86,11 +86,25 @@ class Intent:
 
 @dataclass(frozen=True, slots=True)
 class Minute:
-    """One minute of the throughput chart (``start_ms`` by the database's clock)."""
+    """Jobs settled by workers in one minute (``start_ms`` by the database's clock):
+    succeeded, failed and sent back to retry, dead-lettered."""
 
     start_ms: int
-    recorded: int
-    dead: int
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+
+    def plus(self, succeeded: int, retried: int, dead: int) -> Minute:
+        return Minute(self.start_ms, self.succeeded + succeeded, self.retried + retried,
+                      self.dead + dead)
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """The chart's hour: every queue's minutes summed, and each queue's hour in total."""
+
+    minutes: list[Minute]
+    per_queue: dict[str, Minute]
 
 
 def check_job_name(value: str | None) -> str | None:
@@ -200,23 +214,20 @@ def payload(conn: Connection, of: PayloadOf, message_id: str) -> str | None:
     return None if not rows or rows[0][0] is None else str(rows[0][0])
 
 
-def throughput(conn: Connection, minutes: int = CHART_MINUTES) -> list[Minute]:
-    """Per minute over the last ``minutes``, oldest first: intents recorded, jobs
-    dead-lettered.
-
-    It counts what the tables hold. Every intent has a key row in ``outbox_keys`` from
-    the moment it is recorded until ``outbox prune`` removes it, whatever became of the
-    intent since, so "recorded" is read from the keys' age index. A handed-off intent
-    leaves no row with a time (it is deleted from the outbox) and neither does a
-    finished job, so hand-offs and completions are not in it; jobs pushed straight to
-    the queue are not recorded intents and are not counted either.
-    """
+def throughput(conn: Connection, minutes: int = CHART_MINUTES) -> Throughput:
+    """Per minute over the last ``minutes``, oldest first, from ``outbox_throughput``:
+    what workers counted as they settled jobs (``outbox.queue.throughput`` says what is
+    counted and what a killed worker loses). At most a row per minute, queue and worker."""
     now = conn.driver.clock_now()
     first = now // MINUTE_MS - minutes + 1
-    since = {"since_ms": first * MINUTE_MS}
-    recorded = {int(m): int(n) for m, n in _read(conn, "dashboard_recorded_per_minute", since)}
-    dead = {int(m): int(n) for m, n in _read(conn, "dashboard_dead_per_minute", since)}
-    return [
-        Minute(m * MINUTE_MS, recorded.get(m, 0), dead.get(m, 0))
-        for m in range(first, first + minutes)
-    ]
+    rows = _read(conn, "dashboard_throughput", {"since_ms": first * MINUTE_MS})
+    by_minute = {m: Minute(m * MINUTE_MS) for m in range(first, first + minutes)}
+    per_queue: dict[str, Minute] = {}
+    for minute_at, queue, succeeded, retried, dead in rows:
+        counts = (int(succeeded), int(retried), int(dead))
+        m = int(minute_at) // MINUTE_MS
+        if m in by_minute:
+            by_minute[m] = by_minute[m].plus(*counts)
+        name = str(queue)
+        per_queue[name] = per_queue.get(name, Minute(first * MINUTE_MS)).plus(*counts)
+    return Throughput(list(by_minute.values()), per_queue)

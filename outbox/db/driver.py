@@ -396,6 +396,17 @@ class Driver:
         """Jobs of ``queue`` in the table, held or not."""
         return int(self._read("queue count", "queue_job_count", {"queue": queue})[0][0])
 
+    # -- per-minute completions (the dashboard's chart; outbox.queue.throughput) ----------
+
+    def throughput_add(self, worker_id: str, rows: str) -> None:
+        """Add a worker's counts to its own rows: ``rows`` is a JSON array of
+        ``[age_ms, queue, succeeded, retried, dead]`` (see ``throughput.sql``)."""
+        self._one("throughput", "throughput_add", {"worker_id": worker_id, "rows": rows})
+
+    def throughput_prune(self, keep_ms: int) -> int:
+        """Delete the minutes older than ``keep_ms`` by the database's clock."""
+        return self._count("prune", "throughput_prune", {"keep_ms": keep_ms})
+
 
 def _claim_params(p: JobClaim) -> dict[str, Any]:
     return {"queue": p.queue, "limit": p.limit, "worker": p.worker, "lease_ms": p.lease_ms}

@@ -33,6 +33,7 @@ from outbox.errors import DatabaseError
 from outbox.queue.backoff import DEFAULT_BACKOFF
 from outbox.queue.config import WorkerStats
 from outbox.queue.registry import Handler, Registry
+from outbox.queue.throughput import DEAD, RETRIED, SUCCEEDED, Tally
 
 UNKNOWN_JOB = "UnknownJob"
 UNKNOWN_DELAY_MS = 60_000
@@ -49,6 +50,7 @@ class Settler:
         stats: WorkerStats,
         log: Any,
         pause_s: float,
+        tally: Tally | None = None,
     ) -> None:
         self.database = database
         self.registry = registry
@@ -57,6 +59,7 @@ class Settler:
         self.stats = stats
         self.log = log
         self.pause_s = pause_s
+        self.tally = tally or Tally(worker_id)  # the dashboard chart's counts
         self._conn: Connection | None = None
         self.in_trouble = False  # the last database operation failed
 
@@ -84,6 +87,7 @@ class Settler:
 
     def _count_acked(self, jobs: Sequence[ClaimedJob], acked: set[int]) -> None:
         self.stats.succeeded += len(acked)
+        self.tally.add(SUCCEEDED, (j.queue for j in jobs if j.id in acked))
         if len(acked) < len(jobs):
             self.lost([j for j in jobs if j.id not in acked], "ack")
 
@@ -95,6 +99,7 @@ class Settler:
             if permanent or job.attempts >= limit:
                 ok = driver.job_dead_letter(JobDeadLetter(self.worker_id, job, failure))
                 self.stats.dead += int(ok)
+                column = DEAD
                 event = "job.dead"
             else:
                 handler = self.registry.get(job.job_name)
@@ -102,6 +107,7 @@ class Settler:
                 release = JobRelease(self.worker_id, job, delay_ms, failure.exception_class)
                 ok = driver.job_release(release)
                 self.stats.retried += int(ok)
+                column = RETRIED
                 event = "job.retry"
         except DatabaseError as exc:
             self._trouble("fail", exc)
@@ -109,6 +115,7 @@ class Settler:
         if not ok:
             self.lost([job], "fail")
             return
+        self.tally.add(column, (job.queue,))
         self.log.warning(
             event,
             message_id=job.message_id,
@@ -168,6 +175,16 @@ class Settler:
             self.log.warning(
                 "job.lease_lost", message_id=job.message_id, job=job.job_name, during=during
             )
+
+    def flush_tally(self) -> None:
+        """Write the chart's counts (``outbox.queue.throughput``); never raises."""
+        if not self.tally.pending:
+            return
+        try:
+            driver = self._driver()
+        except DatabaseError:
+            return  # kept for the next flush; the next queue write reports the trouble
+        self.tally.flush(driver)
 
     def close(self) -> None:
         if self._conn is not None:

@@ -55,6 +55,7 @@ from outbox.queue.execute import AsyncPool, JobTimeout, Kind, Outcome, Runner, S
 from outbox.queue.prefetch import Prefetch
 from outbox.queue.registry import Registry
 from outbox.queue.settle import UNKNOWN_JOB, Settler
+from outbox.queue.throughput import FLUSH_EVERY_S, SUCCEEDED
 
 __all__ = ["UNKNOWN_JOB", "Worker", "WorkerConfig", "WorkerStats"]
 
@@ -104,6 +105,7 @@ class Worker:
         self._to_ack: list[ClaimedJob] = []
         self._dry: dict[str, float] = {}
         self._stop_deadline: float | None = None
+        self._tally_due = 0.0  # when the chart's counts are next written (throughput.py)
         self._log = log.bind(worker=self.worker_id)
         self._db = Settler(
             database,
@@ -192,6 +194,7 @@ class Worker:
             self._wait_for_outcome(min(deadline - time.monotonic(), 0.1))
             self._collect()
         self._flush_acks()
+        self._flush_tally(self._clock())
         return claimed
 
     def close(self) -> None:
@@ -229,6 +232,7 @@ class Worker:
         next_beat = began + cfg.lease / 3
         reap_every = cfg.reap_every or max(cfg.lease / 2, 0.05)
         next_reap = began
+        self._tally_due = began + FLUSH_EVERY_S
         while self._stop_requests < 2:
             now = self._clock()
             if self._stop_requests:
@@ -242,6 +246,7 @@ class Worker:
                 self._db.heartbeat([*self._held.values(), *self._to_ack])
                 metrics.worker_tick(len(self._held) + len(self._to_ack))
                 next_beat = now + cfg.lease / 3
+            self._flush_tally(now)
             self._check_timeouts(now)
             self._check_stalls(now)
             if self._stop_reason:
@@ -410,6 +415,7 @@ class Worker:
             return
         if outcome.kind is Kind.ACKED:
             self.stats.succeeded += 1
+            self._db.tally.add(SUCCEEDED, (job.queue,))
         elif outcome.kind is Kind.LOST:
             self._db.lost([job], "transactional commit")
         elif outcome.kind is Kind.UNSTARTED:
@@ -428,6 +434,11 @@ class Worker:
             return
         jobs, self._to_ack = self._to_ack, []
         self._db.ack(jobs)
+
+    def _flush_tally(self, now: float, *, due: bool = False) -> None:
+        if due or now >= self._tally_due:
+            self._db.flush_tally()
+            self._tally_due = now + FLUSH_EVERY_S
 
     def _fail(self, job: ClaimedJob, outcome: Outcome) -> None:
         failure = outcome.failure or failure_of(RuntimeError("unknown failure"))
@@ -531,6 +542,7 @@ class Worker:
             self._async_pool.close()
         if listener is not None:
             listener.close()
+        self._flush_tally(self._clock(), due=True)
         self._db.close()
         how = "stopped gracefully" if self.stats.graceful else "stopped with jobs unfinished"
         self._log.info(

@@ -165,6 +165,21 @@ failed_jobs = Table(
 
 Index("outbox_failed_jobs_queue", failed_jobs.c.queue, failed_jobs.c.id)
 
+# Per-minute job completions for the dashboard's chart (migration 3): each worker adds
+# its in-memory counts to its own rows every few seconds (outbox.queue.throughput), so
+# no two workers write one row; `outbox prune` drops minutes older than a day.
+throughput = Table(
+    "outbox_throughput",
+    metadata,
+    Column("minute_at", BigInteger, primary_key=True, autoincrement=False),
+    Column("queue", String(200), primary_key=True),
+    Column("worker_id", String(200), primary_key=True),
+    Column("succeeded", Integer, nullable=False, server_default=text("0")),
+    Column("retried", Integer, nullable=False, server_default=text("0")),
+    Column("dead", Integer, nullable=False, server_default=text("0")),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+
 schema_version = Table(
     "outbox_schema_version",
     metadata,
