@@ -1,8 +1,8 @@
-"""The dashboard's own reads on every backend: job pages, lookups, payloads, the chart."""
+"""The dashboard's own reads on every backend: job pages, lookups, payloads, counts (the
+chart's read is in test_throughput.py)."""
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import asdict
 
 import pytest
@@ -11,7 +11,6 @@ from outbox.dashboard import store
 from outbox.db.connection import Connection, Database
 from outbox.errors import InvalidJob, InvalidMessageId
 from outbox.ids import new_message_id
-from outbox.relay import admin as relay_admin
 from outbox.status import status
 from tests.dashboard import seed
 
@@ -87,28 +86,6 @@ def test_bad_names_are_refused_before_any_query(conn: Connection) -> None:
         store.job_page(conn, "q q", "ready")
     with pytest.raises(ValueError, match="state must be one of"):
         store.job_page(conn, "q", "done")  # type: ignore[arg-type]
-
-
-def test_throughput_counts_intents_recorded_and_dead_letters_per_minute_of_the_last_hour(
-    database: Database, db_url: str, conn: Connection
-) -> None:
-    handed_off = seed.intents(db_url, 5)
-    seed.relay(db_url)  # handed off: out of the outbox, their key rows stay and count
-    seed.intents(db_url, 2)  # pending
-    seed.dead_letters(db_url, 2)  # pushed straight to the queue: dead letters, no intent
-    old = seed.intents(db_url, 3)
-    for message_id in old:  # recorded two hours ago: outside the chart
-        seed.scalar(db_url, "UPDATE outbox_keys SET created_at = created_at - ? "
-                    "WHERE message_id = ?", 7_200_000, message_id)
-    assert not any(seed.intent_state(db_url, m) for m in handed_off)
-    minutes = store.throughput(conn)
-    assert len(minutes) == 60
-    assert [b.start_ms - a.start_ms for a, b in itertools.pairwise(minutes)] == [60_000] * 59
-    assert sum(m.recorded for m in minutes) == 7
-    assert sum(m.dead for m in minutes) == 2
-    assert minutes[-1].recorded + minutes[-2].recorded == 7  # now, or a minute ago
-    relay_admin.prune(conn, 0)  # the handed-off intents' keys go: they leave the chart
-    assert sum(m.recorded for m in store.throughput(conn)) == 2
 
 
 def test_counts_agree_with_status_below_the_cap_and_stop_at_it(

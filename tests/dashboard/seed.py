@@ -29,6 +29,16 @@ def fail(payload: Any, ctx: JobContext) -> None:
     raise PermanentFailure(payload["message"])
 
 
+@registry.job("mail.send")
+def send(payload: Any, ctx: JobContext) -> None:
+    return None
+
+
+@registry.job("dash.flaky")
+def flaky(payload: Any, ctx: JobContext) -> None:
+    raise RuntimeError("try again later")
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(4)}"
 
@@ -65,6 +75,12 @@ def dead_letters(url: str, count: int, *, message: str = "boom", queue: str = ""
     config = WorkerConfig(queues={queue: None}, stop_when_empty=True, sleep=0.05)
     Worker(Database(url), registry, config).run()
     return ids
+
+
+def run_queue(url: str, queue: str) -> None:
+    """A real worker drains ``queue`` (what it settles is what the chart counts)."""
+    config = WorkerConfig(queues={queue: None}, stop_when_empty=True, sleep=0.05)
+    Worker(Database(url), registry, config).run()
 
 
 def _json_str(text: str) -> str:
@@ -160,6 +176,8 @@ def seed_site(url: str) -> dict[str, Any]:
     handed_off = intents(url, 40, queue="mail")
     intents(url, 25, queue="search")
     relay(url)
+    push_jobs(url, "search", ["dash.flaky"] * 2)
+    run_queue(url, "search")  # 25 succeed, 2 fail once and wait for their retry
     intents(url, 6, queue="mail")  # (handed off by the relay run of quarantined() below)
     push_jobs(url, "billing", ["billing.charge"] * 12 + ["billing.refund"] * 3)
     push_jobs(url, "billing", ["billing.reminder"] * 5, delay=3600)

@@ -57,11 +57,13 @@ def test_overview_shows_counts_chart_and_queues(page: Any, site: Site, screensho
     expect(page.locator("#mode")).to_have_text("read-only")
     expect(page.locator("tr[data-queue=billing] [data-count=delayed]")).to_have_text("5")
     expect(page.locator("tr[data-queue=mail]")).to_be_visible()
-    bars = page.locator("svg.chart rect.bar.recorded")
-    assert bars.count() >= 1  # the seed recorded 73 intents a moment ago
+    # The seed's workers ran 25 jobs of "search", retried 2 and dead-lettered 3 of "reports".
+    for kind in ("succeeded", "retried", "dead"):
+        assert page.locator(f"svg.chart rect.bar.{kind}").count() >= 1, kind
     titles = " ".join(page.locator("svg.chart title").all_text_contents())
-    assert " recorded, " in titles
-    expect(page.locator(".note", has_text="What this counts: intents recorded")).to_be_visible()
+    assert " succeeded, " in titles
+    expect(page.locator("tr[data-queue=search] [data-count=done-hour]")).to_have_text("25")
+    expect(page.locator(".note", has_text="What this counts: jobs the workers settled")).to_be_visible()
     page.screenshot(path=str(screenshots / f"{site.backend}-overview-read-only.png"))
 
 

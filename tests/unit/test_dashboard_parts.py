@@ -20,24 +20,29 @@ def test_the_grid_step_is_a_round_number_whose_four_steps_reach_the_peak() -> No
     assert [chart.nice_step(n) for n in peaks] == [1, 1, 1, 2, 2, 5, 50, 100, 250, 500]
 
 
-def test_chart_stacks_dead_on_recorded_and_scales_to_the_busiest_minute() -> None:
-    minutes = [Minute(i * 60_000, 0, 0) for i in range(60)]
-    minutes[10] = Minute(10 * 60_000, 150, 50)
-    minutes[59] = Minute(59 * 60_000, 40, 0)
+def test_chart_stacks_succeeded_retried_dead_and_scales_to_the_busiest_minute() -> None:
+    minutes = [Minute(i * 60_000) for i in range(60)]
+    minutes[10] = Minute(10 * 60_000, 120, 30, 50)
+    minutes[59] = Minute(59 * 60_000, 40)
     c = chart.build(minutes)
-    assert (c.peak, c.recorded_total, c.dead_total) == (200, 190, 50)
+    assert (c.peak, c.succeeded_total, c.retried_total, c.dead_total) == (200, 160, 30, 50)
     busiest, last = c.bars[10], c.bars[59]
     plot_h = chart.HEIGHT - chart.TOP - chart.BOTTOM
-    assert busiest.recorded_h + busiest.dead_h == pytest.approx(plot_h)  # 200 of 200
-    assert busiest.dead_y + busiest.dead_h == pytest.approx(busiest.recorded_y)  # on top
-    assert last.recorded_h == pytest.approx(plot_h * 40 / 200)
-    assert c.bars[0].recorded_h == 0 and "0 recorded, 0 dead-lettered" in c.bars[0].title
+    assert [s.kind for s in busiest.segments] == ["succeeded", "retried", "dead"]
+    assert sum(s.h for s in busiest.segments) == pytest.approx(plot_h)  # 200 of 200
+    ok, retried, dead = busiest.segments
+    assert ok.y + ok.h == pytest.approx(c.baseline)  # succeeded sits on the axis
+    assert retried.y + retried.h == pytest.approx(ok.y)  # retried on it, dead on top
+    assert dead.y + dead.h == pytest.approx(retried.y)
+    assert [(s.kind, s.h) for s in last.segments] == [("succeeded", pytest.approx(plot_h / 5))]
+    assert c.bars[0].segments == []
+    assert "0 succeeded, 0 retried, 0 dead-lettered" in c.bars[0].title
     assert [t.label for t in c.y_ticks] == ["0", "50", "100", "150", "200"]
     assert [t.label for t in c.x_ticks] == ["-50m", "-40m", "-30m", "-20m", "-10m", "now"]
 
 
 def test_an_empty_chart_still_has_an_axis() -> None:
-    c = chart.build([Minute(i * 60_000, 0, 0) for i in range(60)])
+    c = chart.build([Minute(i * 60_000) for i in range(60)])
     assert c.peak == 0 and [t.label for t in c.y_ticks] == ["0", "1", "2", "3", "4"]
 
 
