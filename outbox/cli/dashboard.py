@@ -13,6 +13,7 @@ import os
 import click
 
 from outbox.cli import preflight
+from outbox.cli.app import load_registry
 from outbox.cli.context import CliContext, pass_cli
 from outbox.db.connection import Database
 from outbox.errors import ConfigurationError, DatabaseError
@@ -58,13 +59,19 @@ def is_loopback(host: str) -> bool:
     help="Another Host name to answer (the bind host and loopback names always are); "
     "repeat for more. Default: none.",
 )
+@click.option(
+    "--app", default=None, metavar="MODULE:ATTR",
+    help="The Registry whose periodic jobs the Schedules page shows (the one your "
+    "scheduler runs). Default: none; the page says how to give it.",
+)
 @pass_cli
 def dashboard_command(
     cli: CliContext, bind: str, show_payloads: bool, refresh: float,
-    allowed_hosts: tuple[str, ...],
+    allowed_hosts: tuple[str, ...], app: str | None,
 ) -> None:
     """Serve the web dashboard (read-only unless OUTBOX_DASHBOARD_TOKEN is set)."""
     host, port = parse_bind(bind)
+    registry = load_registry(app) if app else None
     try:
         import uvicorn
 
@@ -75,12 +82,13 @@ def dashboard_command(
         ) from exc
     token = os.environ.get("OUTBOX_DASHBOARD_TOKEN") or None
     names = {*LOOPBACK_NAMES, host, *(h for spec in allowed_hosts for h in spec.split())}
-    app = create_app(
+    asgi = create_app(
         cli.database_url,
         token=token,
         show_payloads=show_payloads,
         refresh_s=refresh,
         allowed_hosts=None if host in ("0.0.0.0", "::") and not allowed_hosts else names,
+        registry=registry,
     )
     database = cli.database()
     _check(database)
@@ -91,7 +99,7 @@ def dashboard_command(
     if not is_loopback(host):
         click.echo(f"warning: listening on {host}, not loopback: anyone who reaches it can "
                    "read the counts and lists", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(asgi, host=host, port=port, log_level="warning", access_log=False)
 
 
 def _check(database: Database) -> None:

@@ -26,6 +26,7 @@ from outbox.dashboard.backend import Backend
 from outbox.dashboard.web import Dashboard, Problem, Settings, log
 from outbox.db.connection import Database
 from outbox.errors import ConfigurationError, DatabaseError, MessageNotFound, OutboxError
+from outbox.queue.registry import Registry
 
 SESSION_COOKIE = "outbox_dashboard"
 SESSION_MAX_AGE_S = 8 * 3600
@@ -50,6 +51,7 @@ def create_app(
     show_payloads: bool = False,
     refresh_s: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
+    registry: Registry | None = None,
 ) -> Starlette:
     """The dashboard for the database at ``database_url``.
 
@@ -61,6 +63,8 @@ def create_app(
       read at most once per this interval however many viewers there are.
     - ``allowed_hosts``: Host header names to answer (default None: any, for mounting
       behind your own checks; ``outbox dashboard`` passes the loopback names).
+    - ``registry``: the application's ``Registry``, whose periodic jobs the Schedules
+      page shows (default None: the page says how to give it; ``outbox dashboard --app``).
 
     Mount it with ``Mount("/outbox", app=create_app(url))``; links follow the mount.
     """
@@ -69,7 +73,8 @@ def create_app(
         raise ConfigurationError("refresh_s must be at least 1 second")
     database = Database(database_url)
     backend = Backend(database, ttl_s=min(refresh_s, 2.0))
-    dash = Dashboard(Settings(token, show_payloads, refresh_s, database.dialect.name), backend)
+    settings = Settings(token, show_payloads, refresh_s, database.dialect.name, registry)
+    dash = Dashboard(settings, backend)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> Any:
@@ -108,6 +113,7 @@ def _routes(dash: Dashboard) -> list[Route | Mount]:
         Route("/dead-letters/forget", bind(actions.forget_dead), methods=post),
         Route("/quarantined", bind(pages.quarantined), methods=get),
         Route("/quarantined/retry", bind(actions.retry_quarantined), methods=post),
+        Route("/schedules", bind(pages.schedules), methods=get),
         Route("/login", bind(pages.login_page), methods=get),
         Route("/login", bind(actions.login), methods=post),
         Route("/logout", bind(actions.logout), methods=post),

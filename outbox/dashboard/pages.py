@@ -1,4 +1,5 @@
-"""The pages: overview (live), queue, job, dead letters, quarantined intents, sign-in.
+"""The pages: overview (live), queue, job, dead letters, quarantined intents, schedules,
+sign-in.
 
 Every read goes through ``outbox.queue.admin``, ``outbox.relay.admin`` or
 ``outbox.dashboard.store``. Payloads and exception messages appear only for a signed-in
@@ -14,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from outbox.dashboard import chart, store
+from outbox.dashboard import schedules as schedule_reads
 from outbox.dashboard.backend import Overview
 from outbox.dashboard.web import Dashboard, Problem
 from outbox.db.connection import Connection
@@ -163,6 +165,20 @@ async def quarantined(dash: Dashboard, request: Request) -> Response:
     rows, total = await dash.backend.call(read)
     return dash.render(request, "quarantined.html", title="Quarantined intents", rows=rows,
                        total=total, limit=LIST_LIMIT)
+
+
+async def schedules(dash: Dashboard, request: Request) -> Response:
+    """The registry's periodic jobs (``outbox dashboard --app``); without one, how to give it."""
+    registry = dash.settings.registry
+    if registry is None:
+        return dash.render(request, "schedules.html", title="Schedules", schedules=None)
+
+    def read(conn: Connection) -> tuple[Any, list[schedule_reads.Schedule]]:
+        return schedule_reads.read(conn, registry)
+
+    now, rows = await dash.backend.call(read)
+    return dash.render(request, "schedules.html", title="Schedules", schedules=rows, now=now,
+                       recent=schedule_reads.RECENT)
 
 
 async def login_page(dash: Dashboard, request: Request) -> Response:

@@ -19,6 +19,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from outbox.dashboard import auth
 from outbox.dashboard.backend import Backend
 from outbox.dashboard.store import COUNT_CAP
+from outbox.queue.registry import Registry
 
 MAX_FORM_BYTES = 64 * 1024
 log = structlog.get_logger("outbox.dashboard")
@@ -41,6 +42,7 @@ class Settings:
     show_payloads: bool
     refresh_s: float
     dialect: str
+    registry: Registry | None = None  # whose periodic jobs the Schedules page shows
 
 
 def ms_time(ms: int | None) -> str:
@@ -67,6 +69,10 @@ def duration(seconds: float | None) -> str:
     return f"{minutes}m {secs:02d}s"
 
 
+def tick(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def number(n: int) -> str:
     return f"{n:,}"
 
@@ -87,7 +93,9 @@ class Dashboard:
             autoescape=True,
             undefined=StrictUndefined,
         )
-        self.env.filters.update(ms_time=ms_time, duration=duration, number=number, count=count)
+        self.env.filters.update(
+            ms_time=ms_time, duration=duration, number=number, count=count, tick=tick
+        )
 
     def viewer(self, request: Request) -> auth.Viewer:
         return auth.viewer(request, self.settings.token)

@@ -1,8 +1,9 @@
 """Dashboards for the tests: one seeded database per backend and two real
 ``outbox dashboard`` processes on it, started once per test session.
 
-``site`` is parametrised over the backends. Its ``write`` server runs with a token and
-``--show-payloads``; its ``readonly`` server runs without a token. PostgreSQL and MariaDB
+``site`` is parametrised over the backends. Its ``write`` server runs with a token,
+``--show-payloads`` and the seed's registry (``--app``, for the Schedules page); its
+``readonly`` server runs without a token. PostgreSQL and MariaDB
 are reached with a password in the URL (trust auth ignores it on PostgreSQL; MariaDB gets
 a user of its own), so the tests can check that no answer ever contains it.
 
@@ -137,7 +138,8 @@ def site(
         migrate(conn)
     seeded = seed.seed_site(plain)
     url, hidden = _with_password(backend, plain)
-    write = start_server(url, folder / "write.log", "--show-payloads", token=TOKEN)
+    write = start_server(url, folder / "write.log", "--show-payloads",
+                         "--app", "tests.dashboard.seed:registry", token=TOKEN)
     readonly = start_server(url, folder / "readonly.log")
     yield Site(backend, plain, [*hidden, url], write, readonly, seeded)
     write.stop()

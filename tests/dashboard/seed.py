@@ -18,6 +18,7 @@ from outbox import Job, PermanentFailure, Registry, record
 from outbox.db.connection import Database
 from outbox.queue import JobContext, Worker, WorkerConfig, push
 from outbox.relay import Relay, RelayConfig
+from outbox.schedule.service import Scheduler
 from tests.fixtures.databases import backend_of, raw_connect
 
 PAYLOAD_MARKER = "PAYLOAD-SECRET-5d1f"
@@ -37,6 +38,16 @@ def send(payload: Any, ctx: JobContext) -> None:
 @registry.job("dash.flaky")
 def flaky(payload: Any, ctx: JobContext) -> None:
     raise RuntimeError("try again later")
+
+
+# The Schedules page's registry (``outbox dashboard --app tests.dashboard.seed:registry``).
+@registry.periodic("* * * * *", name="dash.every_minute", queue="periodic")
+def every_minute(payload: Any, ctx: JobContext) -> None:
+    return None
+
+
+registry.schedule("0 3 * * *", name="dash.nightly_berlin", job="dash.report",
+                  queue="periodic", timezone="Europe/Berlin")
 
 
 def unique(prefix: str) -> str:
@@ -81,6 +92,12 @@ def run_queue(url: str, queue: str) -> None:
     """A real worker drains ``queue`` (what it settles is what the chart counts)."""
     config = WorkerConfig(queues={queue: None}, stop_when_empty=True, sleep=0.05)
     Worker(Database(url), registry, config).run()
+
+
+def schedule(url: str) -> list[str]:
+    """One scheduler look: each schedule's latest due tick is recorded (pending intents)."""
+    with Scheduler(Database(url), registry) as scheduler:
+        return [r.message_id or "" for r in scheduler.run_once()]
 
 
 def _json_str(text: str) -> str:

@@ -6,6 +6,7 @@ and the overview updates itself. Screenshots are saved for a person to look at.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ def test_every_page_loads_cleanly_and_is_saved(page: Any, site: Site, screenshot
         ("job-quarantined", f"/jobs/{quarantined}"),
         ("dead-letters", "/dead-letters"),
         ("quarantined", "/quarantined"),
+        ("schedules", "/schedules"),
     ]:
         answer = page.goto(site.write.url + path)
         assert answer.status == 200, path
@@ -63,8 +65,33 @@ def test_overview_shows_counts_chart_and_queues(page: Any, site: Site, screensho
     titles = " ".join(page.locator("svg.chart title").all_text_contents())
     assert " succeeded, " in titles
     expect(page.locator("tr[data-queue=search] [data-count=done-hour]")).to_have_text("25")
-    expect(page.locator(".note", has_text="What this counts: jobs the workers settled")).to_be_visible()
+    note = page.locator(".note", has_text="What this counts: jobs the workers settled")
+    expect(note).to_be_visible()
     page.screenshot(path=str(screenshots / f"{site.backend}-overview-read-only.png"))
+
+
+def test_schedules_show_next_ticks_and_what_became_of_the_last_tick(
+    page: Any, site: Site, screenshots: Path
+) -> None:
+    errors = _watch_errors(page)
+    seed.schedule(site.db_url)  # a scheduler's look: each schedule's latest tick recorded
+    page.goto(site.write.url + "/schedules")
+    row = page.locator("tr[data-schedule='dash.every_minute']")
+    expect(row.locator("[data-state]")).to_have_attribute("data-state", re.compile(
+        "pending|queued"))  # queued once another test's relay run handed it off
+    nexts = row.locator("[data-next-ticks]").inner_text().splitlines()
+    assert len(nexts) == 3 and all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:00", t) for t in nexts)
+    berlin = page.locator("tr[data-schedule='dash.nightly_berlin']")
+    expect(berlin).to_contain_text("Europe/Berlin")
+    expect(berlin.locator("[data-next-ticks]")).to_contain_text(re.compile(r" 0[12]:00:00"))
+    seed.relay(site.db_url)
+    seed.run_queue(site.db_url, "periodic")  # the every-minute job runs and succeeds
+    page.reload()
+    expect(row.locator("[data-state]")).to_have_text("left the queue")
+    page.screenshot(path=str(screenshots / f"{site.backend}-schedules.png"), full_page=True)
+    page.goto(site.readonly.url + "/schedules")  # started without --app: it says how
+    expect(page.locator("#no-registry")).to_contain_text("--app MODULE:ATTR")
+    assert errors == []
 
 
 def test_the_overview_updates_itself(page: Any, site: Site) -> None:
