@@ -27,8 +27,9 @@ SCENARIOS = (
     "memory",
     "backends",
     "dashboard",
+    "tally",
 )
-ANY_BACKEND = ("record", "relay", "worker")
+ANY_BACKEND = ("record", "relay", "worker", "tally")
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

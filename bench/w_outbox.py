@@ -49,7 +49,22 @@ def registry() -> Any:
     return reg
 
 
-def worker(url: str, concurrency: int, prefetch: int) -> Callable[[], dict[str, Any]]:
+class NoTally:
+    """The bench's switch for the dashboard's per-minute counts: counts nothing, writes
+    nothing (``tally=False``), to measure what counting costs the worker."""
+
+    pending = False
+
+    def add(self, column: int, queues: Any) -> None:
+        return None
+
+    def flush(self, driver: Any) -> None:
+        return None
+
+
+def worker(
+    url: str, concurrency: int, prefetch: int, tally: bool = True
+) -> Callable[[], dict[str, Any]]:
     from outbox.db.connection import Database
     from outbox.queue import Worker, WorkerConfig
 
@@ -60,6 +75,8 @@ def worker(url: str, concurrency: int, prefetch: int) -> Callable[[], dict[str, 
             queues={QUEUE: None}, concurrency=concurrency, prefetch=prefetch, stop_when_empty=True
         ),
     )
+    if not tally:
+        w._db.tally = NoTally()  # type: ignore[assignment]
 
     def work() -> dict[str, Any]:
         result = w.run()
