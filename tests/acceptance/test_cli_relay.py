@@ -260,3 +260,24 @@ def test_relay_shows_a_progress_bar_only_on_a_terminal(
     assert proc.returncode == 0
     assert b"relaying" in seen
     assert "relayed 4 intents" in out
+
+
+def test_prune_also_drops_the_dashboard_charts_minutes_older_than_a_day(
+    db_url: str, conn: Connection
+) -> None:
+    from outbox.queue.throughput import SUCCEEDED, Tally
+
+    now_s = conn.driver.clock_now() / 1000
+    for worker, age_s in (("w-old", 2 * 86_400), ("w-new", 0)):
+        wall = [now_s - age_s]  # the worker's clock when it counted ...
+        tally = Tally(worker, wall=lambda w=wall: w[0])
+        tally.add(SUCCEEDED, ["q"])
+        wall[0] = now_s  # ... and when it wrote the counts
+        tally.flush(conn.driver)
+    pruned = cli(db_url, "prune", "0")
+    assert pruned.exit_code == 0, pruned.output
+    assert "pruned 1 per-minute chart rows older than a day" in pruned.stdout
+    left = conn.execute_sql("SELECT worker_id FROM outbox_throughput")
+    assert [str(w) for (w,) in left] == ["w-new"]
+    again = cli(db_url, "prune", "0")
+    assert "chart rows" not in again.stdout  # nothing old left: no second line

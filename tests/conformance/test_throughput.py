@@ -124,9 +124,10 @@ def test_minutes_are_placed_by_the_database_clock_not_the_worker_clock(conn: Con
 def test_prune_drops_minutes_older_than_a_day_and_keeps_the_rest(conn: Connection) -> None:
     db_now_s = conn.driver.clock_now() / 1000
     wall = Wall(db_now_s // 60 * 60 + 30)
-    old = Tally("w-old", wall=Wall(wall.at - 3 * 86_400))
+    then = Wall(wall.at - 3 * 86_400)
+    old = Tally("w-old", wall=then)
     old.add(SUCCEEDED, ["q"])
-    old._wall = wall  # flushed now, three days after it counted
+    then.at = wall.at  # flushed now, three days after it counted
     old.flush(conn.driver)
     recent = Tally("w-recent", wall=wall)
     recent.add(SUCCEEDED, ["q"])

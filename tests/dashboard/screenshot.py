@@ -1,10 +1,10 @@
 """Make the README's picture of the overview: ``python -m tests.dashboard.screenshot OUT.png``.
 
-It records an hour's worth of intents on a fresh SQLite database through ``record()``,
-hands them off with the relay, runs a worker whose handler fails some jobs for good, and
-then moves the handoff and failure times back across the last hour (a real hour would be
-a long wait for a picture). The dashboard is served by uvicorn and photographed by the
-same headless Chromium the tests use.
+It writes an hour of three workers' per-minute counts on a fresh SQLite database through
+the worker's own ``Tally`` with its clock set back minute by minute (a real hour would be
+a long wait for a picture), records intents through ``record()``, hands them off with the
+relay, and runs a worker whose handler fails some jobs for good. The dashboard is served
+by uvicorn and photographed by the same headless Chromium the tests use.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import uvicorn
 from outbox.dashboard import create_app
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
+from outbox.queue.throughput import DEAD, RETRIED, SUCCEEDED, Tally
 from tests.dashboard import seed
 from tests.dashboard.conftest import CHROMIUM, free_port
 
@@ -29,26 +30,31 @@ QUEUES = {"mail": 0.45, "search": 0.3, "webhooks": 0.25}
 
 
 def _history(url: str) -> None:
+    """An hour of three workers' per-minute counts, written through the worker's own
+    ``Tally`` with its clock set to each minute in turn (the real statement, the real
+    table), then the intents, hand-offs and dead letters of now."""
     rng = random.Random(7)
-    per_minute = [int(38 + 22 * math.sin(m / 9) + rng.randint(-6, 6)) for m in range(60)]
-    ids: dict[str, list[str]] = {}
-    for queue, share in QUEUES.items():
-        ids[queue] = seed.intents(url, int(sum(per_minute) * share), queue=queue)
+    now = time.time()
+    with Database(url).connect() as conn:
+        for worker in ("worker-1", "worker-2", "worker-3"):
+            wall = [now]
+            tally = Tally(f"host:{worker}", wall=lambda w=wall: w[0])
+            for minute in range(60):
+                wall[0] = (now // 60 - (59 - minute)) * 60 + 30
+                load = 38 + 22 * math.sin(minute / 9) + rng.randint(-6, 6)
+                for queue, share in QUEUES.items():
+                    n = int(load * share)
+                    tally.add(SUCCEEDED, [queue] * n)
+                    tally.add(RETRIED, [queue] * (rng.random() < 0.12) * rng.randint(1, 3))
+                    tally.add(DEAD, [queue] * (rng.random() < 0.04))
+            wall[0] = now
+            tally.flush(conn.driver)
+    for queue in QUEUES:
+        seed.intents(url, 30, queue=queue)
     seed.relay(url)
-    flat = [i for queue in QUEUES for i in ids[queue]]
-    rng.shuffle(flat)
-    now = int(time.time() * 1000)
-    at = 0
-    for minute, count in enumerate(per_minute):
-        start = (now // 60_000 - (59 - minute)) * 60_000
-        stamp = min(now, start + rng.randint(0, 59_000))
-        for message_id in flat[at : at + count]:
-            seed.scalar(url, "UPDATE outbox_keys SET created_at = ? WHERE message_id = ?",
-                        stamp, message_id)
-        at += count
     dead = seed.dead_letters(url, 14, message="smtp: 550 mailbox unavailable")
     for message_id in dead:  # the worker ran them in a queue of their own
-        stamp = now - rng.randint(0, 59) * 60_000
+        stamp = int(now * 1000) - rng.randint(0, 59) * 60_000
         seed.scalar(url, "UPDATE outbox_failed_jobs SET failed_at = ?, queue = 'mail' "
                     "WHERE message_id = ?", stamp, message_id)
 

@@ -41,12 +41,17 @@ def test_bad_options_are_refused_before_anything_starts() -> None:
     assert code == 1 and "at least 16 printable ASCII" in out and "hunter2" not in out
     code, out = _cli("--database-url", "nosuch://x", "dashboard")  # a usage error, as everywhere
     assert code == 2 and "unsupported database URL scheme 'nosuch'" in out
+    code, out = _cli("dashboard", "--app", "nosuch_module_7:registry")
+    assert code == 2 and "no module named 'nosuch_module_7'" in out
+    code, out = _cli("dashboard", "--app", "tests.dashboard.seed:PAYLOAD_MARKER")
+    assert code == 2 and "is not an outbox.Registry" in out
 
 
 def test_help_names_every_option_and_the_safety_rule() -> None:
     code, out = _cli("dashboard", "--help")
     assert code == 0
     for words in ("--bind", "127.0.0.1:8642", "--show-payloads", "--refresh", "--allowed-host",
+                  "--app", "Default: none",
                   "read-only unless OUTBOX_DASHBOARD_TOKEN is set"):
         assert words in out
 

@@ -31,6 +31,7 @@ def _pages(site: Site) -> list[str]:
         "/queues/mail?state=ready&job=mail.send",
         f"/jobs/{dead}",
         f"/jobs/{quarantined}",
+        "/schedules",
     ]
 
 
