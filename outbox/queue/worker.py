@@ -2,8 +2,9 @@
 
 One dispatcher thread owns the worker's database connection and does all queue I/O:
 claims (one round trip per batch), acknowledgements (one DELETE for every job that
-finished since the last one), heartbeats (one UPDATE for every held job), failures and
-the reaper. Handlers never touch that connection, so the dispatcher stays responsive
+finished since the last one), heartbeats (one UPDATE for every held job), failures,
+the reaper, and every 10 s the dashboard's per-minute counts (``outbox.queue.throughput``).
+Handlers never touch that connection, so the dispatcher stays responsive
 however long they run, and leases are renewed on time.
 
 Per queue, a worker holds at most ``cap + prefetch`` jobs: up to ``cap`` running and up

@@ -30,6 +30,7 @@ OUTBOX_TABLES = {
     "outbox_jobs",
     "outbox_failed_jobs",
     "outbox_schema_version",
+    "outbox_throughput",
 }
 ALL = list(range(1, LATEST + 1))
 NEXT = LATEST + 1
