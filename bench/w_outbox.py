@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -79,8 +80,9 @@ def worker(
         w._db.tally = NoTally()  # type: ignore[assignment]
 
     def work() -> dict[str, Any]:
+        cpu = time.process_time()  # every thread of this process: the worker's whole cost
         result = w.run()
-        return {"count": _count(result)}
+        return {"count": _count(result), "cpu_s": time.process_time() - cpu}
 
     return work
 

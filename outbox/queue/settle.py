@@ -87,7 +87,8 @@ class Settler:
 
     def _count_acked(self, jobs: Sequence[ClaimedJob], acked: set[int]) -> None:
         self.stats.succeeded += len(acked)
-        self.tally.add(SUCCEEDED, (j.queue for j in jobs if j.id in acked))
+        self.tally.add(SUCCEEDED, jobs if len(acked) == len(jobs) else
+                       [j for j in jobs if j.id in acked])
         if len(acked) < len(jobs):
             self.lost([j for j in jobs if j.id not in acked], "ack")
 
@@ -115,7 +116,7 @@ class Settler:
         if not ok:
             self.lost([job], "fail")
             return
-        self.tally.add(column, (job.queue,))
+        self.tally.add(column, (job,))
         self.log.warning(
             event,
             message_id=job.message_id,

@@ -416,7 +416,7 @@ class Worker:
             return
         if outcome.kind is Kind.ACKED:
             self.stats.succeeded += 1
-            self._db.tally.add(SUCCEEDED, (job.queue,))
+            self._db.tally.add(SUCCEEDED, (job,))
         elif outcome.kind is Kind.LOST:
             self._db.lost([job], "transactional commit")
         elif outcome.kind is Kind.UNSTARTED:

@@ -266,12 +266,13 @@ def test_prune_also_drops_the_dashboard_charts_minutes_older_than_a_day(
     db_url: str, conn: Connection
 ) -> None:
     from outbox.queue.throughput import SUCCEEDED, Tally
+    from tests.dashboard.seed import claimed
 
     now_s = conn.driver.clock_now() / 1000
     for worker, age_s in (("w-old", 2 * 86_400), ("w-new", 0)):
         wall = [now_s - age_s]  # the worker's clock when it counted ...
         tally = Tally(worker, wall=lambda w=wall: w[0])
-        tally.add(SUCCEEDED, ["q"])
+        tally.add(SUCCEEDED, claimed("q"))
         wall[0] = now_s  # ... and when it wrote the counts
         tally.flush(conn.driver)
     pruned = cli(db_url, "prune", "0")

@@ -12,6 +12,7 @@ from outbox.dashboard import store
 from outbox.db.connection import Connection, Database
 from outbox.queue import JobContext, Worker, WorkerConfig, push, throughput
 from outbox.queue.throughput import DEAD, RETRIED, SUCCEEDED, Tally
+from tests.dashboard.seed import claimed
 from tests.fixtures.databases import sqlite_url
 
 MINUTE_MS = 60_000
@@ -88,12 +89,12 @@ def test_flushes_add_up_and_each_worker_keeps_its_own_row(conn: Connection) -> N
     now_s = conn.driver.clock_now() / 1000
     wall = Wall(now_s // 60 * 60 + 30)  # the middle of the database's current minute
     one, two = Tally("w-one", wall=wall), Tally("w-two", wall=wall)
-    one.add(SUCCEEDED, ["q"] * 3)
+    one.add(SUCCEEDED, claimed("q", 3))
     one.flush(conn.driver)
-    one.add(SUCCEEDED, ["q", "q"])
-    one.add(RETRIED, ["q"])
+    one.add(SUCCEEDED, claimed("q", 2))
+    one.add(RETRIED, claimed("q"))
     one.flush(conn.driver)
-    two.add(DEAD, ["q"])
+    two.add(DEAD, claimed("q"))
     two.flush(conn.driver)
     assert not one.pending and not two.pending
     rows = _rows(conn)
@@ -114,7 +115,7 @@ def test_minutes_are_placed_by_the_database_clock_not_the_worker_clock(conn: Con
     db_now = conn.driver.clock_now()
     behind = Wall(db_now / 1000 - 7 * 3600)  # a worker whose clock is seven hours behind
     tally = Tally("w-skewed", wall=behind)
-    tally.add(SUCCEEDED, ["q"])
+    tally.add(SUCCEEDED, claimed("q"))
     behind.at += 5  # flushed five seconds later
     tally.flush(conn.driver)
     (minute, *_), = _rows(conn)
@@ -126,11 +127,11 @@ def test_prune_drops_minutes_older_than_a_day_and_keeps_the_rest(conn: Connectio
     wall = Wall(db_now_s // 60 * 60 + 30)
     then = Wall(wall.at - 3 * 86_400)
     old = Tally("w-old", wall=then)
-    old.add(SUCCEEDED, ["q"])
+    old.add(SUCCEEDED, claimed("q"))
     then.at = wall.at  # flushed now, three days after it counted
     old.flush(conn.driver)
     recent = Tally("w-recent", wall=wall)
-    recent.add(SUCCEEDED, ["q"])
+    recent.add(SUCCEEDED, claimed("q"))
     recent.flush(conn.driver)
     assert len(_rows(conn)) == 2
     assert throughput.prune(conn.driver) == 1
@@ -146,10 +147,10 @@ def test_a_refused_flush_keeps_the_counts_for_the_next_one(tmp_path: Any) -> Non
         migrate(conn)
         conn.execute_sql("ALTER TABLE outbox_throughput RENAME TO throughput_away")
         tally = Tally("w-kept")
-        tally.add(SUCCEEDED, ["q", "q"])
+        tally.add(SUCCEEDED, claimed("q", 2))
         with capture_logs() as logs:
             tally.flush(conn.driver)
-            tally.add(SUCCEEDED, ["q"])
+            tally.add(SUCCEEDED, claimed("q"))
             tally.flush(conn.driver)  # still refused: logged once
         assert tally.pending
         assert [e["event"] for e in logs] == ["worker.throughput_not_written"]

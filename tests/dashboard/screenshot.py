@@ -44,9 +44,10 @@ def _history(url: str) -> None:
                 load = 38 + 22 * math.sin(minute / 9) + rng.randint(-6, 6)
                 for queue, share in QUEUES.items():
                     n = int(load * share)
-                    tally.add(SUCCEEDED, [queue] * n)
-                    tally.add(RETRIED, [queue] * (rng.random() < 0.12) * rng.randint(1, 3))
-                    tally.add(DEAD, [queue] * (rng.random() < 0.04))
+                    tally.add(SUCCEEDED, seed.claimed(queue, n))
+                    retried = (rng.random() < 0.12) * rng.randint(1, 3)
+                    tally.add(RETRIED, seed.claimed(queue, retried))
+                    tally.add(DEAD, seed.claimed(queue, int(rng.random() < 0.04)))
             wall[0] = now
             tally.flush(conn.driver)
     for queue in QUEUES:

@@ -16,6 +16,8 @@ import orjson
 
 from outbox import Job, PermanentFailure, Registry, record
 from outbox.db.connection import Database
+from outbox.db.rows import ClaimedJob
+from outbox.ids import new_message_id
 from outbox.queue import JobContext, Worker, WorkerConfig, push
 from outbox.relay import Relay, RelayConfig
 from outbox.schedule.service import Scheduler
@@ -86,6 +88,12 @@ def dead_letters(url: str, count: int, *, message: str = "boom", queue: str = ""
     config = WorkerConfig(queues={queue: None}, stop_when_empty=True, sleep=0.05)
     Worker(Database(url), registry, config).run()
     return ids
+
+
+def claimed(queue: str, n: int = 1) -> list[ClaimedJob]:
+    """``n`` jobs as a worker holds them, for a ``Tally`` to count (never written)."""
+    return [ClaimedJob(i, new_message_id(), queue, "dash.job", "{}", 1, None, 0, 0)
+            for i in range(n)]
 
 
 def run_queue(url: str, queue: str) -> None:
