@@ -179,8 +179,8 @@ class Settler:
 
     def flush_tally(self) -> None:
         """Write the chart's counts (``outbox.queue.throughput``); never raises."""
-        if not self.tally.pending:
-            return
+        if not self.tally.pending or (self._conn is None and self.in_trouble):
+            return  # kept; no reconnecting for the chart's sake (a stop stays prompt)
         try:
             driver = self._driver()
         except DatabaseError:
