@@ -165,7 +165,7 @@ failed_jobs = Table(
 
 Index("outbox_failed_jobs_queue", failed_jobs.c.queue, failed_jobs.c.id)
 
-# Per-minute job completions for the dashboard's chart (migration 3): each worker adds
+# Per-minute job completions for the dashboard's chart (the throughput migration): each worker adds
 # its in-memory counts to its own rows every few seconds (outbox.queue.throughput), so
 # no two workers write one row; `outbox prune` drops minutes older than a day.
 throughput = Table(

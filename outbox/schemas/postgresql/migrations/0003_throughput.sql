@@ -1,4 +1,4 @@
--- Migration 3: per-minute job completions for the dashboard's throughput chart.
+-- Migration "throughput": per-minute job completions for the dashboard's throughput chart.
 --
 -- Each worker counts what it settled (succeeded, retried, dead-lettered) per minute and
 -- queue in memory and adds its counts to its own rows every few seconds: one row per
