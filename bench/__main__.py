@@ -27,8 +27,10 @@ SCENARIOS = (
     "memory",
     "backends",
     "dashboard",
+    "plans",
+    "hygiene",
 )
-ANY_BACKEND = ("record", "relay", "worker")
+ANY_BACKEND = ("record", "relay", "worker", "plans")
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
