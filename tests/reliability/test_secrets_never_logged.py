@@ -99,7 +99,8 @@ def test_no_password_or_payload_in_any_output(ledger_url: str) -> None:
         )
         assert code == 0, err
         outputs[f"{form}: worker"] = out + err
-        for args in COMMANDS:
+        # Every command once (first form); each form's own connect path via status.
+        for args in COMMANDS if form == "userinfo" else [["status", "--json"]]:
             outputs[f"{form}: {' '.join(args)}"] = _cli(url, *args)[1]
         outputs[f"{form}: queue retry"] = _cli(url, "queue", "retry", ids["dead"], "--yes")[1]
         # the requeued dead letter fails permanently again: dead-lettered once more
