@@ -63,7 +63,9 @@ class Access:
 class Hot:
     """A hot statement and the index it must use on ``table``.
 
-    ``index`` is the PostgreSQL name (``index_name`` gives each dialect's); ``kinds`` the
+    ``index`` is the PostgreSQL name (``index_name`` gives each dialect's), or several
+    joined by ``|`` when either serves (a lookup by id through the primary key or through
+    the partial index on id: the planner picks by the statistics); ``kinds`` the
     reads allowed through it (an ordered walk of an index that stops at a LIMIT reads as
     ``full index`` on SQLite). ``counted_in_full`` names the dialects whose planner counts
     ``table`` by reading it whole, as it should: a count of a backlog is as long as the
@@ -107,9 +109,9 @@ HOT: tuple[Hot, ...] = (
     _h("relay_handoff", {"batch_size": 500, "notify": True}, "outbox_messages", "outbox_messages_pending", "relay claim, relay move (one statement)", _PG),
     _h("relay_claim", {"batch_size": 500}, "outbox_messages", "outbox_messages_pending", "relay claim", _NOT_PG, _WALK),
     _h("relay_claim_rows", {"batch_size": 500}, "outbox_messages", "outbox_messages_pending", "relay claim (Python verify)", kinds=_WALK),
-    _h("relay_insert_jobs", _IDS, "outbox_messages", "outbox_messages_pending", "relay move: insert"),
-    _h("relay_delete_moved", _IDS, "outbox_messages", "outbox_messages_pending", "relay move: delete"),
-    _h("relay_mark_failed", {**_IDS, "reason": "invalid_json"}, "outbox_messages", "outbox_messages_pending", "relay quarantine"),
+    _h("relay_insert_jobs", _IDS, "outbox_messages", "outbox_messages_pending|outbox_messages_pkey", "relay move: insert"),
+    _h("relay_delete_moved", _IDS, "outbox_messages", "outbox_messages_pending|outbox_messages_pkey", "relay move: delete"),
+    _h("relay_mark_failed", {**_IDS, "reason": "invalid_json"}, "outbox_messages", "outbox_messages_pending|outbox_messages_pkey", "relay quarantine"),
     _h("job_claim", _CLAIM, "outbox_jobs", "outbox_jobs_claim", "worker claim", ("sqlite", "postgresql")),
     _h("job_claim_pick", _CLAIM, "outbox_jobs", "outbox_jobs_claim", "worker claim: pick", _MY),
     _h("job_claim_mark", {**_CLAIM, "ids": _HELD, "now_ms": 0}, "outbox_jobs", "outbox_jobs_pkey", "worker claim: mark", _MY),
@@ -216,9 +218,9 @@ def check(accesses: list[Access], hot: Hot, dialect: str) -> str | None:
         return f"full scan of {', '.join(sorted({a.table for a in full}))}"
     if dialect in hot.counted_in_full:
         return None if any(a.table == hot.table for a in accesses) else f"{hot.table} not read"
-    want = index_name(dialect, hot.index)
-    if not any(a.table == hot.table and a.index == want and a.kind in hot.kinds for a in accesses):
-        return f"{hot.table} not read through {want} ({'/'.join(hot.kinds)})"
+    wanted = {index_name(dialect, i) for i in hot.index.split("|")}
+    if not any(a.table == hot.table and a.index in wanted and a.kind in hot.kinds for a in accesses):
+        return f"{hot.table} not read through {' or '.join(sorted(wanted))} ({'/'.join(hot.kinds)})"
     return None
 
 
