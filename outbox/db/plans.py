@@ -99,7 +99,7 @@ def _h(
 
 
 _KEY = {"key_digest": "0" * 58 + "100005"}
-_IDS = {"ids": list(range(200_001, 200_101))}
+_IDS = {"ids": list(range(101, 201))}  # intents that exist at any seed size
 _PG, _LITE, _MY = ("postgresql",), ("sqlite",), ("mysql",)
 _NOT_PG = ("sqlite", "mysql")
 _WALK: tuple[Kind, ...] = ("index", "full index")
