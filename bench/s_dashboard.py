@@ -82,32 +82,18 @@ class Site:
         conn.execute_sql(FILL_DEAD, {"n": 1000, "now": now})
         for table in ("outbox_jobs", "outbox_keys", "outbox_messages", "outbox_failed_jobs"):
             conn.execute_sql(f"VACUUM ANALYZE {table}")
-        self.job_id = str(
-            conn.execute_sql(
-                "SELECT message_id FROM outbox_jobs WHERE queue = 'bench' ORDER BY id DESC LIMIT 1"
-            )[0][0]
-        )
+        self.job_id = str(conn.execute_sql(
+            "SELECT message_id FROM outbox_jobs WHERE queue = 'bench' ORDER BY id DESC LIMIT 1"
+        )[0][0])
         conn.close()
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = int(s.getsockname()[1])
         env = {**os.environ, "OUTBOX_DASHBOARD_TOKEN": ""}
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "outbox",
-                "--database-url",
-                self.url,
-                "dashboard",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                "--refresh",
-                "1",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            [sys.executable, "-m", "outbox", "--database-url", self.url, "dashboard",
+             "--bind", f"127.0.0.1:{self.port}", "--refresh", "1"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -179,9 +165,8 @@ def _chart_case(site: Site, tag: str) -> Case:
         finally:
             conn.close()
 
-    return Case(
-        f"chart read in the background, {tag} keys", measure, unit="ms", higher_is_better=False
-    )
+    return Case(f"chart read in the background, {tag} keys", measure, unit="ms",
+                higher_is_better=False)
 
 
 def plan(ctx: Ctx) -> Plan:
@@ -203,3 +188,5 @@ def plan(ctx: Ctx) -> Plan:
     )
     p.after.append(site.stop)
     return p
+
+
