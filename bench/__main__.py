@@ -28,8 +28,10 @@ SCENARIOS = (
     "backends",
     "dashboard",
     "tally",
+    "plans",
+    "hygiene",
 )
-ANY_BACKEND = ("record", "relay", "worker", "tally")
+ANY_BACKEND = ("record", "relay", "worker", "tally", "plans")
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

@@ -362,29 +362,31 @@ class _Collected:
             yield lost
 
 
-def _relay_backlog(conn: Connection) -> tuple[int, Any, Any]:
-    oldest, now_ms = conn.execute("status_oldest_pending")[0]
-    return int(conn.execute("status_pending_count")[0][0]), oldest, now_ms
+def _relay_backlog(conn: Connection) -> tuple[int, int | None, int]:
+    return conn.driver.outbox_backlog()
 
 
 def _queue_gauges(e: Exporter) -> Iterator[Any]:
     from prometheus_client.core import GaugeMetricFamily
 
-    rows = e._reader.backlog("queues", lambda c: c.execute("queue_counts"))
+    from outbox.db.rows import QueueCounts
+
+    rows = e._reader.backlog("queues", lambda c: c.driver.queue_counts())
     if rows is None:
         return
     ready = GaugeMetricFamily("outbox_queue_ready_jobs", "Jobs due and not held.", labels=["queue"])
     now = time.time() * 1000
-    counted = {str(r[0]): r for r in rows if r[0] in e.queues}
+    counted = {r.queue: r for r in rows if r.queue in e.queues}
     oldest = GaugeMetricFamily(
         "outbox_queue_oldest_ready_age_seconds",
         "How long the oldest ready job has been due (0 when none is).",
         labels=["queue"],
     )
     for name in sorted(e.queues):
-        _, n_ready, _delayed, _reserved, oldest_ready = counted.get(name, (name, 0, 0, 0, None))
-        ready.add_metric([name], int(n_ready))
-        age = 0.0 if oldest_ready is None else max(0.0, now - int(oldest_ready)) / 1000
+        counts = counted.get(name, QueueCounts(name))
+        ready.add_metric([name], counts.ready)
+        oldest_ready = counts.oldest_ready_ms
+        age = 0.0 if oldest_ready is None else max(0.0, now - oldest_ready) / 1000
         oldest.add_metric([name], age)
     yield ready
     yield oldest

@@ -33,6 +33,10 @@ class Gap(Enum):
     SQLITE3_CONNECTION = "a sqlite3.Connection connects to SQLite only"
     PSYCOPG_CONNECTION = "psycopg connections (and pg_stat_activity) belong to PostgreSQL"
     PYMYSQL_CONNECTION = "PyMySQL connects to MariaDB/MySQL only"
+    TRUSTED_LOGIN = (
+        "only the PostgreSQL test server trusts loopback logins: there a URL with any password"
+        " connects, so every command runs with one"
+    )
     NO_ASYNC_MYSQL_DRIVER = "no async MariaDB driver (aiomysql, asyncmy) is part of the project"
     MYSQL_IMMEDIATE_CONSTRAINTS = (
         "MariaDB checks constraints per statement (no DEFERRABLE): its COMMIT cannot fail on one"

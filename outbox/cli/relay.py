@@ -12,6 +12,7 @@ import sys
 import click
 import orjson
 
+from outbox import log
 from outbox import status as outbox_status
 from outbox.cli import preflight, tables
 from outbox.cli.context import CliContext, pass_cli
@@ -118,7 +119,8 @@ def _drain(relay: Relay, limit: int | None) -> RunTotals:
     with relay.database.connect() as conn:
         total = outbox_status.pending_count(conn)
     length = total if limit is None else min(limit, total)
-    with click.progressbar(length=length, label="relaying", file=sys.stderr) as bar:
+    bar = click.progressbar(length=length, label="relaying", file=sys.stderr)
+    with bar, log.progress_bar(bar):
         return relay.run(limit, progress=lambda batch: bar.update(batch.claimed))
 
 
@@ -295,7 +297,8 @@ def prune_command(cli: CliContext, days: int, limit: int) -> None:
     """
     with cli.connect() as conn:
         if sys.stderr.isatty():
-            with click.progressbar(length=limit, label="pruning", file=sys.stderr) as bar:
+            bar = click.progressbar(length=limit, label="pruning", file=sys.stderr)
+            with bar, log.progress_bar(bar):
                 deleted = admin.prune(conn, days, limit, progress=bar.update)
         else:
             deleted = admin.prune(conn, days, limit)

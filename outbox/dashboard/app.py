@@ -128,7 +128,8 @@ def _answer_failure(dash: Dashboard, request: Request, exc: Exception) -> Respon
         return dash.answer(request, 404, str(exc))
     if isinstance(exc, DatabaseError):
         # Its message names the database; the page says only that it did not answer.
-        log.warning("dashboard.database_error", error=str(exc))
+        cause = type(exc.__cause__ or exc).__name__  # its message may name the database
+        log.warning("dashboard.database_error", operation=exc.operation, error=cause)
         return dash.answer(request, 503, "the database did not answer; see the dashboard's log")
     if isinstance(exc, ValueError | OutboxError):
         return dash.answer(request, 400, str(exc))

@@ -21,7 +21,9 @@ Contract
   retryable error becomes ``RetryTransaction``.
 - SQL text lives only in ``outbox/schemas/`` (named statements, per dialect, loaded by
   ``sql.py``) and in this package. ``listen.py`` is the one LISTEN/NOTIFY helper;
-  ``migrate.py`` runs the numbered migrations of ``outbox/schemas/<dialect>/migrations``.
+  ``migrate.py`` runs the numbered migrations of ``outbox/schemas/<dialect>/migrations``;
+  ``plans.py`` lists the hot statements with the index each must use and reads their
+  query plans (the plan tests and ``python -m bench --only plans``).
 """
 
 from outbox.db.connection import Connection, Database

@@ -275,6 +275,17 @@ class Driver:
     def outbox_pending_count(self) -> int:
         return int(self._read("status", "status_pending_count")[0][0])
 
+    def outbox_backlog(self) -> tuple[int, int | None, int]:
+        """Pending intents, the oldest one's ``created_at`` and the database's clock (ms):
+        the relay's backlog gauges, two index reads."""
+
+        def both(c: Connection) -> tuple[int, int | None, int]:
+            oldest, now = c.execute("status_oldest_pending")[0]
+            pending = int(c.execute("status_pending_count")[0][0])
+            return pending, None if oldest is None else int(oldest), int(now)
+
+        return self.conn.read(both, operation="status")
+
     def outbox_counts(self) -> IntentCounts:
         """Intents by state, and the oldest pending one's age by the database's clock."""
 

@@ -92,7 +92,14 @@ class Settler:
         if len(acked) < len(jobs):
             self.lost([j for j in jobs if j.id not in acked], "ack")
 
-    def fail(self, job: ClaimedJob, failure: Failure, *, permanent: bool) -> None:
+    def fail(
+        self,
+        job: ClaimedJob,
+        failure: Failure,
+        *,
+        permanent: bool,
+        duration_ms: float | None = None,
+    ) -> None:
         """Retry after the handler's backoff, or dead-letter at the limit / if permanent."""
         limit = self.registry.max_attempts(job.job_name, job.max_attempts)
         try:
@@ -120,8 +127,10 @@ class Settler:
         self.log.warning(
             event,
             message_id=job.message_id,
+            queue=job.queue,
             job=job.job_name,
             attempt=job.attempts,
+            duration_ms=duration_ms,
             max_attempts=limit,
             error=failure.exception_class,
         )
@@ -139,8 +148,9 @@ class Settler:
             self.log.error(
                 "job.unknown_name",
                 message_id=job.message_id,
-                job=job.job_name,
                 queue=job.queue,
+                job=job.job_name,
+                attempt=job.attempts,
                 retry_in_s=UNKNOWN_DELAY_MS / 1000,
             )
         try:
@@ -174,7 +184,12 @@ class Settler:
         self.stats.lost += len(jobs)
         for job in jobs:
             self.log.warning(
-                "job.lease_lost", message_id=job.message_id, job=job.job_name, during=during
+                "job.lease_lost",
+                message_id=job.message_id,
+                queue=job.queue,
+                job=job.job_name,
+                attempt=job.attempts,
+                during=during,
             )
 
     def flush_tally(self) -> None:

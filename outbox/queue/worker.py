@@ -107,7 +107,7 @@ class Worker:
         self._dry: dict[str, float] = {}
         self._stop_deadline: float | None = None
         self._tally_due = 0.0  # when the chart's counts are next written (throughput.py)
-        self._log = log.bind(worker=self.worker_id)
+        self._log = log.bind(worker_id=self.worker_id)
         self._db = Settler(
             database,
             registry,
@@ -443,7 +443,8 @@ class Worker:
 
     def _fail(self, job: ClaimedJob, outcome: Outcome) -> None:
         failure = outcome.failure or failure_of(RuntimeError("unknown failure"))
-        self._db.fail(job, failure, permanent=outcome.kind is Kind.PERMANENT)
+        ran_ms = None if outcome.ran_s is None else round(outcome.ran_s * 1000, 2)
+        self._db.fail(job, failure, permanent=outcome.kind is Kind.PERMANENT, duration_ms=ran_ms)
 
     def _release_unspent(self, jobs: list[ClaimedJob]) -> None:
         for job in jobs:

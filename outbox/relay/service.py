@@ -223,5 +223,5 @@ def _log_batch(batch: HandoffResult) -> None:
         size=batch.claimed,
         handed_off=batch.handed_off,
         quarantined=batch.quarantined,
-        ms=batch.ms,
+        duration_ms=batch.ms,
     )

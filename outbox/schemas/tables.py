@@ -106,6 +106,15 @@ Index(
     postgresql_where=text("state = 'failed'"),
     sqlite_where=text("state = 'failed'"),
 ).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]
+# Rows that are not pending (quarantined, tombstones) for status counts and prune; the
+# pending backlog never enters it. MariaDB reads them from outbox_messages_state_id.
+Index(
+    "outbox_messages_not_pending",
+    messages.c.state,
+    messages.c.published_at,
+    postgresql_where=text("state <> 'pending'"),
+    sqlite_where=text("state <> 'pending'"),
+).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]
 Index("outbox_messages_state_id", messages.c.state, messages.c.id).ddl_if(dialect="mysql")
 jobs = Table(
     "outbox_jobs",

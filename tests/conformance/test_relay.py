@@ -191,7 +191,7 @@ def test_relay_logs_one_event_per_batch_without_payloads(database: Database, db_
         (1, 1, 0),
         (0, 0, 0),
     ]
-    assert all(isinstance(e["ms"], float) for e in batches)
+    assert all(isinstance(e["duration_ms"], float) for e in batches)
     assert MARKER not in repr(logs)
 
 

@@ -39,7 +39,7 @@ class WorkerProc:
 
     def worker_id(self) -> str:
         wait_until(lambda: self.has_event("worker.started"), TIMEOUT)
-        return str(next(e["worker"] for e in self.events() if e["event"] == "worker.started"))
+        return str(next(e["worker_id"] for e in self.events() if e["event"] == "worker.started"))
 
     def wait(self) -> int:
         try:

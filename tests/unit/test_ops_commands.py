@@ -49,4 +49,5 @@ def test_ops_command_lines_parse(where: str, argv: list[str]) -> None:
 
 def test_the_examples_include_the_probes_and_scrapes() -> None:
     lines = [argv for _, argv in _command_lines()]
-    assert sum("--metrics-port" in argv for argv in lines) == 2  # relay and worker manifests
+    # relay and worker: the Kubernetes manifests and the systemd units
+    assert sum("--metrics-port" in argv for argv in lines) == 4

@@ -8,11 +8,12 @@ WHERE message_id = :message_id;
 -- name: prune_tombstones
 -- At most :batch tombstones (left by a version-1 relay, or by the rolling-upgrade
 -- trigger of migration 2) published at least :age_ms ago, oldest first. Pending and
--- failed rows never match.
+-- failed rows never match. (The redundant state <> 'pending' lets SQLite's planner use the
+-- partial index outbox_messages_not_pending: it matches index predicates by their terms.)
 DELETE FROM outbox_messages
 WHERE id IN (
     SELECT id FROM outbox_messages
-    WHERE state = 'published'
+    WHERE state = 'published' AND state <> 'pending'
         AND published_at <= {now_ms} - :age_ms
     ORDER BY published_at
     LIMIT :batch

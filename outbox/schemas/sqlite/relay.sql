@@ -2,6 +2,9 @@
 -- The oldest pending rows, verified in SQL; the reason is NULL for a valid row. No row
 -- locks: the relay's BEGIN IMMEDIATE holds SQLite's single writer lock for the batch.
 -- typeof() guards come first because SQLite columns accept any type.
+-- INDEXED BY: with a backlog, SQLite's planner prefers walking the table in rowid order
+-- and skipping what is not pending; quarantined rows collect at the low ids, so that walk
+-- grows with them. The partial index holds pending rows only.
 -- The reason codes and their order match outbox.relay.verify.reason_for.
 SELECT id, message_id,
     CASE
@@ -21,7 +24,7 @@ SELECT id, message_id,
                 || coalesce(CAST(available_at AS TEXT), '') || char(10) || payload)
             <> fingerprint THEN 'fingerprint_mismatch'
     END AS reason
-FROM outbox_messages
+FROM outbox_messages INDEXED BY outbox_messages_pending
 WHERE state = 'pending'
 ORDER BY id
 LIMIT :batch_size;
@@ -30,7 +33,7 @@ LIMIT :batch_size;
 -- The Python verifier's claim: the oldest pending rows with every column the
 -- fingerprint covers.
 SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at
-FROM outbox_messages
+FROM outbox_messages INDEXED BY outbox_messages_pending
 WHERE state = 'pending'
 ORDER BY id
 LIMIT :batch_size;

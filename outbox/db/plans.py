@@ -1,0 +1,298 @@
+# ruff: noqa: E501  (HOT is a table: one statement a line, however long)
+"""Query plans of the hot statements: each must reach its rows through its index.
+
+A planner that starts scanning a whole table for a claim, an acknowledgement or a prune
+turns a queue of a million rows into one that falls over, and nothing in a functional
+test notices. So the hot statements are listed once, here, in ``HOT``: one row per
+statement with the parameters it is planned with, the big table it works on and the
+index it must use there. ``tests/integration/test_hot_plans.py`` checks every row on every
+backend over 200,000 rows per table; ``python -m bench --only plans`` prints the same
+table at 1,000,000. A new hot statement is one more row.
+
+``explain()`` reads a plan in each dialect's own form (PostgreSQL's JSON tree, SQLite's
+``EXPLAIN QUERY PLAN`` lines, MariaDB's ``EXPLAIN`` rows) into the same ``Access`` steps:
+which table, read how (``index``: a lookup or range through an index; ``full index``: every
+entry of an index, a covering read; ``full scan``: every row of the table), through which
+index. Index names differ by dialect for the same key, so ``HOT`` names them by the
+PostgreSQL name and ``index_name()`` translates.
+
+``seed()`` fills the tables with one set-based ``INSERT … SELECT`` per table (named SQL in
+``plans.sql``), then refreshes the planner's statistics. Its rows are shaped like a busy
+system's: old handed-off key rows, a backlog of pending intents with some quarantined, a
+queue of due, delayed and held jobs (some leases expired), and a few dead letters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from outbox.db.connection import Connection
+
+Kind = Literal["index", "full index", "full scan", "other"]
+BIG_TABLES = ("outbox_keys", "outbox_messages", "outbox_jobs")
+ALL = ("sqlite", "postgresql", "mysql")
+
+# The worker every held seed job belongs to, and a few of its jobs (ids 1, 21, 41: every
+# 20th job from the first is held, at attempt 1).
+SEED_WORKER = "w:seed"
+_HELD = [1, 21, 41]
+_FENCE: dict[str, Any] = {
+    "worker": SEED_WORKER,
+    "ids": _HELD,
+    "attempts": [1] * len(_HELD),
+    "pairs": [(i, 1) for i in _HELD],
+}
+_CLAIM: dict[str, Any] = {"queue": "default", "limit": 100, "worker": "w:plan", "lease_ms": 30_000}
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """One read of a table in a plan."""
+
+    table: str
+    kind: Kind
+    index: str | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hot:
+    """A hot statement and the index it must use on ``table``.
+
+    ``index`` is the PostgreSQL name (``index_name`` gives each dialect's), or several
+    joined by ``|`` when either serves (a lookup by id through the primary key or through
+    the partial index on id: the planner picks by the statistics); ``kinds`` the
+    reads allowed through it (an ordered walk of an index that stops at a LIMIT reads as
+    ``full index`` on SQLite). ``counted_in_full`` names the dialects whose planner counts
+    ``table`` by reading it whole, as it should: a count of a backlog is as long as the
+    backlog, and a table scan is cheaper than one index probe per row (SQLite's partial
+    indexes do not cover the column their predicate names; PostgreSQL prices an
+    index-only scan of most of a table above a sequential one). No other big table may
+    be read in full there either.
+    """
+
+    statement: str
+    params: Mapping[str, Any]
+    table: str
+    index: str
+    dialects: tuple[str, ...] = ALL
+    kinds: tuple[Kind, ...] = ("index",)
+    what: str = ""
+    counted_in_full: tuple[str, ...] = ()
+
+
+def _h(
+    statement: str,
+    params: Mapping[str, Any],
+    table: str,
+    index: str,
+    what: str,
+    dialects: tuple[str, ...] = ALL,
+    kinds: tuple[Kind, ...] = ("index",),
+    counted_in_full: tuple[str, ...] = (),
+) -> Hot:
+    return Hot(statement, params, table, index, dialects, kinds, what, counted_in_full)
+
+
+_KEY = {"key_digest": "0" * 58 + "100005"}
+_IDS = {"ids": list(range(101, 201))}  # intents that exist at any seed size
+_PG, _LITE, _MY = ("postgresql",), ("sqlite",), ("mysql",)
+_NOT_PG = ("sqlite", "mysql")
+_WALK: tuple[Kind, ...] = ("index", "full index")
+
+# fmt: off
+HOT: tuple[Hot, ...] = (
+    _h("relay_handoff", {"batch_size": 500, "notify": True}, "outbox_messages", "outbox_messages_pending", "relay claim, relay move (one statement)", _PG),
+    _h("relay_claim", {"batch_size": 500}, "outbox_messages", "outbox_messages_pending", "relay claim", _NOT_PG, _WALK),
+    _h("relay_claim_rows", {"batch_size": 500}, "outbox_messages", "outbox_messages_pending", "relay claim (Python verify)", kinds=_WALK),
+    _h("relay_insert_jobs", _IDS, "outbox_messages", "outbox_messages_pending|outbox_messages_pkey", "relay move: insert"),
+    _h("relay_delete_moved", _IDS, "outbox_messages", "outbox_messages_pending|outbox_messages_pkey", "relay move: delete"),
+    _h("relay_mark_failed", {**_IDS, "reason": "invalid_json"}, "outbox_messages", "outbox_messages_pending|outbox_messages_pkey", "relay quarantine"),
+    _h("job_claim", _CLAIM, "outbox_jobs", "outbox_jobs_claim", "worker claim", ("sqlite", "postgresql")),
+    _h("job_claim_pick", _CLAIM, "outbox_jobs", "outbox_jobs_claim", "worker claim: pick", _MY),
+    _h("job_claim_mark", {**_CLAIM, "ids": _HELD, "now_ms": 0}, "outbox_jobs", "outbox_jobs_pkey", "worker claim: mark", _MY),
+    _h("job_ack_claim", {**_FENCE, **_CLAIM}, "outbox_jobs", "outbox_jobs_claim", "ack+claim", _PG),
+    _h("job_ack_claim", {**_FENCE, **_CLAIM}, "outbox_jobs", "outbox_jobs_pkey", "ack+claim: ack", _PG),
+    _h("job_ack", _FENCE, "outbox_jobs", "outbox_jobs_pkey", "ack"),
+    _h("job_heartbeat", {**_FENCE, "lease_ms": 30_000}, "outbox_jobs", "outbox_jobs_pkey", "heartbeat"),
+    _h("job_release", {"id": 1, "holder": SEED_WORKER, "attempts": 1, "delay_ms": 1000, "error": "E"}, "outbox_jobs", "outbox_jobs_pkey", "release"),
+    _h("job_release_unspent", {**_FENCE, "delay_ms": 0, "error": None}, "outbox_jobs", "outbox_jobs_pkey", "release unspent"),
+    _h("job_dead_take", {"id": 1, "holder": SEED_WORKER, "attempts": 1}, "outbox_jobs", "outbox_jobs_pkey", "dead-letter"),
+    _h("job_reap_scan", {"limit": 100}, "outbox_jobs", "outbox_jobs_lease", "reap scan"),
+    _h("job_reap_release", {"id": 1, "holder": SEED_WORKER, "attempts": 1, "error": "LeaseExpired"}, "outbox_jobs", "outbox_jobs_pkey", "reap: requeue"),
+    _h("prune_keys", {"age_ms": 0, "batch": 1000}, "outbox_keys", "outbox_keys_created", "prune keys"),
+    _h("prune_keys", {"age_ms": 0, "batch": 1000}, "outbox_messages", "outbox_messages_key_digest_key", "prune keys: handed off?"),
+    _h("prune_tombstones", {"age_ms": 0, "batch": 1000}, "outbox_messages", "outbox_messages_not_pending", "prune tombstones"),
+    _h("status_pending_count", {}, "outbox_messages", "outbox_messages_pending", "status: pending", kinds=_WALK, counted_in_full=_LITE),
+    _h("status_oldest_pending", {}, "outbox_messages", "outbox_messages_pending", "status: oldest pending", counted_in_full=_LITE),
+    _h("status_state_counts", {}, "outbox_messages", "outbox_messages_not_pending", "status: intents by state", kinds=_WALK, counted_in_full=_LITE),
+    _h("status_key_count", {}, "outbox_keys", "outbox_keys_created", "status: key rows", kinds=_WALK),
+    _h("queue_counts", {}, "outbox_jobs", "outbox_jobs_claim", "status: queue counts", kinds=_WALK, counted_in_full=("sqlite", "postgresql")),
+    _h("failed_list", {"limit": 50}, "outbox_messages", "outbox_messages_failed", "outbox failed", kinds=_WALK),
+    _h("record_lookup", _KEY, "outbox_keys", "outbox_keys_pkey", "record: key lookup"),
+)
+# fmt: on
+
+# The same key under each dialect's name, where it differs from PostgreSQL's.
+_NAMES: dict[str, dict[str, str]] = {
+    "sqlite": {
+        "outbox_jobs_pkey": "INTEGER PRIMARY KEY",
+        "outbox_messages_pkey": "INTEGER PRIMARY KEY",
+        "outbox_keys_pkey": "sqlite_autoindex_outbox_keys_1",
+        "outbox_messages_key_digest_key": "sqlite_autoindex_outbox_messages_2",
+    },
+    "mysql": {
+        "outbox_jobs_pkey": "PRIMARY",
+        "outbox_messages_pkey": "PRIMARY",
+        "outbox_keys_pkey": "PRIMARY",
+        "outbox_messages_key_digest_key": "key_digest",
+        "outbox_messages_pending": "outbox_messages_state_id",
+        "outbox_messages_failed": "outbox_messages_state_id",
+        "outbox_messages_not_pending": "outbox_messages_state_id",
+    },
+}
+
+
+def index_name(dialect: str, index: str) -> str:
+    """``index`` (a PostgreSQL name) as ``dialect`` names the same key."""
+    return _NAMES.get(dialect, {}).get(index, index)
+
+
+def seed(conn: Connection, n: int) -> None:
+    """2n key rows, n intents, n jobs and n/100 dead letters, one INSERT each; then
+    fresh statistics. The tables must be empty (ids start at 1)."""
+    for name in ("plan_seed_keys", "plan_seed_messages", "plan_seed_jobs", "plan_seed_dead"):
+        conn.execute(name, {"n": n})
+    conn.execute("plan_analyze")
+
+
+def explain(conn: Connection, statement: str, params: Mapping[str, Any]) -> list[Access]:
+    """How the database would run the named ``statement`` with ``params`` (not run)."""
+    dialect = conn.dialect.name
+    sql = conn.statement(statement).driver
+    if dialect == "postgresql":
+        (row,) = conn.execute_sql(f"EXPLAIN (FORMAT JSON) {sql}", conn._adapt(params))
+        plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+        return _pg_accesses(plan[0]["Plan"])
+    if dialect == "sqlite":
+        rows = conn.execute_sql(f"EXPLAIN QUERY PLAN {sql}", conn._adapt(params))
+        found = [_sqlite_access(str(r[-1])) for r in rows]
+    else:
+        found = [_mysql_access(r) for r in conn.execute_sql(f"EXPLAIN {sql}", conn._adapt(params))]
+    aliases = _aliases(sql)
+    return [
+        Access(aliases.get(a.table, a.table), a.kind, a.index, a.detail)
+        for a in found
+        if a is not None
+    ]
+
+
+_ALIAS = re.compile(r"\b(outbox_\w+)\s+(?:AS\s+)?([a-z]\w*)\b", re.IGNORECASE)
+_KEYWORDS = {"where", "set", "using", "values", "on", "order", "group", "limit", "for", "join"}
+
+
+def _aliases(sql: str) -> dict[str, str]:
+    """Alias → table as written in ``sql`` (SQLite and MariaDB report the alias)."""
+    return {
+        alias: table
+        for table, alias in _ALIAS.findall(sql)
+        if alias.lower() not in _KEYWORDS and not alias.lower().startswith("outbox_")
+    }
+
+
+def check(accesses: list[Access], hot: Hot, dialect: str) -> str | None:
+    """Why the plan breaks ``hot``'s rule, or None: the expected index is used on its
+    table with an allowed kind, and no big table is read in full."""
+    full = [
+        a
+        for a in accesses
+        if a.table in BIG_TABLES
+        and a.kind == "full scan"
+        and not (dialect in hot.counted_in_full and a.table == hot.table)
+    ]
+    if full:
+        return f"full scan of {', '.join(sorted({a.table for a in full}))}"
+    if dialect in hot.counted_in_full:
+        return None if any(a.table == hot.table for a in accesses) else f"{hot.table} not read"
+    wanted = {index_name(dialect, i) for i in hot.index.split("|")}
+    if not any(a.table == hot.table and a.index in wanted and a.kind in hot.kinds for a in accesses):
+        return f"{hot.table} not read through {' or '.join(sorted(wanted))} ({'/'.join(hot.kinds)})"
+    return None
+
+
+# -- the three plan forms ------------------------------------------------------------
+
+
+def _pg_accesses(node: dict[str, Any]) -> list[Access]:
+    out: list[Access] = []
+    kind_of: dict[str, Kind] = {
+        "Seq Scan": "full scan",
+        "Index Scan": "index",
+        "Index Only Scan": "index",
+        "Bitmap Heap Scan": "index",
+        "Tid Scan": "index",
+        "ModifyTable": "other",
+    }
+    relation = node.get("Relation Name")
+    node_type = str(node["Node Type"])
+    if relation and node_type in kind_of:
+        index = node.get("Index Name")
+        if node_type == "Bitmap Heap Scan":
+            index = _bitmap_index(node)
+        elif node_type == "Tid Scan":
+            index = "ctid"
+        out.append(Access(relation, kind_of[node_type], index, node_type))
+    for child in node.get("Plans", []):
+        out.extend(_pg_accesses(child))
+    return out
+
+
+def _bitmap_index(node: dict[str, Any]) -> str | None:
+    for child in node.get("Plans", []):
+        if child.get("Index Name"):
+            return str(child["Index Name"])
+        found = _bitmap_index(child)
+        if found:
+            return found
+    return None
+
+
+_SQLITE = re.compile(
+    r"^(SCAN|SEARCH) (\w+)(?: AS \w+)?"
+    r"(?: USING (?:(COVERING) )?INDEX (\w+)| USING (INTEGER PRIMARY KEY))?"
+)
+
+
+def _sqlite_access(detail: str) -> Access | None:
+    m = _SQLITE.match(detail)
+    if m is None:
+        return None
+    verb, table, covering, index, rowid = m.groups()
+    index = index or rowid
+    kind: Kind
+    if verb == "SEARCH":
+        kind = "index"
+    elif index is not None and (covering or rowid is None):
+        kind = "full index"
+    else:
+        kind = "full scan"
+    return Access(table, kind, index, detail)
+
+
+def _mysql_access(row: tuple[Any, ...]) -> Access | None:
+    table, access, key = row[2], row[3], row[5]
+    if not table or str(table).startswith("<"):
+        return None
+    kind: Kind
+    if access == "ALL":
+        kind = "full scan"
+    elif access == "index":
+        kind = "full index"
+    else:
+        kind = "index"
+    detail = f"type={access} key={key} rows={row[8]} {row[9] or ''}".strip()
+    return Access(str(table), kind, None if key is None else str(key), detail)

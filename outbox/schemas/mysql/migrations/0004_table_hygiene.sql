@@ -1,0 +1,9 @@
+-- Migration: table hygiene for the high-churn tables.
+--
+-- Nothing to change on MariaDB/MySQL; this file keeps the numbering the same in every
+-- dialect. InnoDB purges deleted rows in the background (no per-table autovacuum to
+-- tune), its pages are split and merged as rows come and go (fillfactor is a server-wide
+-- setting, innodb_fill_factor, applying to index builds only), and the composite index
+-- outbox_messages_state_id already gives status and prune their range over rows that
+-- are not pending, which PostgreSQL and SQLite get from a partial index in this
+-- migration.

@@ -1,0 +1,54 @@
+-- name: plan_seed_keys
+-- Plan checks (outbox.db.plans): 2n key rows, the oldest first, in one set-based INSERT.
+-- Keys n+1..2n belong to the intents plan_seed_messages writes; 1..n were handed off.
+INSERT INTO outbox_keys (key_digest, message_id, fingerprint, created_at)
+SELECT printf('%064d', g), printf('m%035d', g), 'ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff',
+    c.now_ms - (2 * :n - g) * 10
+FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < 2 * :n) SELECT g FROM s) AS s,
+    (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_messages
+-- n intents of keys n+1..2n: every 20th quarantined, the rest pending.
+INSERT INTO outbox_messages
+    (message_id, key_digest, fingerprint, job_name, queue, payload, state, created_at,
+     failed_at, failure_reason, keyed)
+SELECT printf('m%035d', g), printf('%064d', g), 'ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff', 't.noop',
+    'default', '{"n": 1}', CASE WHEN g % 20 = 0 THEN 'failed' ELSE 'pending' END,
+    c.now_ms - (2 * :n - g) * 10,
+    CASE WHEN g % 20 = 0 THEN c.now_ms END,
+    CASE WHEN g % 20 = 0 THEN 'invalid_json' END, 1
+FROM (WITH RECURSIVE s(g) AS (SELECT :n + 1 UNION ALL SELECT g + 1 FROM s WHERE g < 2 * :n) SELECT g FROM s) AS s,
+    (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_jobs
+-- n jobs of keys 1..n: every 10th in queue 'other', every 2nd delayed an hour, every
+-- 20th held by 'w:seed' (every 40th with its lease expired).
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, available_at, reserved_at, reserved_by,
+     lease_expires_at, created_at)
+SELECT printf('m%035d', g), CASE WHEN g % 10 = 0 THEN 'other' ELSE 'default' END,
+    't.noop', '{"n": 1}', CASE WHEN g % 20 = 1 THEN 1 ELSE 0 END,
+    c.now_ms + CASE WHEN g % 2 = 0 THEN 3600000 ELSE -(:n - g) END,
+    CASE WHEN g % 20 = 1 THEN c.now_ms END,
+    CASE WHEN g % 20 = 1 THEN 'w:seed' END,
+    CASE WHEN g % 40 = 1 THEN c.now_ms - 1000 WHEN g % 20 = 1 THEN c.now_ms + 30000 END,
+    c.now_ms - (:n - g)
+FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n) SELECT g FROM s) AS s,
+    (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_dead
+-- n / 100 dead letters, spread over the two queues.
+INSERT INTO outbox_failed_jobs
+    (message_id, queue, job_name, payload, attempts, exception_class, failed_at)
+SELECT printf('d%035d', g), CASE WHEN g % 10 = 0 THEN 'other' ELSE 'default' END,
+    't.noop', '{"n": 1}', 3, 'ValueError', c.now_ms
+FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n / 100) SELECT g FROM s) AS s,
+    (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_analyze
+-- Fresh statistics and visibility map after the bulk load, as autovacuum leaves them.
+ANALYZE;
+
+-- name: plan_probe_scan
+-- A read no index serves (the plan tests prove they would catch a full scan).
+SELECT count(*) FROM outbox_jobs WHERE last_error = 'x';
