@@ -13,7 +13,7 @@ import click
 import orjson
 
 from outbox import status as outbox_status
-from outbox.cli import preflight, tables
+from outbox.cli import broker, preflight, tables
 from outbox.cli.context import CliContext, pass_cli
 from outbox.cli.params import MESSAGE_ID
 from outbox.cli.serving import metrics_options
@@ -56,6 +56,7 @@ EXIT_THRESHOLD = 3
     show_default=True,
     help="With --watch: seconds between polls while busy; doubles while idle, up to 5 s.",
 )
+@broker.target_options
 @metrics_options()
 @pass_cli
 def relay_command(
@@ -66,10 +67,23 @@ def relay_command(
     fail_on_quarantine: bool,
     poll_only: bool,
     poll_interval: float,
+    target: str,
+    provisioning: str,
+    duplicate_window: float,
+    stream_max_msgs: int,
+    stream_max_bytes: int,
+    replicas: int,
+    publish_timeout: float,
     metrics_port: int | None,
     metrics_bind: str,
 ) -> None:
     """Move committed intents into the queue: up to LIMIT (default: all pending), then exit.
+
+    --target nats://... hands them to NATS JetStream instead: one work-queue stream per
+    queue, each message published with Nats-Msg-Id = its message id and deleted from the
+    outbox only after its PubAck (exactly once into the stream within the duplicate
+    window, at least once beyond it). A full stream makes the relay back off; the intents
+    stay pending.
 
     With --watch it runs until SIGTERM or SIGINT, then finishes the batch in flight and
     exits 0. Rows that do not verify are quarantined (see `outbox failed`).
@@ -90,9 +104,13 @@ def relay_command(
         notify=settings.notify,
     )
     database = cli.database()
+    jet = broker.make_target(
+        target, provisioning, duplicate_window, stream_max_msgs, stream_max_bytes, replicas,
+        publish_timeout, config.reconnect_max,
+    )
     if not watch:
         preflight.ready(database)
-        with Relay(database, config) as relay:
+        with Relay(database, config, target=jet) as relay:
             totals = _drain(relay, limit)
     else:
         with preflight.stop_on_signals() as stop:
@@ -101,7 +119,7 @@ def relay_command(
             except preflight.Stopped:
                 click.echo("stopped while waiting for the database; nothing relayed")
                 return
-            with Relay(database, config) as relay, serving(
+            with Relay(database, config, target=jet) as relay, serving(
                 relay.database, "relay", metrics_port, metrics_bind
             ):
                 totals = relay.watch(stop)

@@ -1,0 +1,97 @@
+"""The NATS JetStream options of ``outbox relay``, ``worker``, ``status`` and ``queue``.
+
+Kept apart so the commands themselves change by a decorator and a branch: ``--target``
+(the relay) and ``--broker`` (the worker, ``status`` and ``queue``) take
+``nats://host:4222[,host2:4222…]``; the stream options apply to streams ``create`` makes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from outbox.errors import ConfigurationError
+from outbox.jetstream.connect import BrokerUrl, is_broker_url, parse_url
+from outbox.jetstream.provision import DEFAULT_DUPLICATE_WINDOW_S, StreamSettings
+from outbox.relay.jetstream import JetStreamSettings, JetStreamTarget
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def broker_url(value: str | None, option: str) -> BrokerUrl | None:
+    """``None`` for the SQL default; a parsed URL for ``nats://``; else a usage error that
+    lists what is accepted, never echoing the value (it may hold a password)."""
+    if value is None or value == "sql":
+        return None
+    if not is_broker_url(value):
+        raise click.BadParameter("accepted: sql or nats://host:4222[,host2:4222...]",
+                                 param_hint=option)
+    try:
+        return parse_url(value)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+def broker_option(help_text: str) -> Callable[[F], F]:
+    return click.option("--broker", metavar="URL", default=None, help=help_text)
+
+
+def target_options(fn: F) -> F:
+    """``outbox relay``'s target and stream options."""
+    for option in reversed([
+        click.option(
+            "--target", metavar="URL", default="sql", show_default=True,
+            help="Where intents go: sql (the queue table in this database) or "
+            "nats://host:4222[,host2:4222...] (one JetStream stream per queue).",
+        ),
+        click.option(
+            "--provisioning", type=click.Choice(["create", "require"]), default="create",
+            show_default=True,
+            help="With nats://: create missing streams, or require them to exist (never "
+            "creating or changing one).",
+        ),
+        click.option(
+            "--duplicate-window", type=click.FloatRange(min=1), default=DEFAULT_DUPLICATE_WINDOW_S,
+            show_default=True,
+            help="With nats:// and create: seconds JetStream remembers a message id; the "
+            "handoff is exactly once within it.",
+        ),
+        click.option(
+            "--stream-max-msgs", type=click.IntRange(min=-1), default=-1, show_default=True,
+            help="With nats:// and create: a new stream's message limit (-1: none); when "
+            "full the relay backs off.",
+        ),
+        click.option(
+            "--stream-max-bytes", type=click.IntRange(min=-1), default=-1, show_default=True,
+            help="With nats:// and create: a new stream's byte limit (-1: none).",
+        ),
+        click.option(
+            "--replicas", type=click.IntRange(1, 5), default=1, show_default=True,
+            help="With nats:// and create: copies of each new stream (3 in a 3-node cluster).",
+        ),
+        click.option(
+            "--publish-timeout", type=click.FloatRange(min=0.1, max=60), default=10.0,
+            show_default=True, help="With nats://: seconds to wait for one batch's PubAcks.",
+        ),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def make_target(
+    target: str, provisioning: str, duplicate_window: float, stream_max_msgs: int,
+    stream_max_bytes: int, replicas: int, publish_timeout: float, reconnect_max: float,
+) -> JetStreamTarget | None:
+    """The relay's target from its options (``None``: the SQL queue), connected."""
+    url = broker_url(target, "--target")
+    if url is None:
+        return None
+    streams = StreamSettings(duplicate_window, stream_max_msgs, stream_max_bytes, replicas)
+    settings = JetStreamSettings(
+        streams, "require" if provisioning == "require" else "create", publish_timeout
+    )
+    jet = JetStreamTarget(url, settings, reconnect_max=reconnect_max)
+    jet.open()
+    return jet
