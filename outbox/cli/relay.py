@@ -174,6 +174,13 @@ def _summary(totals: RunTotals) -> str:
     type=click.IntRange(min=0),
     help="Exit 3 when more than N jobs are dead letters (all queues).",
 )
+@click.option(
+    "--target",
+    metavar="URL",
+    default=None,
+    help="Also show the relay's NATS target (nats://host:4222[,...]): each queue stream's "
+    "fill and whether it refuses new messages. Default: none.",
+)
 @pass_cli
 def status_command(
     cli: CliContext,
@@ -182,6 +189,7 @@ def status_command(
     max_age: float | None,
     max_failed: int | None,
     max_dead: int | None,
+    target: str | None,
 ) -> None:
     """Counts of intents and of jobs per queue; exit 3 past a threshold.
 
@@ -193,10 +201,16 @@ def status_command(
     """
     with cli.connect() as conn:
         status = outbox_status.status(conn)
+    streams = broker.target_status(target)
     if as_json:
-        click.echo(orjson.dumps(status.as_dict()).decode())
+        data = status.as_dict()
+        if streams is not None:
+            data["target"] = broker.target_json(streams)
+        click.echo(orjson.dumps(data).decode())
     else:
         _print_status(status)
+        if streams is not None:
+            broker.echo_target(streams)
     if status.outbox.unknown_state:
         click.echo(
             f"warning: {status.outbox.unknown_state} intents have a state other than "

@@ -45,8 +45,13 @@ class ForeignMessage(Exception):
 
 
 def job_headers(
-    message_id: str, job_name: str, max_attempts: int | None, available_at_ms: int,
-    created_at_ms: int, *, msg_id: str | None = None,
+    message_id: str,
+    job_name: str,
+    max_attempts: int | None,
+    available_at_ms: int,
+    created_at_ms: int,
+    *,
+    msg_id: str | None = None,
 ) -> dict[str, str]:
     """The headers of one job message; ``msg_id`` only when re-driving (a new dedupe key)."""
     return {
@@ -66,8 +71,9 @@ def _int(headers: dict[str, str], name: str) -> int:
     return int(value)
 
 
-def decode_job(queue: str, seq: int, attempt: int, headers: dict[str, str] | None,
-               data: bytes) -> ClaimedJob:
+def decode_job(
+    queue: str, seq: int, attempt: int, headers: dict[str, str] | None, data: bytes
+) -> ClaimedJob:
     """The job a message carries; ``ForeignMessage`` when it is not one of ours."""
     h = headers or {}
     message_id, job_name = h.get(MESSAGE_ID, ""), h.get(JOB, "")
@@ -87,8 +93,14 @@ def decode_job(queue: str, seq: int, attempt: int, headers: dict[str, str] | Non
     except ValueError:
         raise ForeignMessage("the body is not JSON text") from None
     return ClaimedJob(
-        id=seq, message_id=message_id, queue=queue, job_name=job_name, payload=payload,
-        attempts=attempt, max_attempts=max_attempts, created_at=_int(h, CREATED_AT),
+        id=seq,
+        message_id=message_id,
+        queue=queue,
+        job_name=job_name,
+        payload=payload,
+        attempts=attempt,
+        max_attempts=max_attempts,
+        created_at=_int(h, CREATED_AT),
         available_at=_int(h, AVAILABLE_AT),
     )
 
@@ -110,31 +122,51 @@ class DeadLetter:
 
 def dead_body(job: ClaimedJob, failure: Failure) -> bytes:
     """The dead-letter record of ``job``."""
-    return orjson.dumps({
-        "message_id": job.message_id, "queue": job.queue, "job_name": job.job_name,
-        "payload": job.payload, "attempts": job.attempts, "max_attempts": job.max_attempts,
-        "created_at_ms": job.created_at, "available_at_ms": job.available_at,
-        "exception_class": failure.exception_class[:200],
-        "exception_message": failure.message, "exception_trace": failure.trace,
-        "failed_at_ms": int(time.time() * 1000),
-    })
+    return orjson.dumps(
+        {
+            "message_id": job.message_id,
+            "queue": job.queue,
+            "job_name": job.job_name,
+            "payload": job.payload,
+            "attempts": job.attempts,
+            "max_attempts": job.max_attempts,
+            "created_at_ms": job.created_at,
+            "available_at_ms": job.available_at,
+            "exception_class": failure.exception_class[:200],
+            "exception_message": failure.message,
+            "exception_trace": failure.trace,
+            "failed_at_ms": int(time.time() * 1000),
+        }
+    )
 
 
-def foreign_body(queue: str, attempt: int, headers: dict[str, str] | None, data: bytes,
-                 why: str) -> bytes:
+def foreign_body(
+    queue: str, attempt: int, headers: dict[str, str] | None, data: bytes, why: str
+) -> bytes:
     """A dead-letter record for a message that is not ours; a fresh id lets an operator
     ``forget`` it. The body is kept as text when it is UTF-8, else as its hex."""
     try:
         text, encoding = data.decode(), "utf-8"
     except UnicodeDecodeError:
         text, encoding = data.hex(), "hex"
-    return orjson.dumps({
-        "message_id": str(uuid.uuid4()), "queue": queue, "job_name": "",
-        "payload": text, "payload_encoding": encoding, "foreign_headers": headers or {},
-        "attempts": attempt, "max_attempts": None, "created_at_ms": 0, "available_at_ms": 0,
-        "exception_class": FOREIGN_CLASS, "exception_message": why, "exception_trace": "",
-        "failed_at_ms": int(time.time() * 1000),
-    })
+    return orjson.dumps(
+        {
+            "message_id": str(uuid.uuid4()),
+            "queue": queue,
+            "job_name": "",
+            "payload": text,
+            "payload_encoding": encoding,
+            "foreign_headers": headers or {},
+            "attempts": attempt,
+            "max_attempts": None,
+            "created_at_ms": 0,
+            "available_at_ms": 0,
+            "exception_class": FOREIGN_CLASS,
+            "exception_message": why,
+            "exception_trace": "",
+            "failed_at_ms": int(time.time() * 1000),
+        }
+    )
 
 
 def decode_dead(seq: int, data: bytes) -> DeadLetter | None:
@@ -142,11 +174,15 @@ def decode_dead(seq: int, data: bytes) -> DeadLetter | None:
     try:
         body = orjson.loads(data)
         return DeadLetter(
-            seq=seq, message_id=str(body["message_id"]), queue=str(body["queue"]),
-            job_name=str(body["job_name"]), attempts=int(body["attempts"]),
+            seq=seq,
+            message_id=str(body["message_id"]),
+            queue=str(body["queue"]),
+            job_name=str(body["job_name"]),
+            attempts=int(body["attempts"]),
             max_attempts=body.get("max_attempts"),
             exception_class=str(body["exception_class"]),
-            failed_at_ms=int(body["failed_at_ms"]), body=body,
+            failed_at_ms=int(body["failed_at_ms"]),
+            body=body,
         )
     except (ValueError, KeyError, TypeError):
         return None

@@ -70,7 +70,9 @@ def parse_url(value: str) -> BrokerUrl:
         try:
             port = parts.port or 4222
         except ValueError:
-            raise ConfigurationError(f"broker address {i + 1} has a port that is not a number")
+            raise ConfigurationError(
+                f"broker address {i + 1} has a port that is not a number"
+            ) from None
         if not parts.hostname:
             raise ConfigurationError(f"broker address {i + 1} has no host")
         if parts.path not in ("", "/") or parts.query:
@@ -122,8 +124,9 @@ class Broker:
     def __init__(self, url: BrokerUrl, *, timeout: float = 2.0, reconnects: int = 3) -> None:
         self.url = url
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="outbox-nats")
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="outbox-nats"
+        )
         self._thread.start()
         try:
             self.nc = self.call(connect(url, timeout=timeout, reconnects=reconnects), None)

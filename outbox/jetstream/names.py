@@ -55,5 +55,5 @@ def queue_of_subject(subject_name: str) -> str | None:
     """``outbox.jobs.search`` → ``search``; None for a subject that is not a queue's."""
     for prefix in (JOBS_SUBJECT, DEAD_SUBJECT):
         if subject_name.startswith(prefix):
-            return subject_name[len(prefix):] or None
+            return subject_name[len(prefix) :] or None
     return None

@@ -56,16 +56,23 @@ async def ensure(
     """Make sure ``queue``'s stream and dead-letter stream are usable; return the queue
     stream's duplicate window in seconds."""
     work = StreamConfig(
-        name=names.stream(queue), subjects=[names.subject(queue)],
-        retention=RetentionPolicy.WORK_QUEUE, storage=StorageType.FILE,
-        discard=DiscardPolicy.NEW, duplicate_window=settings.duplicate_window,
-        max_msgs=settings.max_msgs, max_bytes=settings.max_bytes,
+        name=names.stream(queue),
+        subjects=[names.subject(queue)],
+        retention=RetentionPolicy.WORK_QUEUE,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.NEW,
+        duplicate_window=settings.duplicate_window,
+        max_msgs=settings.max_msgs,
+        max_bytes=settings.max_bytes,
         num_replicas=settings.replicas,
     )
     dead = StreamConfig(
-        name=names.dead_stream(queue), subjects=[names.dead_subject(queue)],
-        retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
-        discard=DiscardPolicy.NEW, duplicate_window=settings.duplicate_window,
+        name=names.dead_stream(queue),
+        subjects=[names.dead_subject(queue)],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.NEW,
+        duplicate_window=settings.duplicate_window,
         num_replicas=settings.replicas,
     )
     found = await _existing_or_created(js, work, mode)
@@ -89,9 +96,7 @@ async def _existing_or_created(
     try:
         return (await js.add_stream(wanted)).config
     except Exception as exc:
-        raise BrokerError(
-            f"stream {wanted.name} could not be created ({_why(exc)})"
-        ) from None
+        raise BrokerError(f"stream {wanted.name} could not be created ({_why(exc)})") from None
 
 
 def _check(found: StreamConfig, wanted: StreamConfig, *, dead: bool) -> None:

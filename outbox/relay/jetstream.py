@@ -80,7 +80,10 @@ class JetStreamTarget:
     name = "nats"
 
     def __init__(
-        self, url: BrokerUrl, settings: JetStreamSettings | None = None, *,
+        self,
+        url: BrokerUrl,
+        settings: JetStreamSettings | None = None,
+        *,
         reconnect_max: float = 30.0,
     ) -> None:
         self.url = url
@@ -130,7 +133,9 @@ class JetStreamTarget:
             )
             raise TargetRefused(
                 f"stream {r.stream} {why}: {r.count} intents stay pending",
-                stream=r.stream, limit=r.limit, handed_off=result.handed_off,
+                stream=r.stream,
+                limit=r.limit,
+                handed_off=result.handed_off,
             )
         return result
 
@@ -141,7 +146,7 @@ class JetStreamTarget:
         try:
             broker.call(self._ensure(broker, {str(i.queue) for i in intents}), timeout * 2)
             acks = broker.call(self._publish_all(broker, intents), timeout + 1)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             raise BrokerError(
                 f"NATS at {self.url.shown} did not acknowledge a batch within {timeout:g} s",
                 transient=True,
@@ -168,12 +173,16 @@ class JetStreamTarget:
         futures = []
         for i in intents:
             headers = codec.job_headers(
-                i.message_id, str(i.job_name), i.max_attempts,
-                int(i.available_at or 0), now_ms,
+                i.message_id,
+                str(i.job_name),
+                i.max_attempts,
+                int(i.available_at or 0),
+                now_ms,
             )
             payload = str(i.payload).encode()
-            futures.append(await broker.js.publish_async(
-                names.subject(str(i.queue)), payload, headers=headers))
+            futures.append(
+                await broker.js.publish_async(names.subject(str(i.queue)), payload, headers=headers)
+            )
         try:
             async with asyncio.timeout(self.settings.publish_timeout):
                 return await asyncio.gather(*futures, return_exceptions=True)
