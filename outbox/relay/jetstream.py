@@ -25,28 +25,21 @@ watching relay backs off (``Relay.watch``) and ``outbox status --target`` shows 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import structlog
-from nats.js.api import PubAck
-from nats.js.errors import APIError
 
 from outbox.db.driver import Driver
 from outbox.db.rows import HandoffResult, OutboxHandoff, StoredIntent
 from outbox.errors import BrokerError, TargetRefused
 from outbox.jetstream import codec, names, provision
 from outbox.jetstream.connect import Broker, BrokerUrl
+from outbox.jetstream.publish import Acked, BatchPublisher, Outcome, PublishRefused
 from outbox.relay.verify import reason_for
 
 log = structlog.get_logger("outbox.relay")
-
-# JetStream's error codes for a stream at its message / byte limit with discard new
-# (the description is checked too: older servers answer with a generic store error).
-_FULL_CODES = {10077, 10078}
-_FULL_WORDS = ("maximum messages", "maximum bytes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +86,7 @@ class JetStreamTarget:
             "(new streams)", self.settings.streams.duplicate_window, self.horizon
         )
         self._broker: Broker | None = None
+        self._publisher: BatchPublisher | None = None
         self._ready: set[str] = set()
         self._refused: _Refusal | None = None
 
@@ -105,7 +99,6 @@ class JetStreamTarget:
             self._drop()
         if self._broker is None:
             self._broker = Broker(self.url)
-            self._broker.js = self._broker.nc.jetstream(publish_async_max_pending=10_000)
         return self._broker
 
     def prepare(self, queues: Iterable[str]) -> None:
@@ -153,7 +146,7 @@ class JetStreamTarget:
             ) from None
         acked: set[str] = set()
         for intent, ack in zip(intents, acks, strict=True):
-            if isinstance(ack, PubAck):
+            if isinstance(ack, Acked):
                 acked.add(intent.message_id)
             else:
                 self._note_failure(str(intent.queue), ack)
@@ -166,49 +159,38 @@ class JetStreamTarget:
             provision.check_window(names.stream(queue), window, self.horizon)
             self._ready.add(queue)
 
-    async def _publish_all(
-        self, broker: Broker, intents: list[StoredIntent]
-    ) -> list[PubAck | BaseException]:
+    async def _publish_all(self, broker: Broker, intents: list[StoredIntent]) -> list[Outcome]:
         now_ms = int(time.time() * 1000)
-        futures = []
-        for i in intents:
-            headers = codec.job_headers(
-                i.message_id,
-                str(i.job_name),
-                i.max_attempts,
-                int(i.available_at or 0),
-                now_ms,
+        messages = [
+            (
+                names.subject(str(i.queue)),
+                str(i.payload).encode(),
+                codec.job_headers(
+                    i.message_id,
+                    str(i.job_name),
+                    i.max_attempts,
+                    int(i.available_at or 0),
+                    now_ms,
+                ),
             )
-            payload = str(i.payload).encode()
-            futures.append(
-                await broker.js.publish_async(names.subject(str(i.queue)), payload, headers=headers)
-            )
-        try:
-            async with asyncio.timeout(self.settings.publish_timeout):
-                return await asyncio.gather(*futures, return_exceptions=True)
-        except TimeoutError:
-            for f in futures:
-                f.cancel()
-            raise
+            for i in intents
+        ]
+        if self._publisher is None:
+            self._publisher = BatchPublisher(broker.nc)
+        return await self._publisher.publish(messages, self.settings.publish_timeout)
 
-    def _note_failure(self, queue: str, exc: BaseException) -> None:
-        if isinstance(exc, APIError):
-            text = str(exc.description or "").lower()
-            if exc.err_code in _FULL_CODES or any(w in text for w in _FULL_WORDS):
-                limit = "max_bytes" if "bytes" in text else "max_msgs"
-                if self._refused is None:
-                    self._refused = _Refusal(names.stream(queue), limit)
-                self._refused.count += 1
-                return
-        # Anything else (a timeout, no stream): the row stays pending; say so by class.
+    def _note_failure(self, queue: str, refused: PublishRefused) -> None:
+        """The row stays pending; remember why, for ``TargetRefused``."""
         if self._refused is None:
-            self._refused = _Refusal(names.stream(queue), type(exc).__name__)
+            limit = refused.full or f"error {refused.err_code or refused.code}"
+            self._refused = _Refusal(names.stream(queue), limit)
         self._refused.count += 1
 
     def _drop(self) -> None:
         if self._broker is not None:
             self._broker.close()
         self._broker = None
+        self._publisher = None
         self._ready.clear()
 
     def close(self) -> None:
