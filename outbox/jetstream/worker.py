@@ -125,6 +125,7 @@ class JetStreamWorker:
         try:
             js = nc.jetstream()
             subs = {q: await self._subscribe(js, q) for q in caps}
+            log.info("worker.started", broker=self.url.shown, queues=list(caps))
             await asyncio.gather(*(self._queue(nc, js, q, caps[q], subs[q]) for q in caps))
         finally:
             self._pool.shutdown(wait=False, cancel_futures=True)

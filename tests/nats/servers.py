@@ -117,14 +117,18 @@ class NatsCluster:
         return "nats://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
     def start(self) -> None:
-        for node in self.nodes:
-            node.start()
-        wait_until(self._has_meta_leader, 60, "the cluster to elect a JetStream leader")
+        try:
+            for node in self.nodes:
+                node.start()
+            wait_until(self._has_meta_leader, 60, "the cluster to elect a JetStream leader")
+        except BaseException:
+            self.stop()
+            raise
 
     def _has_meta_leader(self) -> bool:
         async def probe() -> bool:
             nc = await nats.connect(
-                self.url,
+                _servers(self.url),
                 connect_timeout=1,
                 max_reconnect_attempts=0,
                 error_cb=_silent,
@@ -151,6 +155,11 @@ class NatsCluster:
             node.stop()
 
 
+def _servers(url: str) -> list[str]:
+    """``nats://a:1,b:2`` → ``["nats://a:1", "nats://b:2"]`` (nats-py takes a list)."""
+    return [f"nats://{h}" for h in url.removeprefix("nats://").split(",")]
+
+
 async def _silent(exc: Exception) -> None:
     return None
 
@@ -159,7 +168,9 @@ def run(url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
     """Run ``fn(js)`` against ``url`` on a fresh connection (the tests' own probes)."""
 
     async def go() -> T:
-        nc = await nats.connect(url, connect_timeout=2, max_reconnect_attempts=2, error_cb=_silent)
+        nc = await nats.connect(
+            _servers(url), connect_timeout=2, max_reconnect_attempts=2, error_cb=_silent
+        )
         try:
             return await fn(nc.jetstream())
         finally:

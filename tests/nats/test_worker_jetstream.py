@@ -48,8 +48,9 @@ def runs(ledger: Path, what: str = "ran") -> Counter[str]:
     return Counter(parts[0] for parts in lines if parts[3] == what)
 
 
-def handed_off(db: tuple[Database, str], nats_url: str, queue: str, n: int, job: str,
-               payload: Any = None) -> list[str]:
+def handed_off(
+    db: tuple[Database, str], nats_url: str, queue: str, n: int, job: str, payload: Any = None
+) -> list[str]:
     database, url = db
     ids = support.record_jobs(url, queue, n, job=job, payload=payload)
     with support.relay(database, nats_url) as relay:
@@ -97,7 +98,9 @@ def test_failing_job_is_retried_then_dead_lettered_with_class_message_and_trace(
         # re-drive under a new Nats-Msg-Id: it runs again (a duplicate would be dropped)
         assert admin.retry(broker, perm_id) == 1
         assert support.msg_ids(nats_url, queue)[0] == (
-            f"{perm_id}:redrive:{dead[perm_id].seq}", perm_id)
+            f"{perm_id}:redrive:{dead[perm_id].seq}",
+            perm_id,
+        )
         work(nats_url, queue)
         assert runs(ledger)[perm_id] == 2
         assert admin.forget(broker, fail_id) == 1
@@ -131,8 +134,17 @@ def test_a_worker_killed_mid_job_has_the_job_redelivered_after_the_ack_wait(
 ) -> None:
     queue = support.queue_name()
     [job_id] = handed_off(db, nats_url, queue, 1, "t.slow", payload={"s": 2})
-    argv = cli_argv(db[1], "worker", queue, "--app", "tests.nats.app:registry", "--broker",
-                    nats_url, "--lease", "1")
+    argv = cli_argv(
+        db[1],
+        "worker",
+        queue,
+        "--app",
+        "tests.nats.app:registry",
+        "--broker",
+        nats_url,
+        "--lease",
+        "1",
+    )
     victim = spawn(argv, {"NATS_TEST_LEDGER": str(ledger)})
     try:
         wait_until(lambda: runs(ledger, "start")[job_id] == 1, 30, "the job to start")
@@ -153,8 +165,9 @@ def test_sigterm_lets_the_running_job_finish_and_exits_0(
 ) -> None:
     queue = support.queue_name()
     [job_id] = handed_off(db, nats_url, queue, 1, "t.slow", payload={"s": 1})
-    argv = cli_argv(db[1], "worker", queue, "--app", "tests.nats.app:registry", "--broker",
-                    nats_url)
+    argv = cli_argv(
+        db[1], "worker", queue, "--app", "tests.nats.app:registry", "--broker", nats_url
+    )
     proc = spawn(argv, {"NATS_TEST_LEDGER": str(ledger)})
     wait_until(lambda: runs(ledger, "start")[job_id] == 1, 30, "the job to start")
     proc.send_signal(signal.SIGTERM)
