@@ -10,6 +10,7 @@ the volume, are what these tests are about (``OUTBOX_SOAK=1`` runs longer).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -44,10 +45,8 @@ def _fresh(url: str) -> None:
 
     async def drop(js: Any) -> None:
         for stream in (names.stream(QUEUE), names.dead_stream(QUEUE)):
-            try:
+            with contextlib.suppress(Exception):
                 await js.delete_stream(stream)
-            except Exception:
-                pass
 
     run(url, drop)
 
