@@ -27,6 +27,7 @@ SCENARIOS = (
     "memory",
     "backends",
     "dashboard",
+    "nats",
 )
 ANY_BACKEND = ("record", "relay", "worker")
 
