@@ -174,7 +174,9 @@ class JetStreamWorker:
             want = cap + ahead - len(held)
             if self.config.max_jobs is not None:
                 want = min(want, self.config.max_jobs - self._started)
-            if want <= 0:
+            # While every slot has work waiting, refill in batches (half the window at a
+            # time), not one fetch round trip per finished job.
+            if want <= 0 or (len(held) >= cap and want < max(1, (cap + ahead) // 2)):
                 room.clear()
                 await _first(room.wait(), self._stopping.wait())
                 continue
