@@ -157,7 +157,7 @@ def test_worker_on_nats_runs_the_jobs_and_queue_commands_manage_dead_letters(
 
 
 def test_worker_refuses_transactional_handlers_on_a_broker(url: str, nats_url: str) -> None:
-    code, out, err = process(
+    code, _, err = process(
         url, "worker", "q", "--app", "tests.nats.app:transactional", "--broker", nats_url
     )
     assert code == 1 and "t.tx is transactional" in err and "Traceback" not in err
