@@ -9,7 +9,11 @@ wait ``poll_interval``; an empty one → wait, doubling up to ``max_poll_interva
 while idle. On PostgreSQL the wait ends early when ``record()``'s NOTIFY arrives on
 ``outbox_relay`` (unless ``listen=False``: poll-only). A database error is logged by
 class name, the connection is dropped and reopened, and the relay carries on after a
-backoff; ``run`` and ``run_once`` instead raise it to the caller.
+backoff; ``run`` and ``run_once`` instead raise it to the caller. A broker target
+(``outbox.relay.jetstream``) that is unreachable or refuses (a full stream) raises a
+transient ``BrokerError``: ``watch`` logs it at most every 10 s and backs off (up to
+``reconnect_max``, or ``max_poll_interval`` for a full stream), and the intents stay
+pending; a non-transient one (a stream missing under ``require``) ends ``watch``.
 """
 
 from __future__ import annotations
