@@ -24,6 +24,9 @@ have: the per-job limit is the job's ``max_attempts`` (recorded, else the regist
 which one consumer-wide number cannot express, and the worker enforces it on every
 delivery (a job whose worker died on its last attempt is dead-lettered on arrival).
 
+A worker never creates a stream (the relay does, with the fleet's settings): it waits
+for a missing one, and refuses one set up wrongly.
+
 Graceful stop (SIGTERM/SIGINT): no new fetches; fetched jobs that have not started are
 NAKed at once (unlike SQL, JetStream counts that delivery); running jobs get ``grace``
 seconds, after which the ack wait returns them. Transactional handlers are refused:
@@ -40,7 +43,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 import structlog
-from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
@@ -48,7 +50,7 @@ from nats.js.errors import APIError
 
 from outbox.db.connection import Database
 from outbox.db.rows import ClaimedJob, Failure
-from outbox.errors import ConfigurationError
+from outbox.errors import BrokerError, ConfigurationError
 from outbox.jetstream import codec, names, provision
 from outbox.jetstream.connect import BrokerUrl, connect
 from outbox.job import MAX_ATTEMPTS_LIMIT
@@ -79,13 +81,11 @@ class JetStreamWorker:
         url: BrokerUrl,
         registry: Registry,
         config: WorkerConfig | None = None,
-        *,
-        provisioning: provision.Provisioning = "create",
     ) -> None:
         self.config = config or WorkerConfig()
         self.config.check()
         refuse_transactional(registry)
-        self.url, self.registry, self.provisioning = url, registry, provisioning
+        self.url, self.registry = url, registry
         self.worker_id = new_worker_id()
         # No transactional handler runs here, so the Runner never opens a database.
         self.runner = Runner(registry, self.worker_id, cast(Database, None))
@@ -124,9 +124,8 @@ class JetStreamWorker:
         self._began = time.monotonic()
         try:
             js = nc.jetstream()
-            subs = {q: await self._subscribe(js, q) for q in caps}
             log.info("worker.started", broker=self.url.shown, queues=list(caps))
-            await asyncio.gather(*(self._queue(nc, js, q, caps[q], subs[q]) for q in caps))
+            await asyncio.gather(*(self._queue(js, q, caps[q]) for q in caps))
         finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
             with contextlib.suppress(Exception):
@@ -141,7 +140,24 @@ class JetStreamWorker:
             )
 
     async def _subscribe(self, js: JetStreamContext, queue: str) -> Any:
-        await provision.ensure(js, queue, provision.StreamSettings(), self.provisioning)
+        """The queue's consumer, once its stream exists: the relay (or an operator)
+        creates streams with the fleet's settings; a worker never does, or it could make
+        one with the wrong replicas. A stream set up wrongly is an error; a missing one
+        is waited for (with ``stop_when_empty``, nothing is claimable: None)."""
+        warned = False
+        while True:
+            try:
+                await provision.ensure(js, queue, provision.StreamSettings(), "require")
+                break
+            except BrokerError as exc:
+                if "does not exist" not in str(exc):
+                    raise
+            if self.config.stop_when_empty or self._stopping.is_set():
+                return None
+            if not warned:
+                log.warning("worker.waiting_for_stream", queue=queue, stream=names.stream(queue))
+                warned = True
+            await _first(asyncio.sleep(self.config.sleep), self._stopping.wait())
         config = ConsumerConfig(
             durable_name=names.CONSUMER,
             ack_policy=AckPolicy.EXPLICIT,
@@ -150,8 +166,10 @@ class JetStreamWorker:
             max_ack_pending=-1,
             filter_subject=names.subject(queue),
         )
-        with contextlib.suppress(APIError):  # an existing consumer keeps its settings
+        try:
             await js.add_consumer(names.stream(queue), config)
+        except APIError as exc:  # an existing consumer keeps its settings
+            log.warning("worker.consumer_kept", queue=queue, error=exc.description or "")
         return await js.pull_subscribe_bind(names.CONSUMER, stream=names.stream(queue))
 
     def _done(self) -> bool:
@@ -160,9 +178,10 @@ class JetStreamWorker:
             return True
         return c.max_time is not None and time.monotonic() - self._began >= c.max_time
 
-    async def _queue(
-        self, nc: Client, js: JetStreamContext, queue: str, cap: int, sub: Any
-    ) -> None:
+    async def _queue(self, js: JetStreamContext, queue: str, cap: int) -> None:
+        sub = await self._subscribe(js, queue)
+        if sub is None:
+            return
         slots = asyncio.Semaphore(cap)
         ahead = self.config.prefetch if self.config.prefetch is not None else cap
         held: set[asyncio.Task[None]] = set()

@@ -180,3 +180,10 @@ def test_sigterm_lets_the_running_job_finish_and_exits_0(
         proc.communicate()
     assert code == 0 and runs(ledger)[job_id] == 1
     assert support.stream_count(nats_url, names.stream(queue)) == 0
+
+
+def test_a_worker_never_creates_a_stream_and_stops_when_empty_without_one(nats_url: str) -> None:
+    queue = support.queue_name()
+    stats = work(nats_url, queue)
+    assert stats.claimed == 0 and stats.graceful
+    assert support.stream_count(nats_url, names.stream(queue)) == -1
