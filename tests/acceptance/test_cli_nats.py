@@ -175,3 +175,31 @@ def test_status_shows_a_full_stream_refusing(url: str, nats_url: str) -> None:
     data = orjson.loads(cli(url, "status", "--target", nats_url, "--json").stdout)
     assert names.stream(queue) in data["target"]["refusing"]
     assert data["outbox"]["pending"] == 1
+
+
+def test_stream_limits_and_publish_timeout_options_shape_new_streams(
+    url: str, nats_url: str
+) -> None:
+    queue = support.queue_name()
+    support.record_jobs(url, queue, 2)
+    result = cli(
+        url,
+        "relay",
+        "--target",
+        nats_url,
+        "--stream-max-bytes",
+        "1000000",
+        "--replicas",
+        "1",
+        "--publish-timeout",
+        "2",
+        "--duplicate-window",
+        "60",
+    )
+    assert result.exit_code == 0, result.output
+    data = orjson.loads(cli(url, "status", "--target", nats_url, "--json").stdout)
+    stream = data["target"]["streams"][names.stream(queue)]
+    assert (stream["max_bytes"], stream["max_msgs"], stream["messages"]) == (1000000, -1, 2)
+    table = cli(url, "queue", "stats", "--broker", nats_url)
+    [row] = [line.split() for line in table.stdout.splitlines() if line.startswith(queue)]
+    assert row == [queue, "2", "0", "0"]  # ready, reserved, dead letters

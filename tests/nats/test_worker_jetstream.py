@@ -187,3 +187,14 @@ def test_a_worker_never_creates_a_stream_and_stops_when_empty_without_one(nats_u
     stats = work(nats_url, queue)
     assert stats.claimed == 0 and stats.graceful
     assert support.stream_count(nats_url, names.stream(queue)) == -1
+
+
+def test_in_progress_acks_hold_a_job_longer_than_the_ack_wait(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    [job_id] = handed_off(db, nats_url, queue, 1, "t.slow", payload={"s": 2.5})
+    # a free slot would take a redelivery at once: without the heartbeat it would run twice
+    stats = work(nats_url, queue, lease=1.0, concurrency=2)
+    assert stats.succeeded == 1
+    assert runs(ledger, "start") == {job_id: 1} and runs(ledger) == {job_id: 1}
