@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -143,7 +144,7 @@ class NatsCluster:
                 await nc.close()
 
         try:
-            return asyncio.run(probe())
+            return in_thread(probe)
         except Exception:
             return False
 
@@ -176,4 +177,15 @@ def run(url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
         finally:
             await nc.close()
 
-    return asyncio.run(go())
+    return in_thread(go)
+
+
+def in_thread(fn: Callable[[], Awaitable[T]]) -> T:
+    """``asyncio.run(fn())`` on a thread of its own: a test that ran earlier in the same
+    session may have left an event loop marked running on the main thread."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(_coro(fn))).result()
+
+
+async def _coro(fn: Callable[[], Awaitable[T]]) -> T:
+    return await fn()

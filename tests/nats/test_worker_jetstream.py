@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,10 @@ def handed_off(
 def work(nats_url: str, queue: str, **kw: Any) -> Any:
     settings: dict[str, Any] = {"sleep": 0.2, "lease": 2.0, "stop_when_empty": True, **kw}
     config = WorkerConfig(queues={queue: None}, **settings)
-    return JetStreamWorker(parse_url(nats_url), app.registry, config).run()
+    worker = JetStreamWorker(parse_url(nats_url), app.registry, config)
+    # on a thread of its own: an earlier test may have left the main thread's loop running
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(worker.run).result()
 
 
 def test_worker_runs_every_job_once_and_the_acks_empty_the_stream(
