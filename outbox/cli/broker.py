@@ -8,17 +8,18 @@ Kept apart so the commands themselves change by a decorator and a branch: ``--ta
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from outbox.cli import tables
 from outbox.errors import ConfigurationError
-from outbox.jetstream import admin
-from outbox.jetstream.admin import StreamState
-from outbox.jetstream.connect import Broker, BrokerUrl, is_broker_url, parse_url
-from outbox.jetstream.provision import DEFAULT_DUPLICATE_WINDOW_S, StreamSettings
-from outbox.relay.jetstream import JetStreamSettings, JetStreamTarget
+from outbox.jetstream import DEFAULT_DUPLICATE_WINDOW_S
+from outbox.jetstream.url import BrokerUrl, is_broker_url, parse_url
+
+if TYPE_CHECKING:
+    from outbox.jetstream.admin import StreamState
+    from outbox.relay.jetstream import JetStreamTarget
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,6 +37,28 @@ def broker_url(value: str | None, option: str) -> BrokerUrl | None:
         return parse_url(value)
     except ConfigurationError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+QUEUE_BROKER_HELP = (
+    "Act on NATS JetStream (nats://host:4222[,...]) instead of the SQL queue. "
+    "Default: the SQL queue."
+)
+
+
+def queue_admin() -> Any:
+    """``outbox.cli.queue_broker``, imported when a ``queue`` command gets --broker."""
+    require_client()
+    from outbox.cli import queue_broker
+
+    return queue_broker
+
+
+def require_client() -> None:
+    """nats-py is the ``nats`` extra: without it, one line saying how to get it."""
+    try:
+        import nats  # noqa: F401
+    except ImportError:
+        raise ConfigurationError("NATS needs the nats extra: pip install 'outbox[nats]'") from None
 
 
 def broker_option(help_text: str) -> Callable[[F], F]:
@@ -119,6 +142,10 @@ def make_target(
     url = broker_url(target, "--target")
     if url is None:
         return None
+    require_client()
+    from outbox.jetstream.provision import StreamSettings
+    from outbox.relay.jetstream import JetStreamSettings, JetStreamTarget
+
     streams = StreamSettings(duplicate_window, stream_max_msgs, stream_max_bytes, replicas)
     settings = JetStreamSettings(
         streams, "require" if provisioning == "require" else "create", publish_timeout
@@ -133,6 +160,10 @@ def target_status(value: str | None) -> list[StreamState] | None:
     url = broker_url(value, "--target")
     if url is None:
         return None
+    require_client()
+    from outbox.jetstream import admin
+    from outbox.jetstream.connect import Broker
+
     with Broker(url) as broker:
         return admin.streams(broker)
 

@@ -16,14 +16,13 @@ import orjson
 
 from outbox import status
 from outbox.cli import broker as cli_broker
-from outbox.cli import preflight, prompt, queue_broker, tables
+from outbox.cli import preflight, prompt, tables
 from outbox.cli.app import load_registry
 from outbox.cli.context import CliContext, pass_cli
 from outbox.cli.params import MESSAGE_ID, MESSAGE_ID_OR_ALL, QUEUE_NAME
 from outbox.cli.serving import metrics_options
 from outbox.db.connection import Connection
 from outbox.errors import MessageNotFound
-from outbox.jetstream.worker import JetStreamWorker
 from outbox.job import NAME_PATTERN
 from outbox.metrics import serving
 from outbox.queue import admin
@@ -156,6 +155,9 @@ def worker_command(
     if url is not None:
         if metrics_port is not None:
             raise click.UsageError("--metrics-port is not served with --broker yet")
+        cli_broker.require_client()
+        from outbox.jetstream.worker import JetStreamWorker
+
         if not JetStreamWorker(url, registry, config).run().graceful:
             sys.exit(1)
         return
@@ -233,13 +235,14 @@ def jobs_command(cli: CliContext, limit: int, queue_name: str | None) -> None:
 
 @queue_group.command("stats")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
-@cli_broker.broker_option(queue_broker.BROKER_HELP)
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
 def stats_command(cli: CliContext, as_json: bool, broker: str | None) -> None:
     """Ready, delayed, reserved jobs and dead letters per queue, and the age of the
     oldest ready job. --json keeps the older key "dead" (= "dead_letters")."""
     if (url := cli_broker.broker_url(broker, "--broker")) is not None:
-        return queue_broker.stats(url, as_json)
+        cli_broker.queue_admin().stats(url, as_json)
+        return
     with cli.connect() as conn:
         counts = status.queue_counts(conn)
         now = conn.driver.clock_now()
@@ -279,7 +282,7 @@ def stats_command(cli: CliContext, as_json: bool, broker: str | None) -> None:
     type=MESSAGE_ID,
     help="Print this one dead letter's exception message and traceback instead of the list.",
 )
-@cli_broker.broker_option(queue_broker.BROKER_HELP)
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
 def failed_command(cli: CliContext, limit: int, show_id: str | None, broker: str | None) -> None:
     """List up to LIMIT (default 50) dead letters, newest first: exception class only.
@@ -288,7 +291,8 @@ def failed_command(cli: CliContext, limit: int, show_id: str | None, broker: str
     Requeue with `outbox queue retry ID|all`, delete with `outbox queue forget ID`.
     """
     if (url := cli_broker.broker_url(broker, "--broker")) is not None:
-        return queue_broker.failed(url, limit, show_id)
+        cli_broker.queue_admin().failed(url, limit, show_id)
+        return
     with cli.connect() as conn:
         if show_id is not None:
             detail = admin.failed_job(conn, show_id)
@@ -331,7 +335,7 @@ def _echo_detail(d: admin.FailedDetail) -> None:
 
 @queue_group.command("retry")
 @click.argument("target", type=MESSAGE_ID_OR_ALL, metavar="ID|all")
-@cli_broker.broker_option(queue_broker.BROKER_HELP)
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
 def retry_command(cli: CliContext, target: str, broker: str | None) -> None:
     """Put a dead letter (or all of them) back in the queue with attempts reset to 0.
@@ -340,7 +344,8 @@ def retry_command(cli: CliContext, target: str, broker: str | None) -> None:
     dropped as a duplicate) and keeps its message id.
     """
     if (url := cli_broker.broker_url(broker, "--broker")) is not None:
-        return queue_broker.retry(url, target)
+        cli_broker.queue_admin().retry(url, target)
+        return
     with cli.connect() as conn:
         if target == "all":
             n = admin.retry_all(conn)
@@ -377,12 +382,13 @@ def _delete_one(
 @queue_group.command("forget")
 @click.argument("message_id", type=MESSAGE_ID, metavar="ID")
 @YES
-@cli_broker.broker_option(queue_broker.BROKER_HELP)
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
 def forget_command(cli: CliContext, message_id: str, yes: bool, broker: str | None) -> None:
     """Delete one dead letter for good."""
     if (url := cli_broker.broker_url(broker, "--broker")) is not None:
-        return queue_broker.forget(url, message_id, yes)
+        cli_broker.queue_admin().forget(url, message_id, yes)
+        return
     _delete_one(
         cli,
         message_id,

@@ -12,11 +12,6 @@ from outbox.errors import MessageNotFound
 from outbox.jetstream import admin
 from outbox.jetstream.connect import Broker, BrokerUrl
 
-BROKER_HELP = (
-    "Act on NATS JetStream (nats://host:4222[,...]) instead of the SQL queue. "
-    "Default: the SQL queue."
-)
-
 
 def stats(url: BrokerUrl, as_json: bool) -> None:
     with Broker(url) as broker:

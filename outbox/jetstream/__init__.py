@@ -14,3 +14,6 @@ hands intents off to JetStream (``outbox.relay.jetstream``) and workers consume 
 The guarantee: exactly once into the stream within the stream's duplicate window, at
 least once beyond it; execution at least once, as on SQL.
 """
+
+# JetStream's own default duplicate window; the relay's --duplicate-window default.
+DEFAULT_DUPLICATE_WINDOW_S = 120.0

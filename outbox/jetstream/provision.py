@@ -21,10 +21,9 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from nats.js.errors import NotFoundError
 
 from outbox.errors import BrokerError, ConfigurationError
-from outbox.jetstream import names
+from outbox.jetstream import DEFAULT_DUPLICATE_WINDOW_S, names
 
 Provisioning = Literal["create", "require"]
-DEFAULT_DUPLICATE_WINDOW_S = 120.0
 
 
 @dataclass(frozen=True, slots=True)

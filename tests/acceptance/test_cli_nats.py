@@ -203,3 +203,33 @@ def test_stream_limits_and_publish_timeout_options_shape_new_streams(
     table = cli(url, "queue", "stats", "--broker", nats_url)
     [row] = [line.split() for line in table.stdout.splitlines() if line.startswith(queue)]
     assert row == [queue, "2", "0", "0"]  # ready, reserved, dead letters
+
+
+BLOCK_NATS = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "nats" or name.startswith("nats."):
+            raise ImportError("nats-py is not installed")
+sys.meta_path.insert(0, Block())
+from outbox.cli import main
+main.main(sys.argv[1:], prog_name="outbox")
+"""
+
+
+def test_without_the_nats_extra_the_cli_works_and_nats_urls_say_what_to_install(
+    url: str,
+) -> None:
+    def run_blocked(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", BLOCK_NATS, "--database-url", url, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+
+    assert run_blocked("status").returncode == 0
+    refused = run_blocked("relay", "--target", "nats://127.0.0.1:4222")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == "error: NATS needs the nats extra: pip install 'outbox[nats]'"
