@@ -93,6 +93,7 @@ class JetStreamWorker:
         self._stopping = asyncio.Event()
         self._started = 0
         self._running: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def run(self) -> WorkerStats:
         """Connect, run until stopped (signal, limits, or empty with stop_when_empty)."""
@@ -100,10 +101,15 @@ class JetStreamWorker:
         return self.stats
 
     def stop(self) -> None:
-        self._stopping.set()
+        """Ask for a graceful stop; safe from any thread (as a signal would)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._stopping.set)
+        else:
+            self._stopping.set()
 
     async def _main(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         signals = 0
 
         def on_signal() -> None:
