@@ -30,6 +30,7 @@ SCENARIOS = (
     "tally",
     "plans",
     "hygiene",
+    "nats",
 )
 ANY_BACKEND = ("record", "relay", "worker", "tally", "plans")
 

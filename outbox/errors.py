@@ -112,3 +112,32 @@ class MessageNotFound(OutboxError):
 
 class RetryRefused(OutboxError):
     """The intent cannot go back to pending: it is not quarantined, or it does not verify."""
+
+
+class BrokerError(OutboxError):
+    """NATS JetStream could not be reached or used: no server answered, or a stream is
+    missing or set up otherwise than required. The message names the stream and the
+    setting, never a credential.
+
+    ``transient`` is True when waiting may help (no server answered, a publish timed
+    out, a stream is full): a watching relay backs off and tries again. A stream that is
+    missing or set up wrongly is not transient: waiting does not fix it.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class TargetRefused(BrokerError):
+    """A stream refused messages because it is at its limits (``max_msgs`` or
+    ``max_bytes`` with discard new). Nothing was lost: the refused intents stay pending.
+
+    ``handed_off`` counts the intents of the same batch the broker did accept.
+    """
+
+    def __init__(self, message: str, *, stream: str, limit: str, handed_off: int = 0) -> None:
+        super().__init__(message, transient=True)
+        self.stream = stream
+        self.limit = limit
+        self.handed_off = handed_off

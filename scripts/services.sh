@@ -26,6 +26,17 @@ if ! mariadb-admin -h 127.0.0.1 -uroot ping >/dev/null 2>&1; then
 fi
 wait_for mariadb mariadb-admin -h 127.0.0.1 -uroot ping
 
+# The NATS tests start their own nats-server processes (tests/nats/servers.py): the
+# binary must be there even when the shared server is up.
+if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server >/dev/null
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server >/dev/null
+  fi
+  systemctl disable --now nats-server >/dev/null 2>&1 || true
+fi
+
 if ! tcp_open 4222; then
   start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
     -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || true

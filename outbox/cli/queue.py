@@ -15,6 +15,7 @@ import click
 import orjson
 
 from outbox import status
+from outbox.cli import broker as cli_broker
 from outbox.cli import preflight, prompt, tables
 from outbox.cli.app import load_registry
 from outbox.cli.context import CliContext, pass_cli
@@ -107,6 +108,10 @@ def parse_queues(specs: tuple[str, ...]) -> dict[str, int | None]:
     help="Exit when nothing is claimable now (delayed jobs do not keep it running).",
 )
 @click.option("--once", is_flag=True, help="Run at most one job, then exit.")
+@cli_broker.broker_option(
+    "Take jobs from NATS JetStream (nats://host:4222[,...]) instead of the SQL queue; "
+    "--lease is then the consumer's ack wait. Default: the SQL queue."
+)
 @metrics_options()
 @pass_cli
 def worker_command(
@@ -122,6 +127,7 @@ def worker_command(
     max_time: float | None,
     stop_when_empty: bool,
     once: bool,
+    broker: str | None,
     metrics_port: int | None,
     metrics_bind: str,
 ) -> None:
@@ -145,6 +151,16 @@ def worker_command(
         max_time=max_time,
         stop_when_empty=stop_when_empty or once,
     )
+    url = cli_broker.broker_url(broker, "--broker")
+    if url is not None:
+        if metrics_port is not None:
+            raise click.UsageError("--metrics-port is not served with --broker yet")
+        cli_broker.require_client()
+        from outbox.jetstream.worker import JetStreamWorker
+
+        if not JetStreamWorker(url, registry, config).run().graceful:
+            sys.exit(1)
+        return
     database = cli.database()
     with preflight.stop_on_signals() as stop:
         try:
@@ -219,10 +235,14 @@ def jobs_command(cli: CliContext, limit: int, queue_name: str | None) -> None:
 
 @queue_group.command("stats")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
-def stats_command(cli: CliContext, as_json: bool) -> None:
+def stats_command(cli: CliContext, as_json: bool, broker: str | None) -> None:
     """Ready, delayed, reserved jobs and dead letters per queue, and the age of the
     oldest ready job. --json keeps the older key "dead" (= "dead_letters")."""
+    if (url := cli_broker.broker_url(broker, "--broker")) is not None:
+        cli_broker.queue_admin().stats(url, as_json)
+        return
     with cli.connect() as conn:
         counts = status.queue_counts(conn)
         now = conn.driver.clock_now()
@@ -262,13 +282,17 @@ def stats_command(cli: CliContext, as_json: bool) -> None:
     type=MESSAGE_ID,
     help="Print this one dead letter's exception message and traceback instead of the list.",
 )
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
-def failed_command(cli: CliContext, limit: int, show_id: str | None) -> None:
+def failed_command(cli: CliContext, limit: int, show_id: str | None, broker: str | None) -> None:
     """List up to LIMIT (default 50) dead letters, newest first: exception class only.
 
     --show ID prints one dead letter's message and traceback, for the operator who asks.
     Requeue with `outbox queue retry ID|all`, delete with `outbox queue forget ID`.
     """
+    if (url := cli_broker.broker_url(broker, "--broker")) is not None:
+        cli_broker.queue_admin().failed(url, limit, show_id)
+        return
     with cli.connect() as conn:
         if show_id is not None:
             detail = admin.failed_job(conn, show_id)
@@ -311,9 +335,17 @@ def _echo_detail(d: admin.FailedDetail) -> None:
 
 @queue_group.command("retry")
 @click.argument("target", type=MESSAGE_ID_OR_ALL, metavar="ID|all")
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
-def retry_command(cli: CliContext, target: str) -> None:
-    """Put a dead letter (or all of them) back in the queue with attempts reset to 0."""
+def retry_command(cli: CliContext, target: str, broker: str | None) -> None:
+    """Put a dead letter (or all of them) back in the queue with attempts reset to 0.
+
+    With --broker the job is re-published under a new Nats-Msg-Id (the old one would be
+    dropped as a duplicate) and keeps its message id.
+    """
+    if (url := cli_broker.broker_url(broker, "--broker")) is not None:
+        cli_broker.queue_admin().retry(url, target)
+        return
     with cli.connect() as conn:
         if target == "all":
             n = admin.retry_all(conn)
@@ -350,9 +382,13 @@ def _delete_one(
 @queue_group.command("forget")
 @click.argument("message_id", type=MESSAGE_ID, metavar="ID")
 @YES
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
-def forget_command(cli: CliContext, message_id: str, yes: bool) -> None:
+def forget_command(cli: CliContext, message_id: str, yes: bool, broker: str | None) -> None:
     """Delete one dead letter for good."""
+    if (url := cli_broker.broker_url(broker, "--broker")) is not None:
+        cli_broker.queue_admin().forget(url, message_id, yes)
+        return
     _delete_one(
         cli,
         message_id,

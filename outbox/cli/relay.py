@@ -14,7 +14,7 @@ import orjson
 
 from outbox import log
 from outbox import status as outbox_status
-from outbox.cli import preflight, tables
+from outbox.cli import broker, preflight, tables
 from outbox.cli.context import CliContext, pass_cli
 from outbox.cli.params import MESSAGE_ID
 from outbox.cli.serving import metrics_options
@@ -58,6 +58,7 @@ EXIT_THRESHOLD = 3
     show_default=True,
     help="With --watch: seconds between polls while busy; doubles while idle, up to 5 s.",
 )
+@broker.target_options
 @metrics_options()
 @pass_cli
 def relay_command(
@@ -68,10 +69,23 @@ def relay_command(
     fail_on_quarantine: bool,
     poll_only: bool,
     poll_interval: float,
+    target: str,
+    provisioning: str,
+    duplicate_window: float,
+    stream_max_msgs: int,
+    stream_max_bytes: int,
+    replicas: int,
+    publish_timeout: float,
     metrics_port: int | None,
     metrics_bind: str,
 ) -> None:
     """Move committed intents into the queue: up to LIMIT (default: all pending), then exit.
+
+    --target nats://... hands them to NATS JetStream instead: one work-queue stream per
+    queue, each message published with Nats-Msg-Id = its message id and deleted from the
+    outbox only after its PubAck (exactly once into the stream within the duplicate
+    window, at least once beyond it). A full stream makes the relay back off; the intents
+    stay pending.
 
     With --watch it runs until SIGTERM or SIGINT, then finishes the batch in flight and
     exits 0. Rows that do not verify are quarantined (see `outbox failed`).
@@ -92,9 +106,13 @@ def relay_command(
         notify=settings.notify,
     )
     database = cli.database()
+    jet = broker.make_target(
+        target, provisioning, duplicate_window, stream_max_msgs, stream_max_bytes, replicas,
+        publish_timeout, config.reconnect_max,
+    )
     if not watch:
         preflight.ready(database)
-        with Relay(database, config) as relay:
+        with Relay(database, config, target=jet) as relay:
             totals = _drain(relay, limit)
     else:
         with preflight.stop_on_signals() as stop:
@@ -103,7 +121,7 @@ def relay_command(
             except preflight.Stopped:
                 click.echo("stopped while waiting for the database; nothing relayed")
                 return
-            with Relay(database, config) as relay, serving(
+            with Relay(database, config, target=jet) as relay, serving(
                 relay.database, "relay", metrics_port, metrics_bind
             ):
                 totals = relay.watch(stop)
@@ -159,6 +177,13 @@ def _summary(totals: RunTotals) -> str:
     type=click.IntRange(min=0),
     help="Exit 3 when more than N jobs are dead letters (all queues).",
 )
+@click.option(
+    "--target",
+    metavar="URL",
+    default=None,
+    help="Also show the relay's NATS target (nats://host:4222[,...]): each queue stream's "
+    "fill and whether it refuses new messages. Default: none.",
+)
 @pass_cli
 def status_command(
     cli: CliContext,
@@ -167,6 +192,7 @@ def status_command(
     max_age: float | None,
     max_failed: int | None,
     max_dead: int | None,
+    target: str | None,
 ) -> None:
     """Counts of intents and of jobs per queue; exit 3 past a threshold.
 
@@ -178,10 +204,16 @@ def status_command(
     """
     with cli.connect() as conn:
         status = outbox_status.status(conn)
+    streams = broker.target_status(target)
     if as_json:
-        click.echo(orjson.dumps(status.as_dict()).decode())
+        data = status.as_dict()
+        if streams is not None:
+            data["target"] = broker.target_json(streams)
+        click.echo(orjson.dumps(data).decode())
     else:
         _print_status(status)
+        if streams is not None:
+            broker.echo_target(streams)
     if status.outbox.unknown_state:
         click.echo(
             f"warning: {status.outbox.unknown_state} intents have a state other than "

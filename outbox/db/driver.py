@@ -251,6 +251,36 @@ class Driver:
         failed = tuple((m, r) for _, m, r in claimed if r is not None)
         return len(claimed), len(valid), failed
 
+    def outbox_handoff_published(
+        self,
+        p: OutboxHandoff,
+        verify: Callable[[StoredIntent], str | None],
+        publish: Callable[[list[StoredIntent]], set[str]],
+    ) -> HandoffResult:
+        """Hand a batch off to a broker in one transaction: claim and lock the oldest
+        pending intents, quarantine those that do not verify, ``publish`` the rest (it
+        returns the message ids the broker acknowledged) and delete only those. Rows the
+        broker did not acknowledge stay pending; a crash before COMMIT re-publishes them,
+        which the broker's dedupe on the message id absorbs."""
+        started = time.perf_counter()
+
+        def batch(c: Connection) -> Outcome:
+            claimed = [(i, verify(i)) for i in self.outbox_claim_in_tx(p)]
+            acked = publish([i for i, reason in claimed if reason is None])
+            moved = [i.id for i, reason in claimed if reason is None and i.message_id in acked]
+            if moved:
+                self._expect("relay_delete_moved", moved)
+            by_reason: dict[str, list[int]] = defaultdict(list)
+            for i, reason in claimed:
+                if reason is not None:
+                    by_reason[reason].append(i.id)
+            for reason, ids in by_reason.items():
+                self._expect("relay_mark_failed", ids, reason=reason)
+            failed = tuple((i.message_id, r) for i, r in claimed if r is not None)
+            return len(claimed), len(moved), failed
+
+        return _timed(self._transact("relay batch", batch), started)
+
     def _notify_jobs_in_tx(self) -> None:
         """Wake idle workers at commit (LISTEN dialects only)."""
 

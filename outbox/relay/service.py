@@ -9,12 +9,17 @@ wait ``poll_interval``; an empty one → wait, doubling up to ``max_poll_interva
 while idle. On PostgreSQL the wait ends early when ``record()``'s NOTIFY arrives on
 ``outbox_relay`` (unless ``listen=False``: poll-only). A database error is logged by
 class name, the connection is dropped and reopened, and the relay carries on after a
-backoff; ``run`` and ``run_once`` instead raise it to the caller.
+backoff; ``run`` and ``run_once`` instead raise it to the caller. A broker target
+(``outbox.relay.jetstream``) that is unreachable or refuses (a full stream) raises a
+transient ``BrokerError``: ``watch`` logs it at most every 10 s and backs off (up to
+``reconnect_max``, or ``max_poll_interval`` for a full stream), and the intents stay
+pending; a non-transient one (a stream missing under ``require``) ends ``watch``.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,7 +29,7 @@ from outbox import metrics
 from outbox.config import settings
 from outbox.db.connection import Database, LazyConnection
 from outbox.db.rows import HandoffResult, OutboxHandoff
-from outbox.errors import ConfigurationError, DatabaseError
+from outbox.errors import BrokerError, ConfigurationError, DatabaseError, TargetRefused
 from outbox.relay.listen import ListenWaiter, PollWaiter, Waiter
 from outbox.relay.target import SqlQueueTarget, Target
 
@@ -159,6 +164,8 @@ class Relay:
         totals = RunTotals()
         idle = _Backoff(self.config.poll_interval, self.config.max_poll_interval)
         failing = _Backoff(self.config.poll_interval, self.config.reconnect_max)
+        refusing = _Backoff(self.config.poll_interval, self.config.max_poll_interval)
+        quiet = _RateLimitedLog()
         log.info("relay.watch", listen=isinstance(waiter, ListenWaiter))
         try:
             while not stop.is_set():
@@ -168,7 +175,15 @@ class Relay:
                     log.warning("relay.batch_failed", error=type(exc.__cause__ or exc).__name__)
                     waiter.wait(stop, failing.next())
                     continue
+                except BrokerError as exc:
+                    if not exc.transient:
+                        raise
+                    quiet.log(exc)
+                    full = isinstance(exc, TargetRefused)
+                    waiter.wait(stop, refusing.next() if full else failing.next())
+                    continue
                 failing.reset()
+                refusing.reset()
                 if batch.claimed:
                     totals = totals.add(batch)
                     if progress is not None:
@@ -212,6 +227,26 @@ class _Backoff:
     def reset(self) -> float:
         self._next = self.low
         return self.low
+
+
+class _RateLimitedLog:
+    """One warning per ``every`` seconds while a broker refuses or is unreachable; the
+    ones in between are counted, not printed (a full stream refuses every batch)."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every, self._last, self._suppressed = every, float("-inf"), 0
+
+    def log(self, exc: BrokerError) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every:
+            self._suppressed += 1
+            return
+        self._last, suppressed, self._suppressed = now, self._suppressed, 0
+        if isinstance(exc, TargetRefused):
+            log.warning("relay.target_refused", stream=exc.stream, limit=exc.limit,
+                        handed_off=exc.handed_off, repeats=suppressed, detail=str(exc))
+        else:
+            log.warning("relay.target_unavailable", detail=str(exc), repeats=suppressed)
 
 
 def _log_batch(batch: HandoffResult) -> None:

@@ -16,6 +16,9 @@ verify (``outbox.relay.verify``) is quarantined with its reason and its batch pe
 ``SqlQueueTarget`` is the default: the queue table in the same database, in the same
 transaction that marks the intents, so the handoff is exactly once (the queue's
 unique ``message_id`` makes a second one fail loudly, not pass quietly).
+``outbox.relay.jetstream.JetStreamTarget`` publishes to NATS JetStream instead and
+deletes a row only after its PubAck (exactly once into the stream within the duplicate
+window, at least once beyond it).
 """
 
 from __future__ import annotations

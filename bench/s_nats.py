@@ -1,0 +1,196 @@
+"""nats: the relay to JetStream beside the relay to the SQL queue, JetStream worker
+drain with 1 and 4 processes, and idle latency record() → handler start via JetStream.
+
+Same run, same database server, same intents: the SQL relay case is ``s_relay``'s own.
+The NATS server is ``OUTBOX_BENCH_NATS`` (default the shared one on 127.0.0.1:4222);
+the bench queue's streams are deleted before each sample, so every sample starts empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import statistics
+import threading
+import time
+from typing import Any
+
+from bench import procs, servers
+from bench.core import Case, Target
+from bench.data import JOB_NAME, QUEUE
+from bench.plan import Ctx, Plan, rate
+from bench.s_relay import _preload
+
+NAME = "nats"
+NATS = os.environ.get("OUTBOX_BENCH_NATS", "nats://127.0.0.1:4222")
+BATCH = 500
+
+
+def _drop_streams() -> None:
+    import nats as nats_client
+
+    from outbox.jetstream import names
+
+    async def drop() -> None:
+        nc = await nats_client.connect(NATS)
+        js = nc.jetstream()
+        for s in (names.stream(QUEUE), names.dead_stream(QUEUE)):
+            with contextlib.suppress(Exception):
+                await js.delete_stream(s)
+        await nc.close()
+
+    asyncio.run(drop())
+
+
+def _sql_relay_case(url: str, n: int, label: str) -> Case:
+    def measure() -> float:
+        _preload(url, n)
+        o = procs.run_one("bench.w_nats:sql_relay", url=url, batch=BATCH)
+        return rate(o.total(), o.elapsed_s)
+
+    return Case(label, measure, unit="rows/s")
+
+
+def _nats_relay_case(url: str, n: int) -> Case:
+    def measure() -> float:
+        _preload(url, n)
+        _drop_streams()
+        o = procs.run_one("bench.w_nats:relay", url=url, batch=BATCH, nats=NATS)
+        return rate(o.total(), o.elapsed_s)
+
+    return Case(f"relay → JetStream, batch {BATCH}", measure, unit="rows/s")
+
+
+def _fill(url: str, n: int) -> None:
+    """``n`` jobs waiting in the bench stream (relayed there, not timed)."""
+    _preload(url, n)
+    _drop_streams()
+    procs.run_one("bench.w_nats:relay", url=url, batch=BATCH, nats=NATS)
+
+
+def _drain_case(url: str, n: int, workers: int) -> Case:
+    def measure() -> float:
+        _fill(url, n)
+        specs = [
+            procs.Spec("bench.w_nats:worker", {"nats": NATS, "concurrency": 8, "prefetch": 64})
+            for _ in range(workers)
+        ]
+        o = procs.run(specs)
+        return rate(o.total(), o.elapsed_s)
+
+    label = f"JetStream drain, {workers} worker process{'es' if workers > 1 else ''}"
+    return Case(label, measure, unit="jobs/s")
+
+
+def _latency_case(url: str, samples: int, gap: float) -> Case:
+    def measure() -> dict[str, float]:
+        from outbox import Job, Registry, record
+        from outbox.db.connection import Database
+        from outbox.jetstream.connect import parse_url
+        from outbox.jetstream.worker import JetStreamWorker
+        from outbox.queue import WorkerConfig
+        from outbox.relay import Relay, RelayConfig
+        from outbox.relay.jetstream import JetStreamTarget
+
+        _preload(url, 0)
+        _drop_streams()
+        started: dict[int, float] = {}
+        reg = Registry()
+
+        @reg.job(JOB_NAME)
+        def probe(payload: Any, ctx: Any) -> None:
+            started[int(payload["seq"])] = time.monotonic()
+
+        target = JetStreamTarget(parse_url(NATS))
+        target.prepare([QUEUE])
+        stop = threading.Event()
+        relay = Relay(
+            Database(url), RelayConfig(batch_size=BATCH, poll_interval=0.01), target=target
+        )
+        worker = JetStreamWorker(
+            parse_url(NATS), reg, WorkerConfig(queues={QUEUE: None}, concurrency=4, sleep=1.0)
+        )
+        threads = [
+            threading.Thread(target=relay.watch, args=(stop,), daemon=True),
+            threading.Thread(target=worker.run, daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        import psycopg
+
+        conn = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
+        out = []
+        try:
+            time.sleep(1.0)
+            for seq in range(samples + 5):
+                cur = conn.cursor()
+                record(
+                    conn, f"lat:{time.time_ns()}:{seq}", Job(JOB_NAME, {"seq": seq}, queue=QUEUE)
+                )
+                conn.commit()
+                committed = time.monotonic()
+                deadline = committed + 10
+                while seq not in started and time.monotonic() < deadline:
+                    time.sleep(0.0005)
+                if seq >= 5:  # the first few warm up the path
+                    out.append((started[seq] - committed) * 1000)
+                cur.close()
+                time.sleep(gap)
+        finally:
+            stop.set()
+            worker.stop()
+            for t in threads:
+                t.join(10)
+            relay.close()
+            conn.close()
+        q = statistics.quantiles(out, n=100, method="inclusive")
+        return {"p50": q[49], "p90": q[89], "p99": q[98]}
+
+    return Case(
+        "idle: record() → relay → JetStream → handler", measure, unit="ms", higher_is_better=False
+    )
+
+
+def plan(ctx: Ctx) -> Plan:
+    n = ctx.size(50_000, 10_000)
+    url = servers.fresh(ctx.backend, "outbox_bench_nats")
+    sql_label = f"relay → SQL queue, batch {BATCH}"
+    p = Plan()
+    p.cases = [
+        _sql_relay_case(url, n, sql_label),
+        _nats_relay_case(url, n),
+        _drain_case(url, n, 1),
+        _drain_case(url, n, 4),
+        _latency_case(url, 100 if not ctx.quick else 30, 0.05),
+    ]
+    p.targets = [
+        Target(
+            "relay → JetStream >= 0.5x relay → SQL queue",
+            f"{NAME}: relay → JetStream, batch {BATCH}",
+            [f"{NAME}: {sql_label}"],
+            ">=",
+            0.5,
+        ),
+        Target(
+            "JetStream drain: 4 processes >= 2x 1 process",
+            f"{NAME}: JetStream drain, 4 worker processes",
+            [f"{NAME}: JetStream drain, 1 worker process"],
+            ">=",
+            2.0,
+        ),
+        Target(
+            "idle record() → JetStream → handler p50 <= 10 ms",
+            f"{NAME}: idle: record() → relay → JetStream → handler p50",
+            None,
+            "<=",
+            10.0,
+        ),
+    ]
+    p.notes.append(
+        f"nats: {n:,} intents per relay/drain sample; NATS at {NATS}; "
+        "drain workers: concurrency 8, prefetch 64 each; latency: relay (LISTEN) "
+        "and worker in one process beside the producer"
+    )
+    p.after.append(_drop_streams)
+    return p

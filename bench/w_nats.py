@@ -1,0 +1,65 @@
+"""Measured children for ``s_nats``: the relay to JetStream and JetStream workers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bench.data import QUEUE
+
+
+def relay(url: str, batch: int, nats: str) -> Callable[[], dict[str, Any]]:
+    """The relay with the JetStream target, connected and its stream ready before GO."""
+    from outbox.db.connection import Database
+    from outbox.jetstream.connect import parse_url
+    from outbox.relay import Relay, RelayConfig
+    from outbox.relay.jetstream import JetStreamTarget
+
+    target = JetStreamTarget(parse_url(nats))
+    target.prepare([QUEUE])
+    r = Relay(Database(url), RelayConfig(batch_size=batch), target=target)
+
+    def work() -> dict[str, Any]:
+        totals = r.run()
+        r.close()
+        return {"count": totals.handed_off}
+
+    return work
+
+
+def worker(nats: str, concurrency: int, prefetch: int) -> Callable[[], dict[str, Any]]:
+    """A JetStream worker draining the bench queue (no-op handler), stop-when-empty."""
+    from bench.w_outbox import registry
+    from outbox.jetstream.connect import parse_url
+    from outbox.jetstream.worker import JetStreamWorker
+    from outbox.queue import WorkerConfig
+
+    config = WorkerConfig(
+        queues={QUEUE: None},
+        concurrency=concurrency,
+        prefetch=prefetch,
+        stop_when_empty=True,
+        sleep=0.5,
+    )
+    w = JetStreamWorker(parse_url(nats), registry(), config)
+
+    def work() -> dict[str, Any]:
+        return {"count": w.run().succeeded}
+
+    return work
+
+
+def sql_relay(url: str, batch: int) -> Callable[[], dict[str, Any]]:
+    """The same relay to the SQL queue, connected before GO (the reference figure)."""
+    from outbox.db.connection import Database
+    from outbox.relay import Relay, RelayConfig
+
+    r = Relay(Database(url), RelayConfig(batch_size=batch))
+    r._conn.get()
+
+    def work() -> dict[str, Any]:
+        totals = r.run()
+        r.close()
+        return {"count": totals.handed_off}
+
+    return work

@@ -1,0 +1,209 @@
+"""The NATS JetStream options of ``outbox relay``, ``worker``, ``status`` and ``queue``.
+
+Kept apart so the commands themselves change by a decorator and a branch: ``--target``
+(the relay) and ``--broker`` (the worker, ``status`` and ``queue``) take
+``nats://host:4222[,host2:4222…]``; the stream options apply to streams ``create`` makes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from outbox.cli import tables
+from outbox.errors import ConfigurationError
+from outbox.jetstream import DEFAULT_DUPLICATE_WINDOW_S
+from outbox.jetstream.url import BrokerUrl, is_broker_url, parse_url
+
+if TYPE_CHECKING:
+    from outbox.jetstream.admin import StreamState
+    from outbox.relay.jetstream import JetStreamTarget
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def broker_url(value: str | None, option: str) -> BrokerUrl | None:
+    """``None`` for the SQL default; a parsed URL for ``nats://``; else a usage error that
+    lists what is accepted, never echoing the value (it may hold a password)."""
+    if value is None or value == "sql":
+        return None
+    if not is_broker_url(value):
+        raise click.BadParameter(
+            "accepted: sql or nats://host:4222[,host2:4222...]", param_hint=option
+        )
+    try:
+        return parse_url(value)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+QUEUE_BROKER_HELP = (
+    "Act on NATS JetStream (nats://host:4222[,...]) instead of the SQL queue. "
+    "Default: the SQL queue."
+)
+
+
+def queue_admin() -> Any:
+    """``outbox.cli.queue_broker``, imported when a ``queue`` command gets --broker."""
+    require_client()
+    from outbox.cli import queue_broker
+
+    return queue_broker
+
+
+def require_client() -> None:
+    """nats-py is the ``nats`` extra: without it, one line saying how to get it."""
+    try:
+        import nats  # noqa: F401
+    except ImportError:
+        raise ConfigurationError("NATS needs the nats extra: pip install 'outbox[nats]'") from None
+
+
+def broker_option(help_text: str) -> Callable[[F], F]:
+    return click.option("--broker", metavar="URL", default=None, help=help_text)
+
+
+def target_options(fn: F) -> F:
+    """``outbox relay``'s target and stream options."""
+    for option in reversed(
+        [
+            click.option(
+                "--target",
+                metavar="URL",
+                default="sql",
+                show_default=True,
+                help="Where intents go: sql (the queue table in this database) or "
+                "nats://host:4222[,host2:4222...] (one JetStream stream per queue).",
+            ),
+            click.option(
+                "--provisioning",
+                type=click.Choice(["create", "require"]),
+                default="create",
+                show_default=True,
+                help="With nats://: create missing streams, or require them to exist (never "
+                "creating or changing one).",
+            ),
+            click.option(
+                "--duplicate-window",
+                type=click.FloatRange(min=1),
+                default=DEFAULT_DUPLICATE_WINDOW_S,
+                show_default=True,
+                help="With nats:// and create: seconds JetStream remembers a message id; the "
+                "handoff is exactly once within it.",
+            ),
+            click.option(
+                "--stream-max-msgs",
+                type=click.IntRange(min=-1),
+                default=-1,
+                show_default=True,
+                help="With nats:// and create: a new stream's message limit (-1: none); when "
+                "full the relay backs off.",
+            ),
+            click.option(
+                "--stream-max-bytes",
+                type=click.IntRange(min=-1),
+                default=-1,
+                show_default=True,
+                help="With nats:// and create: a new stream's byte limit (-1: none).",
+            ),
+            click.option(
+                "--replicas",
+                type=click.IntRange(1, 5),
+                default=1,
+                show_default=True,
+                help="With nats:// and create: copies of each new stream (3 in a 3-node cluster).",
+            ),
+            click.option(
+                "--publish-timeout",
+                type=click.FloatRange(min=0.1, max=60),
+                default=10.0,
+                show_default=True,
+                help="With nats://: seconds to wait for one batch's PubAcks.",
+            ),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def make_target(
+    target: str,
+    provisioning: str,
+    duplicate_window: float,
+    stream_max_msgs: int,
+    stream_max_bytes: int,
+    replicas: int,
+    publish_timeout: float,
+    reconnect_max: float,
+) -> JetStreamTarget | None:
+    """The relay's target from its options (``None``: the SQL queue), connected."""
+    url = broker_url(target, "--target")
+    if url is None:
+        return None
+    require_client()
+    from outbox.jetstream.provision import StreamSettings
+    from outbox.relay.jetstream import JetStreamSettings, JetStreamTarget
+
+    streams = StreamSettings(duplicate_window, stream_max_msgs, stream_max_bytes, replicas)
+    settings = JetStreamSettings(
+        streams, "require" if provisioning == "require" else "create", publish_timeout
+    )
+    jet = JetStreamTarget(url, settings, reconnect_max=reconnect_max)
+    jet.open()
+    return jet
+
+
+def target_status(value: str | None) -> list[StreamState] | None:
+    """``outbox status --target``: each queue stream's fill and whether it refuses."""
+    url = broker_url(value, "--target")
+    if url is None:
+        return None
+    require_client()
+    from outbox.jetstream import admin
+    from outbox.jetstream.connect import Broker
+
+    with Broker(url) as broker:
+        return admin.streams(broker)
+
+
+def target_json(states: list[StreamState]) -> dict[str, Any]:
+    return {
+        "streams": {
+            s.stream: {
+                "queue": s.queue,
+                "messages": s.messages,
+                "max_msgs": s.max_msgs,
+                "bytes": s.bytes,
+                "max_bytes": s.max_bytes,
+                "refusing": s.refusing,
+            }
+            for s in states
+        },
+        "refusing": sorted(s.stream for s in states if s.refusing),
+    }
+
+
+def echo_target(states: list[StreamState]) -> None:
+    click.echo("")
+    tables.echo_table(
+        ["STREAM", "MESSAGES", "MAX_MSGS", "BYTES", "MAX_BYTES", "ACCEPTS"],
+        [
+            [
+                s.stream,
+                s.messages,
+                _limit(s.max_msgs),
+                s.bytes,
+                _limit(s.max_bytes),
+                f"no: full ({s.refusing})" if s.refusing else "yes",
+            ]
+            for s in states
+        ],
+        nothing="no queue streams on NATS",
+        right={1, 2, 3, 4},
+    )
+
+
+def _limit(n: int) -> str:
+    return "-" if n < 0 else str(n)

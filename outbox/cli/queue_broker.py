@@ -1,0 +1,88 @@
+"""``outbox queue stats/failed/retry/forget --broker nats://…``: the same commands on
+JetStream. Output has the SQL commands' columns where JetStream has the figure; listings
+carry ids, names, classes and times, never a payload or an exception message."""
+
+from __future__ import annotations
+
+import click
+import orjson
+
+from outbox.cli import prompt, tables
+from outbox.errors import MessageNotFound
+from outbox.jetstream import admin
+from outbox.jetstream.connect import Broker, BrokerUrl
+
+
+def stats(url: BrokerUrl, as_json: bool) -> None:
+    with Broker(url) as broker:
+        rows = admin.stats(broker)
+    if as_json:
+        data = {
+            r.queue: {
+                "ready": r.ready,
+                "reserved": r.reserved,
+                "dead": r.dead,
+                "dead_letters": r.dead,
+            }
+            for r in rows
+        }
+        click.echo(orjson.dumps({"broker": url.shown, "queues": data}).decode())
+        return
+    tables.echo_table(
+        ["QUEUE", "READY", "RESERVED", "DEAD_LETTERS"],
+        [[r.queue, r.ready, r.reserved, r.dead] for r in rows],
+        nothing="no queues on NATS",
+        right={1, 2, 3},
+    )
+
+
+def failed(url: BrokerUrl, limit: int, show_id: str | None) -> None:
+    with Broker(url) as broker:
+        rows = admin.failed(broker, None if show_id else limit)
+    if show_id is not None:
+        match = [r for r in rows if r.message_id == show_id]
+        if not match:
+            raise MessageNotFound(f"no dead letter on NATS has message id {show_id}")
+        d = match[0]
+        click.echo(f"MESSAGE_ID:  {d.message_id}")
+        click.echo(f"QUEUE:       {d.queue}")
+        click.echo(f"JOB:         {d.job_name or tables.NONE}")
+        click.echo(f"TRIES:       {d.attempts}/{d.max_attempts or tables.NONE}")
+        click.echo(f"DEAD_AT:     {tables.utc(d.failed_at_ms)}")
+        click.echo(f"EXCEPTION:   {d.exception_class}: {d.body.get('exception_message', '')}")
+        trace = str(d.body.get("exception_trace") or "")
+        if trace:
+            click.echo("")
+            click.echo(trace.rstrip())
+        return
+    tables.echo_table(
+        ["MESSAGE_ID", "QUEUE", "JOB", "TRIES", "DEAD_AT", "EXCEPTION"],
+        [
+            [
+                r.message_id,
+                r.queue,
+                r.job_name or tables.NONE,
+                r.attempts,
+                tables.utc(r.failed_at_ms),
+                r.exception_class,
+            ]
+            for r in rows
+        ],
+        nothing="no dead letters on NATS",
+        right={3},
+    )
+    if rows:
+        click.echo(tables.shown(len(rows), limit))
+
+
+def retry(url: BrokerUrl, target: str) -> None:
+    with Broker(url) as broker:
+        n = admin.retry(broker, None if target == "all" else target)
+    click.echo(f"re-drove {n} job(s) onto their queues")
+
+
+def forget(url: BrokerUrl, message_id: str, yes: bool) -> None:
+    with Broker(url) as broker:
+        prompt.confirm(yes, f"Delete dead letter {message_id} from NATS for good?")
+        admin.forget(broker, message_id)
+    click.echo(f"forgot {message_id}")

@@ -1,0 +1,19 @@
+"""NATS JetStream: where the queue goes when one database can no longer carry it.
+
+The outbox stays in the application's database (``record()`` is unchanged); the relay
+hands intents off to JetStream (``outbox.relay.jetstream``) and workers consume them
+(``outbox.jetstream.worker``). This package holds what both sides share:
+
+- ``connect``: the ``nats://`` URL, a quiet client (no tracebacks, bounded reconnects),
+  and a synchronous bridge;
+- ``names``: the fixed stream, subject and consumer names;
+- ``codec``: a job and a dead letter as JetStream messages;
+- ``provision``: ``--provisioning create|require``;
+- ``admin``: ``outbox queue stats/failed/retry/forget --broker`` and ``status --target``.
+
+The guarantee: exactly once into the stream within the stream's duplicate window, at
+least once beyond it; execution at least once, as on SQL.
+"""
+
+# JetStream's own default duplicate window; the relay's --duplicate-window default.
+DEFAULT_DUPLICATE_WINDOW_S = 120.0

@@ -1,0 +1,197 @@
+"""The JetStream target: the relay hands intents off to NATS instead of the SQL queue.
+
+One batch, in one database transaction::
+
+    claim + lock the oldest pending rows ─► verify (bad rows: quarantined)
+        ─► publish every valid row at once (Nats-Msg-Id = message id)
+        ─► await all the PubAcks together
+        ─► delete the acknowledged rows (their keys stay) ─► COMMIT
+
+A row leaves the outbox only after its PubAck. A relay that dies between the PubAck and
+COMMIT leaves its rows pending; whichever relay takes them next publishes them again
+under the same ``Nats-Msg-Id`` and JetStream drops the copy as a duplicate, provided
+that happens within the stream's duplicate window. Hence the guarantee: exactly once
+into the stream within the duplicate window, at least once beyond it.
+
+Within one running relay the longest gap between a publish and its re-publish is the
+*retry horizon*: the publish timeout twice (the lost batch and the next) plus the
+longest backoff between failed batches. The relay refuses a stream whose duplicate
+window is shorter.
+
+A stream at its limits (discard new) refuses the message: the row stays pending and
+the relay raises ``TargetRefused`` once the batch's accepted rows are committed, so a
+watching relay backs off (``Relay.watch``) and ``outbox status --target`` shows it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import structlog
+
+from outbox.db.driver import Driver
+from outbox.db.rows import HandoffResult, OutboxHandoff, StoredIntent
+from outbox.errors import BrokerError, TargetRefused
+from outbox.jetstream import codec, names, provision
+from outbox.jetstream.connect import Broker, BrokerUrl
+from outbox.jetstream.publish import Acked, BatchPublisher, Outcome, PublishRefused
+from outbox.relay.verify import reason_for
+
+log = structlog.get_logger("outbox.relay")
+
+
+@dataclass(frozen=True, slots=True)
+class JetStreamSettings:
+    """How the relay publishes. Every field has a default.
+
+    - ``streams``: what ``create`` gives new streams (``provision.StreamSettings``).
+    - ``provisioning`` ("create"): ``require`` never creates or changes a stream.
+    - ``publish_timeout`` (10 s): the longest wait for one batch's PubAcks.
+    """
+
+    streams: provision.StreamSettings = field(default_factory=provision.StreamSettings)
+    provisioning: provision.Provisioning = "create"
+    publish_timeout: float = 10.0
+
+    def retry_horizon(self, reconnect_max: float) -> float:
+        """The longest a running relay takes to re-publish a batch it lost."""
+        return 2 * self.publish_timeout + reconnect_max
+
+
+@dataclass(slots=True)
+class _Refusal:
+    stream: str
+    limit: str
+    count: int = 0
+
+
+class JetStreamTarget:
+    """Publishes each batch to its queues' streams and keeps only acknowledged rows out."""
+
+    name = "nats"
+
+    def __init__(
+        self,
+        url: BrokerUrl,
+        settings: JetStreamSettings | None = None,
+        *,
+        reconnect_max: float = 30.0,
+    ) -> None:
+        self.url = url
+        self.settings = settings or JetStreamSettings()
+        self.horizon = self.settings.retry_horizon(reconnect_max)
+        provision.check_window(
+            "(new streams)", self.settings.streams.duplicate_window, self.horizon
+        )
+        self._broker: Broker | None = None
+        self._publisher: BatchPublisher | None = None
+        self._ready: set[str] = set()
+        self._refused: _Refusal | None = None
+
+    def open(self) -> None:
+        """Connect now (the CLI calls it so an unreachable broker fails at start)."""
+        self._connected()
+
+    def _connected(self) -> Broker:
+        if self._broker is not None and self._broker.nc.is_closed:
+            self._drop()
+        if self._broker is None:
+            self._broker = Broker(self.url)
+        return self._broker
+
+    def prepare(self, queues: Iterable[str]) -> None:
+        """Create or check these queues' streams now (a fleet's known queues at start)."""
+        broker = self._connected()
+        broker.call(self._ensure(broker, set(queues)))
+
+    def handoff(self, driver: Driver, batch: OutboxHandoff) -> HandoffResult:
+        broker = self._connected()
+        self._refused = None
+        try:
+            result = driver.outbox_handoff_published(
+                batch, reason_for, lambda intents: self._publish(broker, intents)
+            )
+        except BrokerError as exc:
+            if exc.transient:
+                self._drop()
+            raise
+        if self._refused is not None:
+            r = self._refused
+            why = (
+                f"is full (setting {r.limit}, discard new)"
+                if r.limit in ("max_msgs", "max_bytes")
+                else f"did not accept them ({r.limit})"
+            )
+            raise TargetRefused(
+                f"stream {r.stream} {why}: {r.count} intents stay pending",
+                stream=r.stream,
+                limit=r.limit,
+                handed_off=result.handed_off,
+            )
+        return result
+
+    def _publish(self, broker: Broker, intents: list[StoredIntent]) -> set[str]:
+        if not intents:
+            return set()
+        timeout = self.settings.publish_timeout
+        try:
+            broker.call(self._ensure(broker, {str(i.queue) for i in intents}), timeout * 2)
+            acks = broker.call(self._publish_all(broker, intents), timeout + 1)
+        except TimeoutError:
+            raise BrokerError(
+                f"NATS at {self.url.shown} did not acknowledge a batch within {timeout:g} s",
+                transient=True,
+            ) from None
+        acked: set[str] = set()
+        for intent, ack in zip(intents, acks, strict=True):
+            if isinstance(ack, Acked):
+                acked.add(intent.message_id)
+            else:
+                self._note_failure(str(intent.queue), ack)
+        return acked
+
+    async def _ensure(self, broker: Broker, queues: set[str]) -> None:
+        for queue in sorted(queues - self._ready):
+            s = self.settings
+            window = await provision.ensure(broker.js, queue, s.streams, s.provisioning)
+            provision.check_window(names.stream(queue), window, self.horizon)
+            self._ready.add(queue)
+
+    async def _publish_all(self, broker: Broker, intents: list[StoredIntent]) -> list[Outcome]:
+        now_ms = int(time.time() * 1000)
+        messages = [
+            (
+                names.subject(str(i.queue)),
+                str(i.payload).encode(),
+                codec.job_headers(
+                    i.message_id,
+                    str(i.job_name),
+                    i.max_attempts,
+                    int(i.available_at or 0),
+                    now_ms,
+                ),
+            )
+            for i in intents
+        ]
+        if self._publisher is None:
+            self._publisher = BatchPublisher(broker.nc)
+        return await self._publisher.publish(messages, self.settings.publish_timeout)
+
+    def _note_failure(self, queue: str, refused: PublishRefused) -> None:
+        """The row stays pending; remember why, for ``TargetRefused``."""
+        if self._refused is None:
+            limit = refused.full or f"error {refused.err_code or refused.code}"
+            self._refused = _Refusal(names.stream(queue), limit)
+        self._refused.count += 1
+
+    def _drop(self) -> None:
+        if self._broker is not None:
+            self._broker.close()
+        self._broker = None
+        self._publisher = None
+        self._ready.clear()
+
+    def close(self) -> None:
+        self._drop()

@@ -1,0 +1,54 @@
+"""Handlers the NATS tests' workers run. Each execution appends ``message_id attempt
+pid`` to the file named by ``NATS_TEST_LEDGER`` (one ``write`` per line, O_APPEND), so
+a test counts real executions across processes, killed ones included."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from outbox import Backoff, PermanentFailure, Registry
+
+registry = Registry()
+QUICK = Backoff(base=0.05, cap=0.1, jitter=False)
+
+
+def _ledger(ctx: Any, what: str = "ran") -> None:
+    fd = os.open(os.environ["NATS_TEST_LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, f"{ctx.message_id} {ctx.attempt} {os.getpid()} {what}\n".encode())
+    finally:
+        os.close(fd)
+
+
+@registry.job("t.ok", max_attempts=20, backoff=QUICK)
+def ok(payload: Any, ctx: Any) -> None:
+    _ledger(ctx)
+
+
+@registry.job("t.fail", max_attempts=2, backoff=QUICK)
+def fail(payload: Any, ctx: Any) -> None:
+    _ledger(ctx)
+    raise RuntimeError("secret-exception-text")
+
+
+@registry.job("t.perm", backoff=QUICK)
+async def perm(payload: Any, ctx: Any) -> None:
+    _ledger(ctx)
+    raise PermanentFailure("cannot ever work")
+
+
+@registry.job("t.slow", max_attempts=5, backoff=QUICK)
+def slow(payload: Any, ctx: Any) -> None:
+    _ledger(ctx, "start")
+    time.sleep(float(payload["s"]))
+    _ledger(ctx)
+
+
+transactional = Registry()
+
+
+@transactional.job("t.tx", transactional=True)
+def tx(payload: Any, ctx: Any) -> None:
+    return None

@@ -1,0 +1,204 @@
+"""The worker on JetStream against a real nats-server: ack, NAK with backoff, dead
+letters and re-drive, foreign messages, a worker SIGKILLed mid-job, the refused
+transactional handler."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from outbox.db.connection import Database
+from outbox.db.migrate import migrate
+from outbox.errors import ConfigurationError
+from outbox.jetstream import admin, names
+from outbox.jetstream.connect import Broker, parse_url
+from outbox.jetstream.worker import JetStreamWorker
+from outbox.queue.config import WorkerConfig
+from tests.fault_harness import cli_argv, spawn
+from tests.fixtures.databases import sqlite_url
+from tests.fixtures.processes import wait_until
+from tests.nats import app, support
+from tests.nats.servers import run
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "ledger.txt"
+    path.touch()
+    monkeypatch.setenv("NATS_TEST_LEDGER", str(path))
+    return path
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> tuple[Database, str]:
+    url = sqlite_url(tmp_path)
+    database = Database(url)
+    with database.connect() as c:
+        migrate(c)
+    return database, url
+
+
+def runs(ledger: Path, what: str = "ran") -> Counter[str]:
+    lines = [line.split() for line in ledger.read_text().splitlines()]
+    return Counter(parts[0] for parts in lines if parts[3] == what)
+
+
+def handed_off(
+    db: tuple[Database, str], nats_url: str, queue: str, n: int, job: str, payload: Any = None
+) -> list[str]:
+    database, url = db
+    ids = support.record_jobs(url, queue, n, job=job, payload=payload)
+    with support.relay(database, nats_url) as relay:
+        relay.run()
+    return ids
+
+
+def work(nats_url: str, queue: str, **kw: Any) -> Any:
+    settings: dict[str, Any] = {"sleep": 0.2, "lease": 2.0, "stop_when_empty": True, **kw}
+    config = WorkerConfig(queues={queue: None}, **settings)
+    worker = JetStreamWorker(parse_url(nats_url), app.registry, config)
+    # on a thread of its own: an earlier test may have left the main thread's loop running
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(worker.run).result()
+
+
+def test_worker_runs_every_job_once_and_the_acks_empty_the_stream(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    ids = handed_off(db, nats_url, queue, 30, "t.ok")
+    stats = work(nats_url, queue, concurrency=4, prefetch=4)
+    assert stats.succeeded == 30 and stats.graceful
+    assert runs(ledger) == {i: 1 for i in ids}
+    assert support.stream_count(nats_url, names.stream(queue)) == 0  # work-queue retention
+
+
+def test_failing_job_is_retried_then_dead_lettered_with_class_message_and_trace(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    [fail_id] = handed_off(db, nats_url, queue, 1, "t.fail")
+    [perm_id] = support.record_jobs(db[1], queue, 1, job="t.perm", prefix="p")
+    with support.relay(db[0], nats_url) as relay:
+        relay.run()
+    stats = work(nats_url, queue, sleep=1.0)
+    if stats.dead < 2:  # the NAK's backoff delay outlived the empty check: run again
+        stats = work(nats_url, queue, sleep=1.0)
+    assert runs(ledger) == {fail_id: 2, perm_id: 1}  # max_attempts=2; permanent at once
+    assert support.stream_count(nats_url, names.stream(queue)) == 0
+    with Broker(parse_url(nats_url)) as broker:
+        dead = {d.message_id: d for d in admin.failed(broker, 50) if d.queue == queue}
+        assert set(dead) == {fail_id, perm_id}
+        assert dead[fail_id].exception_class == "RuntimeError" and dead[fail_id].attempts == 2
+        assert dead[fail_id].body["exception_message"] == "secret-exception-text"
+        assert "Traceback" in dead[fail_id].body["exception_trace"]
+        assert dead[perm_id].exception_class == "outbox.errors.PermanentFailure"
+        # re-drive under a new Nats-Msg-Id: it runs again (a duplicate would be dropped)
+        assert admin.retry(broker, perm_id) == 1
+        assert support.msg_ids(nats_url, queue)[0] == (
+            f"{perm_id}:redrive:{dead[perm_id].seq}",
+            perm_id,
+        )
+        work(nats_url, queue)
+        assert runs(ledger)[perm_id] == 2
+        assert admin.forget(broker, fail_id) == 1
+        assert [d.message_id for d in admin.failed(broker, 50) if d.queue == queue] == [perm_id]
+
+
+def test_a_foreign_message_goes_to_the_dead_letter_stream_and_the_worker_goes_on(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    ids = handed_off(db, nats_url, queue, 3, "t.ok")
+    run(nats_url, lambda js: js.publish(names.subject(queue), b"\xff not ours"))
+    run(nats_url, lambda js: js.publish(names.subject(queue), b"{}", headers={"Outbox-Job": "x"}))
+    stats = work(nats_url, queue)
+    assert stats.succeeded == 3 and stats.dead == 2 and stats.graceful
+    assert runs(ledger) == {i: 1 for i in ids}
+    with Broker(parse_url(nats_url)) as broker:
+        dead = [d for d in admin.failed(broker, 50) if d.queue == queue]
+    assert [d.exception_class for d in dead] == ["outbox.jetstream.ForeignMessage"] * 2
+    assert dead[0].body["payload_encoding"] == "hex"
+
+
+def test_transactional_handlers_are_refused_on_a_broker(nats_url: str) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        JetStreamWorker(parse_url(nats_url), app.transactional, WorkerConfig())
+    assert "t.tx is transactional" in str(err.value) and "broker" in str(err.value)
+
+
+def test_a_worker_killed_mid_job_has_the_job_redelivered_after_the_ack_wait(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    [job_id] = handed_off(db, nats_url, queue, 1, "t.slow", payload={"s": 2})
+    argv = cli_argv(
+        db[1],
+        "worker",
+        queue,
+        "--app",
+        "tests.nats.app:registry",
+        "--broker",
+        nats_url,
+        "--lease",
+        "1",
+    )
+    victim = spawn(argv, {"NATS_TEST_LEDGER": str(ledger)})
+    try:
+        wait_until(lambda: runs(ledger, "start")[job_id] == 1, 30, "the job to start")
+        victim.send_signal(signal.SIGKILL)
+    finally:
+        victim.kill()
+        victim.communicate()
+    # the redelivery waits out the 1 s ack wait: run until one job is done (30 s bound)
+    stats = work(nats_url, queue, stop_when_empty=False, max_jobs=1, max_time=30)
+    assert stats.succeeded == 1
+    assert runs(ledger, "start")[job_id] == 2 and runs(ledger)[job_id] == 1
+    attempts = [line.split()[1] for line in ledger.read_text().splitlines()]
+    assert attempts == ["1", "2", "2"]  # the redelivery is the next attempt
+
+
+def test_sigterm_lets_the_running_job_finish_and_exits_0(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    [job_id] = handed_off(db, nats_url, queue, 1, "t.slow", payload={"s": 1})
+    argv = cli_argv(
+        db[1], "worker", queue, "--app", "tests.nats.app:registry", "--broker", nats_url
+    )
+    proc = spawn(argv, {"NATS_TEST_LEDGER": str(ledger)})
+    wait_until(lambda: runs(ledger, "start")[job_id] == 1, 30, "the job to start")
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    finally:
+        proc.communicate()
+    assert code == 0 and runs(ledger)[job_id] == 1
+    assert support.stream_count(nats_url, names.stream(queue)) == 0
+
+
+def test_a_worker_never_creates_a_stream_and_stops_when_empty_without_one(nats_url: str) -> None:
+    queue = support.queue_name()
+    stats = work(nats_url, queue)
+    assert stats.claimed == 0 and stats.graceful
+    assert support.stream_count(nats_url, names.stream(queue)) == -1
+
+
+def test_in_progress_acks_hold_a_job_longer_than_the_ack_wait(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    [job_id] = handed_off(db, nats_url, queue, 1, "t.slow", payload={"s": 2.5})
+    # a free slot would take a redelivery at once: without the heartbeat it would run twice
+    stats = work(nats_url, queue, lease=1.0, concurrency=2)
+    assert stats.succeeded == 1
+    assert runs(ledger, "start") == {job_id: 1} and runs(ledger) == {job_id: 1}
