@@ -1,4 +1,9 @@
-"""worker: drain pre-queued jobs, jobs/s, by processes/concurrency/prefetch, beside raw SQL."""
+"""worker: drain pre-queued jobs, jobs/s, by processes/concurrency/prefetch, beside raw SQL.
+
+One setting also drains with priorities in use (every job one of 0-9, interleaved with
+the order they were queued in, so the claim's order is not the table's), interleaved
+with the same setting without them in the same run: the target is >= 0.95x.
+"""
 
 from __future__ import annotations
 
@@ -19,17 +24,29 @@ def _remaining(url: str) -> int:
         conn.close()
 
 
-def _preload(url: str, n: int) -> None:
+def _preload(url: str, n: int, priorities: bool = False) -> None:
     conn = data.connect(url)
     data.clear(conn)
     data.load_jobs(conn, n)
+    if priorities:
+        with conn.transaction():
+            conn.execute_sql("UPDATE outbox_jobs SET priority = (id * 7) % 10")
     data.analyze(conn)
     conn.close()
 
 
-def worker_case(url: str, n: int, procs_n: int, conc: int, prefetch: int, label: str) -> Case:
+def worker_case(
+    url: str,
+    n: int,
+    procs_n: int,
+    conc: int,
+    prefetch: int,
+    label: str,
+    *,
+    priorities: bool = False,
+) -> Case:
     def measure() -> float:
-        _preload(url, n)
+        _preload(url, n, priorities)
         spec = Spec(
             "bench.w_outbox:worker", {"url": url, "concurrency": conc, "prefetch": prefetch}
         )
@@ -52,6 +69,10 @@ def cli_defaults_case(url: str, n: int, label: str) -> Case:
 
 def label(procs_n: int, conc: int, prefetch: int) -> str:
     return f"outbox worker, {procs_n} proc, concurrency {conc}, prefetch {prefetch}"
+
+
+PRIORITY_SETTING = (1, 16, 100)
+PRIORITY_LABEL = f"{label(*PRIORITY_SETTING)}, priorities 0-9 in use"
 
 
 RAW = {
@@ -82,6 +103,16 @@ def plan(ctx: Ctx) -> Plan:
     for s in SETTINGS_QUICK if ctx.quick else SETTINGS_FULL:
         # Prefetch 1 is a round trip per job: a fifth of the jobs gives its rate in seconds.
         p.cases.append(worker_case(url, n // 5 if s[2] == 1 else n, *s, label(*s)))
+    p.cases.append(worker_case(url, n, *PRIORITY_SETTING, PRIORITY_LABEL, priorities=True))
+    p.targets.append(
+        Target(
+            "worker drain with priorities in use >= 0.95x the same setting without",
+            f"{NAME}: {PRIORITY_LABEL}",
+            [f"{NAME}: {label(*PRIORITY_SETTING)}"],
+            ">=",
+            0.95,
+        )
+    )
     if ctx.backend == "postgresql":
         raw_url = servers.fresh(ctx.backend, "outbox_bench_rawclaim")
         ours = [f"{NAME}: {c.name}" for c in p.cases if c.name.startswith("outbox worker, 1 ")]

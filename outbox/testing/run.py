@@ -45,7 +45,9 @@ _WORKER_ID = "outbox-testing"
 
 @dataclass(frozen=True, slots=True)
 class Ran:
-    """One job run by ``run_pending``: ``outcome`` is ``done``, ``retry`` or ``dead``."""
+    """One job run by ``run_pending``: ``outcome`` is ``done``, ``retry``, ``dead`` or
+    ``snoozed`` (the handler raised ``Snooze``: due again after its seconds by the test's
+    clock, no attempt spent)."""
 
     job_name: str
     message_id: str
@@ -188,6 +190,16 @@ def _run_one(
         return Ran(job.job_name, job.message_id, job.attempts, "done")
     _q(target, "testing_rollback_job")
     _q(target, "testing_release_job")
+    if outcome.kind is Kind.SNOOZED:
+        seconds = outcome.snooze_s if isinstance(outcome.snooze_s, (int, float)) else 0
+        params = {
+            "id": job.id,
+            "attempts": job.attempts - 1,
+            "available_at": now_ms + round(max(0, seconds) * 1000),
+            "error": None,
+        }
+        _q(target, "testing_retry", params)
+        return Ran(job.job_name, job.message_id, job.attempts, "snoozed")
     failure = outcome.failure
     error = failure.exception_class if failure else "Unknown"
     limit = registry.max_attempts(job.job_name, job.max_attempts)

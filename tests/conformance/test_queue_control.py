@@ -277,3 +277,15 @@ def test_snooze_with_a_bad_duration_is_a_failed_attempt(
     ((cls, message),) = conn.execute_sql(
         "SELECT exception_class, exception_message FROM outbox_failed_jobs")  # fmt: skip
     assert cls == "outbox.errors.InvalidJob" and "Snooze(seconds)" in message
+
+
+def test_run_pending_snoozes_by_the_test_clock_without_spending_an_attempt(
+    app_conn: Any,
+) -> None:
+    from outbox.testing import run_pending
+
+    ATTEMPTS_SEEN.clear()
+    record(app_conn, "k:snooze", Job("s.twice", {}))
+    first = run_pending(app_conn, snoozing)
+    assert [r.outcome for r in first.ran] == ["snoozed", "snoozed", "done"]
+    assert ATTEMPTS_SEEN == [1, 1, 1]
