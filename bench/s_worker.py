@@ -115,7 +115,11 @@ def plan(ctx: Ctx) -> Plan:
     )
     if ctx.backend == "postgresql":
         raw_url = servers.fresh(ctx.backend, "outbox_bench_rawclaim")
-        ours = [f"{NAME}: {c.name}" for c in p.cases if c.name.startswith("outbox worker, 1 ")]
+        ours = [
+            f"{NAME}: {c.name}"
+            for c in p.cases
+            if c.name.startswith("outbox worker, 1 ") and c.name != PRIORITY_LABEL
+        ]
         p.cases += [raw_case(raw_url, n, kind) for kind in RAW]
         p.targets.append(
             Target(
