@@ -412,11 +412,11 @@ class Worker:
         self._forget(job)
         if self._runner is not None and job.id in self._runner.cancelled:
             self._runner.cancelled.discard(job.id)
-            if outcome.kind is Kind.UNSTARTED:
-                self._release_unspent([job])
-            elif outcome.kind is not Kind.ACKED:  # committed before the flag was seen
+            # Unstarted: back with the flag (the next holder records it); acknowledged in
+            # the handler's own commit before the flag was seen: it succeeded.
+            if outcome.kind not in (Kind.UNSTARTED, Kind.ACKED):
                 self._db.cancel(job)
-            return
+                return
         if outcome.kind is Kind.DONE:
             if not self._to_ack:
                 self._ack_since = self._clock()

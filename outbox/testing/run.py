@@ -191,15 +191,7 @@ def _run_one(
     _q(target, "testing_rollback_job")
     _q(target, "testing_release_job")
     if outcome.kind is Kind.SNOOZED:
-        seconds = outcome.snooze_s if isinstance(outcome.snooze_s, (int, float)) else 0
-        params = {
-            "id": job.id,
-            "attempts": job.attempts - 1,
-            "available_at": now_ms + round(max(0, seconds) * 1000),
-            "error": None,
-        }
-        _q(target, "testing_retry", params)
-        return Ran(job.job_name, job.message_id, job.attempts, "snoozed")
+        return _snoozed(target, job, outcome.snooze_s, now_ms)
     failure = outcome.failure
     error = failure.exception_class if failure else "Unknown"
     limit = registry.max_attempts(job.job_name, job.max_attempts)
@@ -227,6 +219,19 @@ def _run_one(
     }
     _q(target, "testing_retry", params)
     return Ran(job.job_name, job.message_id, job.attempts, "retry", error)
+
+
+def _snoozed(target: Target, job: ClaimedJob, seconds: object, now_ms: int) -> Ran:
+    """``Snooze``: due again after its seconds by the test's clock, attempt given back."""
+    delay = seconds if isinstance(seconds, (int, float)) and seconds > 0 else 0
+    params = {
+        "id": job.id,
+        "attempts": job.attempts - 1,
+        "available_at": now_ms + round(delay * 1000),
+        "error": None,
+    }
+    _q(target, "testing_retry", params)
+    return Ran(job.job_name, job.message_id, job.attempts, "snoozed")
 
 
 def _execute(runner: Runner, wrapped: Connection, job: ClaimedJob, handler: Handler) -> Outcome:
