@@ -289,3 +289,50 @@ def test_run_pending_snoozes_by_the_test_clock_without_spending_an_attempt(
     first = run_pending(app_conn, snoozing)
     assert [r.outcome for r in first.ran] == ["snoozed", "snoozed", "done"]
     assert ATTEMPTS_SEEN == [1, 1, 1]
+
+
+cancelling = Registry()
+OPERATOR: dict[str, Database] = {}
+
+
+def _operator_cancels(ctx: JobContext) -> None:
+    """The operator runs `outbox queue cancel` while the handler runs; the worker's
+    heartbeat (every 10 s at the default lease) has not told it yet."""
+    assert cancel_job(OPERATOR["db"], ctx.message_id) == "flagged"
+    assert not ctx.cancelled
+
+
+@cancelling.job("c.returns")
+def cancelled_then_returns(payload: Any, ctx: JobContext) -> None:
+    _operator_cancels(ctx)
+
+
+@cancelling.job("c.raises")
+def cancelled_then_raises(payload: Any, ctx: JobContext) -> None:
+    _operator_cancels(ctx)
+    raise RuntimeError("would be retried")
+
+
+@cancelling.job("c.transactional", transactional=True)
+def cancelled_then_commits(payload: Any, ctx: JobContext) -> None:
+    _operator_cancels(ctx)
+
+
+def test_a_job_cancelled_while_it_ran_is_recorded_as_cancelled_whatever_it_did(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    OPERATOR["db"] = database
+    names = ["c.returns", "c.raises"]
+    if database.dialect.name != "sqlite":
+        # On SQLite a transactional handler holds the one writer lock while it runs, so
+        # no operator can write a cancel flag until it has committed.
+        names.append("c.transactional")
+    ids = {push(app_conn, Job(name, {})): name for name in names}
+    app_conn.commit()
+    with Worker(database, cancelling, WorkerConfig(concurrency=3)) as worker:
+        worker.run_once()
+    dead = conn.execute_sql("SELECT message_id, exception_class, attempts FROM outbox_failed_jobs")
+    assert sorted(dead) == sorted((m, "cancelled", 1) for m in ids)
+    assert count(conn, "outbox_jobs") == 0
+    assert (worker.stats.succeeded, worker.stats.retried) == (0, 0)
+    assert worker.stats.cancelled == len(ids)
