@@ -22,6 +22,7 @@ from outbox import (
     paused_queues,
     push,
     record,
+    record_many,
     resume_queue,
 )
 from outbox.db.connection import Connection, Database
@@ -74,10 +75,11 @@ def test_priority_flows_from_record_through_the_relay_to_the_queue(
 ) -> None:
     urgent = record(app_conn, "k:urgent", Job("t.noop", {"a": 1}, priority=3))
     plain = record(app_conn, "k:plain", Job("t.noop", {"a": 1}))
+    many = record_many(app_conn, [("k:m1", Job("t.noop", {}, priority=6)), ("k:m2", Job("t.noop"))])
     app_conn.commit()
     _relay(database, in_python=in_python)
     rows = dict(conn.execute_sql("SELECT message_id, priority FROM outbox_jobs"))
-    assert rows == {urgent: 3, plain: 0}
+    assert rows == {urgent: 3, plain: 0, many[0]: 6, many[1]: 0}
     assert count(conn, "outbox_messages") == 0
 
 
