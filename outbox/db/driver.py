@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from outbox.db.connection import Connection, Row
 from outbox.db.dialect import Dialect
@@ -48,6 +48,10 @@ LEASE_EXPIRED = "LeaseExpired"
 # The dead letter's exception class for a job an operator cancelled (`outbox queue cancel`).
 CANCELLED = "cancelled"
 CANCELLED_FAILURE = Failure(CANCELLED, "cancelled by an operator (outbox queue cancel)", "")
+
+# Why a compare-and-set on a held job changed nothing (job_held_state's answer).
+Unchanged = Literal["lost", "cancelled", "limit"]
+SnoozeOutcome = Literal["snoozed", "lost", "cancelled", "limit"]
 
 # A relay batch's outcome before it is timed: claimed, handed off, (id, reason) quarantined.
 Outcome = tuple[int, int, tuple[tuple[str, str], ...]]
@@ -164,7 +168,7 @@ class Driver:
             "dead_letter", lambda c: self._move_to_dead(c, "job_dead_take", key, p.failure)
         )
 
-    def job_snooze(self, p: JobSnooze) -> str:
+    def job_snooze(self, p: JobSnooze) -> SnoozeOutcome:
         """``outbox.Snooze``: the job back after ``p.delay_ms``, attempt given back.
 
         Returns ``"snoozed"``; or, when nothing changed, why: ``"cancelled"`` (an operator
@@ -173,7 +177,7 @@ class Driver:
         """
         key = {"id": p.job.id, "holder": p.holder, "attempts": p.job.attempts}
 
-        def snooze(c: Connection) -> str:
+        def snooze(c: Connection) -> SnoozeOutcome:
             params = {**key, "delay_ms": p.delay_ms, "max_snoozes": p.max_snoozes}
             if c.execute_count("job_snooze", params) == 1:
                 return "snoozed"
@@ -181,12 +185,12 @@ class Driver:
 
         return self._transact("snooze", snooze)
 
-    def job_cancel_settle(self, holder: str, job: ClaimedJob) -> str:
+    def job_cancel_settle(self, holder: str, job: ClaimedJob) -> Literal["cancelled", "lost"]:
         """A held job whose ack or release changed nothing: to the dead letters as
         cancelled if an operator cancelled it (``"cancelled"``), else ``"lost"``."""
         key = {"id": job.id, "holder": holder, "attempts": job.attempts}
 
-        def settle(c: Connection) -> str:
+        def settle(c: Connection) -> Literal["cancelled", "lost"]:
             if _why_unchanged(c.execute("job_held_state", key)) != "cancelled":
                 return "lost"
             self._move_to_dead(c, "job_dead_take", key, CANCELLED_FAILURE)
@@ -200,12 +204,12 @@ class Driver:
             return set()
         return {int(r[0]) for r in self._read("heartbeat", "job_cancel_requested", fence.params())}
 
-    def job_cancel(self, message_id: str) -> str | None:
+    def job_cancel(self, message_id: str) -> Literal["dead", "flagged"] | None:
         """Cancel a job: one no worker holds goes to the dead letters at once
         (``"dead"``), a held one is flagged for its worker (``"flagged"``); ``None`` when
         no job in the queue has that id."""
 
-        def cancel(c: Connection) -> str | None:
+        def cancel(c: Connection) -> Literal["dead", "flagged"] | None:
             key = {"message_id": message_id}
             if self._move_to_dead(c, "job_cancel_take", key, CANCELLED_FAILURE):
                 return "dead"
@@ -493,7 +497,7 @@ def _claimed(rows: Iterable[Row]) -> list[ClaimedJob]:
     )
 
 
-def _why_unchanged(rows: list[Row]) -> str:
+def _why_unchanged(rows: list[Row]) -> Unchanged:
     """``job_held_state``'s answer: ``"lost"``, ``"cancelled"`` or ``"limit"``."""
     if not rows:
         return "lost"

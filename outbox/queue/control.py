@@ -93,7 +93,7 @@ def cancel(target: Target, message_id: str) -> Literal["dead", "flagged"]:
         result = conn.driver.job_cancel(mid)
     if result is None:
         raise MessageNotFound(f"no job in the queue has message id {mid}")
-    return "dead" if result == "dead" else "flagged"
+    return result
 
 
 def snooze_delay_ms(seconds: object) -> int:
