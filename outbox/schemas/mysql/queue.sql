@@ -85,7 +85,8 @@ SELECT id FROM outbox_jobs
 WHERE id IN :ids AND reserved_by = :worker AND cancel_requested_at IS NOT NULL;
 
 -- name: queue_pause
--- Pause a queue (idempotent): the claim takes nothing from a queue listed here.
-INSERT INTO outbox_paused_queues (queue, paused_at)
-VALUES (:queue, {now_ms})
-ON DUPLICATE KEY UPDATE queue = queue;
+-- Pause a queue (idempotent): the claim takes nothing from a queue listed here. IGNORE,
+-- not ON DUPLICATE KEY UPDATE, which would need the UPDATE privilege (the operator's
+-- role has INSERT and DELETE here); the queue name is checked before it is sent.
+INSERT IGNORE INTO outbox_paused_queues (queue, paused_at)
+VALUES (:queue, {now_ms});
