@@ -30,7 +30,7 @@ from typing import Literal
 
 from outbox.db.connection import Connection, Database
 from outbox.errors import InvalidJob, MessageNotFound
-from outbox.job import NAME_PATTERN
+from outbox.job import check_name
 from outbox.queue.admin import check_message_id
 
 # Snoozes per job before the next one dead-letters it (exception class SnoozeLimit).
@@ -44,11 +44,7 @@ Target = Connection | Database | str
 
 def check_queue_name(queue: object) -> str:
     """``queue`` if it is a queue name, else ``InvalidJob`` naming the rule."""
-    if not isinstance(queue, str) or not NAME_PATTERN.fullmatch(queue):
-        raise InvalidJob(
-            f"queue name {queue!r} must be 1-200 characters of A-Z a-z 0-9 _ . : -"
-        )
-    return queue
+    return check_name(queue, "queue name")
 
 
 @contextmanager
