@@ -2,8 +2,11 @@
 
 A paused queue keeps accepting pushes and handoffs, but no worker claims from it: the
 claim statement itself checks ``outbox_paused_queues``, so a pause holds for every worker
-from the moment it commits, whatever the workers knew before. Jobs already claimed run
-to their end (those a worker claimed ahead, its prefetch, included). A queue with no
+from the moment it commits, whatever the workers knew before. Running jobs finish. Jobs a
+worker claimed ahead (its prefetch) go back unstarted, attempt refunded, at its next
+claim for that queue, which comes when a slot frees up and finds nothing: the worker
+then checks the pause (sync handlers' buffers; async handlers' waiting tasks run). A
+queue with no
 jobs can be paused, and stays paused for the jobs that arrive. A resume wakes idle
 workers at once on PostgreSQL (NOTIFY); elsewhere they see it within their poll
 interval (``--sleep``).

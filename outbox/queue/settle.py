@@ -204,6 +204,15 @@ class Settler:
             self._trouble("heartbeat", exc)
             return set()
 
+    def is_paused(self, queue: str) -> bool:
+        """Is ``queue`` paused? (False when the database cannot say: the claim itself
+        still takes nothing from a paused queue.)"""
+        try:
+            return queue in self._driver().queue_paused()
+        except DatabaseError as exc:
+            self._trouble("queue paused", exc)
+            return False
+
     def reap(self) -> None:
         """Expired leases back to the queue, or to the dead letters at their limit."""
         try:

@@ -27,7 +27,9 @@ calling it again changes nothing. ``stop_now()`` (a second signal) returns at on
 leases of jobs still running then expire and the reaper returns them to the queue.
 
 Queue control (``outbox.queue.control``): the claim takes nothing from a paused queue,
-so a ``stop_when_empty`` worker on one exits at once. The heartbeat also reads which
+so a ``stop_when_empty`` worker on one exits at once; when such a claim comes back empty
+while sync jobs of the queue wait unstarted in the buffer, the worker checks the pause
+and hands them back. The heartbeat also reads which
 held jobs an operator cancelled; their handlers see ``ctx.cancelled``, async ones are
 cancelled, and every outcome of such a job is recorded as a cancellation. A handler
 that raises ``Snooze`` sends its job back for later with the attempt given back.
@@ -275,6 +277,8 @@ class Worker:
                 self._dispatch(jobs, self._sync_pools[queue])
                 if len(jobs) < limit:
                     self._dry[queue] = now + self.config.sleep
+                    if not jobs:
+                        self._release_if_paused(queue)
                     break
         (self.idle.set if not claimed and not self._held else self.idle.clear)()
         return claimed
@@ -434,6 +438,18 @@ class Worker:
             self._release_unspent([job])
         else:
             self._fail(job, outcome)
+
+    def _release_if_paused(self, queue: str) -> None:
+        """A claim found nothing while jobs wait unstarted in this worker's buffer: if
+        the queue is paused, hand them back (attempt refunded) instead of running them.
+        At most once per poll interval per queue (the queue is dry until then)."""
+        pool = self._sync_pools.get(queue)
+        if pool is None or not pool.waiting() or not self._db.is_paused(queue):
+            return
+        waiting = [job for job, _ in pool.drain()]
+        if waiting:
+            self._log.info("worker.queue_paused", queue=queue, returned=len(waiting))
+            self._release_unspent(waiting)
 
     def _heartbeat(self) -> None:
         """Renew every lease held; learn which held jobs an operator cancelled."""

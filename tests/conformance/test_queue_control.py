@@ -9,6 +9,8 @@ The racing halves (several worker processes; running jobs cancelled) are in
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -34,7 +36,7 @@ from outbox.queue.control import MAX_SNOOZES, SNOOZE_LIMIT
 from outbox.relay import Relay, RelayConfig
 from outbox.status import status
 from tests.fixtures.databases import placeholder
-from tests.queue_support import count
+from tests.queue_support import count, wait_until
 
 TABLES = ("outbox_keys", "outbox_messages", "outbox_jobs", "outbox_failed_jobs",
           "outbox_paused_queues")  # fmt: skip
@@ -338,3 +340,44 @@ def test_a_job_cancelled_while_it_ran_is_recorded_as_cancelled_whatever_it_did(
     assert count(conn, "outbox_jobs") == 0
     assert (worker.stats.succeeded, worker.stats.retried) == (0, 0)
     assert worker.stats.cancelled == len(ids)
+
+
+buffering = Registry()
+STARTED: list[str] = []
+
+
+@buffering.job("b.slowish")
+def slowish(payload: Any, ctx: JobContext) -> None:
+    STARTED.append(ctx.message_id)
+    time.sleep(0.4)  # room for the dispatcher's claim and pause check, even under load
+
+
+def test_worker_hands_back_its_unstarted_jobs_of_a_queue_paused_meanwhile(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    STARTED.clear()
+    for _ in range(10):
+        push(app_conn, Job("b.slowish", {}))
+    app_conn.commit()
+    config = WorkerConfig(queues={"default": 1}, prefetch=4, sleep=0.05, listen=False)
+    worker = Worker(database, buffering, config)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_until(lambda: len(STARTED) == 1, 60, "the first job to start")
+        pause_queue(database, "default")  # 1 running, 3 claimed ahead (one claim of 4)
+        wait_until(
+            lambda: count(conn, "outbox_jobs", "reserved_by IS NOT NULL") == 0,
+            60,
+            "the worker to finish or hand back what it held",
+        )
+    finally:
+        worker.stop()
+        thread.join(60)
+    # Without the hand-back all 4 held jobs would run. With it: the running one, the next
+    # (its thread takes it at once), and then the claim that frees room finds the queue
+    # paused and hands the rest back.
+    assert worker.stats.claimed == 4
+    assert len(STARTED) <= 2, STARTED
+    assert worker.stats.released == 4 - len(STARTED)
+    assert count(conn, "outbox_jobs", "attempts = 0") == 10 - len(STARTED)
