@@ -1,4 +1,12 @@
-"""worker: drain pre-queued jobs, jobs/s, by processes/concurrency/prefetch, beside raw SQL."""
+"""worker: drain pre-queued jobs, jobs/s, by processes/concurrency/prefetch, beside raw SQL.
+
+One setting also drains with priorities in use (every job one of 0-9, changing from one
+job to the next, so the claim's order is not the table's), interleaved with the same
+setting without them in the same run: the target is >= 0.95x. A third case queues the
+priorities in runs of 100 jobs: the claim then finds each batch on a few pages again, and
+the difference between the two shows what the interleaving costs (the acknowledgement's
+DELETE touches a page per job instead of a few per batch).
+"""
 
 from __future__ import annotations
 
@@ -19,17 +27,38 @@ def _remaining(url: str) -> int:
         conn.close()
 
 
-def _preload(url: str, n: int) -> None:
+def _preload(url: str, n: int, priorities: str | None = None) -> None:
+    """``n`` due jobs; with ``priorities``, each one of 0-9, written with the row (an
+    update after the load would leave dead versions for the claim to skip):
+    ``"interleaved"`` changes the priority from one job to the next, ``"runs"`` every
+    ``RUN`` jobs (a burst of work of one priority, as a batch import queues it)."""
     conn = data.connect(url)
     data.clear(conn)
-    data.load_jobs(conn, n)
+    if priorities is None:
+        data.load_jobs(conn, n)
+    else:
+        step = 1 if priorities == "interleaved" else RUN
+        rows = ((*row, (i // step * 7) % 10) for i, row in enumerate(data.job_rows(0, n)))
+        data.load(conn, "outbox_jobs", f"{data.JOB_COLUMNS}, priority", rows)
     data.analyze(conn)
     conn.close()
 
 
-def worker_case(url: str, n: int, procs_n: int, conc: int, prefetch: int, label: str) -> Case:
+RUN = 100
+
+
+def worker_case(
+    url: str,
+    n: int,
+    procs_n: int,
+    conc: int,
+    prefetch: int,
+    label: str,
+    *,
+    priorities: str | None = None,
+) -> Case:
     def measure() -> float:
-        _preload(url, n)
+        _preload(url, n, priorities)
         spec = Spec(
             "bench.w_outbox:worker", {"url": url, "concurrency": conc, "prefetch": prefetch}
         )
@@ -52,6 +81,11 @@ def cli_defaults_case(url: str, n: int, label: str) -> Case:
 
 def label(procs_n: int, conc: int, prefetch: int) -> str:
     return f"outbox worker, {procs_n} proc, concurrency {conc}, prefetch {prefetch}"
+
+
+PRIORITY_SETTING = (1, 16, 100)
+PRIORITY_LABEL = f"{label(*PRIORITY_SETTING)}, priorities 0-9 in use"
+PRIORITY_RUNS_LABEL = f"{label(*PRIORITY_SETTING)}, priorities 0-9 in runs of {RUN}"
 
 
 RAW = {
@@ -82,9 +116,33 @@ def plan(ctx: Ctx) -> Plan:
     for s in SETTINGS_QUICK if ctx.quick else SETTINGS_FULL:
         # Prefetch 1 is a round trip per job: a fifth of the jobs gives its rate in seconds.
         p.cases.append(worker_case(url, n // 5 if s[2] == 1 else n, *s, label(*s)))
+    p.cases.append(worker_case(url, n, *PRIORITY_SETTING, PRIORITY_LABEL, priorities="interleaved"))
+    p.cases.append(worker_case(url, n, *PRIORITY_SETTING, PRIORITY_RUNS_LABEL, priorities="runs"))
+    p.targets.append(
+        Target(
+            "worker drain with priorities in use >= 0.95x the same setting without",
+            f"{NAME}: {PRIORITY_LABEL}",
+            [f"{NAME}: {label(*PRIORITY_SETTING)}"],
+            ">=",
+            0.95,
+        )
+    )
+    p.targets.append(
+        Target(
+            "worker drain with priorities in runs of 100 vs the same setting without (no target)",
+            f"{NAME}: {PRIORITY_RUNS_LABEL}",
+            [f"{NAME}: {label(*PRIORITY_SETTING)}"],
+            ">=",
+            float("-inf"),
+        )
+    )
     if ctx.backend == "postgresql":
         raw_url = servers.fresh(ctx.backend, "outbox_bench_rawclaim")
-        ours = [f"{NAME}: {c.name}" for c in p.cases if c.name.startswith("outbox worker, 1 ")]
+        ours = [
+            f"{NAME}: {c.name}"
+            for c in p.cases
+            if c.name.startswith("outbox worker, 1 ") and "priorities" not in c.name
+        ]
         p.cases += [raw_case(raw_url, n, kind) for kind in RAW]
         p.targets.append(
             Target(

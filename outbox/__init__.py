@@ -4,14 +4,20 @@ Record a job intent in your own database transaction with ``record()``; a relay 
 committed intents into the queue; workers run them at least once. To run a relay or a
 worker in-process: ``Database(url)``, ``Relay(database).run()``,
 ``Worker(database, registry, WorkerConfig(...)).run()`` (or ``run_once()`` to step it).
+Steer queues while they run: ``pause_queue``/``resume_queue``, ``cancel_job``, and
+``Snooze`` raised by a handler (``outbox.queue.control``).
 """
 
 from outbox.db.connection import Database
-from outbox.errors import PermanentFailure
+from outbox.errors import PermanentFailure, Snooze
 from outbox.events import Event, emit, emit_async
 from outbox.job import Job
 from outbox.queue.backoff import Backoff
 from outbox.queue.context import DBAPIConnection, JobContext
+from outbox.queue.control import cancel as cancel_job
+from outbox.queue.control import pause as pause_queue
+from outbox.queue.control import paused as paused_queues
+from outbox.queue.control import resume as resume_queue
 from outbox.queue.push import push, push_async
 from outbox.queue.registry import Registry
 from outbox.queue.worker import Worker, WorkerConfig, WorkerStats
@@ -31,16 +37,21 @@ __all__ = [
     "Registry",
     "Relay",
     "RelayConfig",
+    "Snooze",
     "Worker",
     "WorkerConfig",
     "WorkerStats",
     "__version__",
+    "cancel_job",
     "emit",
     "emit_async",
+    "pause_queue",
+    "paused_queues",
     "push",
     "push_async",
     "record",
     "record_async",
     "record_many",
     "record_many_async",
+    "resume_queue",
 ]

@@ -6,8 +6,10 @@ always fails. The relay hands the committed intents to the queue, a worker runs 
 until the demo's queue is empty, and the summary says what happened to each kind —
 and checks it: no rolled-back intent ran, every committed one ran or is a dead letter.
 
-It also shows a periodic job (the scheduler records its latest tick through ``record()``)
-and an event fanned out to two listeners (``emit``: one intent per listener).
+It also shows a periodic job (the scheduler records its latest tick through ``record()``),
+an event fanned out to two listeners (``emit``: one intent per listener), and queue
+control: the worker starts on a paused queue, claims nothing while it stays paused, and
+drains it once it is resumed.
 
 Each run uses a queue and keys of its own, so running it twice on one database is fine.
 """
@@ -29,6 +31,7 @@ from outbox.events import Event, emit
 from outbox.job import Job
 from outbox.queue.backoff import Backoff
 from outbox.queue.context import JobContext
+from outbox.queue.control import pause, resume
 from outbox.queue.registry import Registry
 from outbox.queue.worker import Worker, WorkerConfig, WorkerStats
 from outbox.record import record
@@ -39,6 +42,7 @@ ROLLBACK_EVERY = 10
 DELAY_EVERY = 15
 FLAKY_EVERY = 7
 DELAY_S = 2.0
+PAUSED_S = 0.5  # how long the worker polls the paused queue (5 of its 0.1 s polls)
 POISON_ATTEMPTS = 3
 DEMO_BACKOFF = Backoff(base=0.2, cap=1.0)
 _DRIVERS = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql", "sqlite": "sqlite"}
@@ -58,6 +62,7 @@ class Tally:
     ran: set[int] = field(default_factory=set)
     periodic: int = 0
     listeners: set[str] = field(default_factory=set)
+    claimed_while_paused: int | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -129,13 +134,21 @@ class _UserCancelled(Exception):
     """The simulated user cancels: the transaction rolls back, intent and all."""
 
 
-def _drain(database: Database, registry: Registry, queue: str) -> WorkerStats:
-    """Run a worker until the demo's queue is empty (delayed and retried jobs included)."""
+def _drain(database: Database, registry: Registry, queue: str, tally: Tally) -> WorkerStats:
+    """Run a worker until the demo's queue is empty (delayed and retried jobs included).
+
+    The queue is paused first: the worker polls it for ``PAUSED_S`` and claims nothing;
+    then the queue is resumed and drained.
+    """
     config = WorkerConfig(queues={queue: 4}, prefetch=50, sleep=0.1, lease=10, listen=False)
     worker = Worker(database, registry, config)
+    pause(database, queue)
     thread = threading.Thread(target=worker.run, name="outbox-demo-worker")
     thread.start()
     with database.connect() as conn:
+        time.sleep(PAUSED_S)
+        tally.claimed_while_paused = worker.stats.claimed
+        resume(conn, queue)
         while conn.driver.queue_job_count(queue):
             time.sleep(0.1)
     worker.stop()
@@ -164,7 +177,7 @@ def run_demo(database: Database, *, intents: int, echo: Callable[[str], None]) -
     echo(f"  scheduler recorded    {len(ticks):>4} tick of a periodic job (every minute)")
     totals = Relay(database).run()
     echo(f"  relay handed off      {totals.handed_off:>4} intents to the queue")
-    stats = _drain(database, registry, queue)
+    stats = _drain(database, registry, queue, tally)
     _summary(tally, stats, echo)
     echo(f"  done in {time.monotonic() - began:.1f} s. Try: outbox queue failed; outbox status")
     return tally
@@ -173,6 +186,10 @@ def run_demo(database: Database, *, intents: int, echo: Callable[[str], None]) -
 def _summary(tally: Tally, stats: WorkerStats, echo: Callable[[str], None]) -> None:
     ran_rolled_back = tally.ran & tally.rolled_back
     missing = tally.committed - tally.ran
+    echo(
+        f"  paused, then resumed  {tally.claimed_while_paused or 0:>4} jobs claimed in "
+        f"{PAUSED_S} s paused; drained once resumed"
+    )
     echo(f"  succeeded             {stats.succeeded:>4} jobs")
     echo(
         f"      of which delayed  {len(tally.delayed):>4} "
@@ -185,7 +202,10 @@ def _summary(tally: Tally, stats: WorkerStats, echo: Callable[[str], None]) -> N
     echo(
         f"  event listeners ran   {len(tally.listeners):>4} ({', '.join(sorted(tally.listeners))})"
     )
-    verdict = "OK" if not ran_rolled_back and not missing else "MISMATCH"
+    verdict = (
+        "OK" if not ran_rolled_back and not missing and not tally.claimed_while_paused
+        else "MISMATCH"
+    )
     echo(
         f"  check: {verdict} — rolled-back intents that ran: {len(ran_rolled_back)}, "
         f"committed intents that did not run: {len(missing)}"

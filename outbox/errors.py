@@ -16,6 +16,8 @@ One root, so an application can catch everything of ours in one place::
      ├── DatabaseError                            a database operation failed (driver error kept
      │                                            as __cause__)
      ├── PermanentFailure                         raised by a handler: dead-letter at once
+     ├── Snooze                                   raised by a handler: run again later,
+     │                                            no attempt spent
      ├── InvalidMessageId      (also ValueError)  text given as a message id is not a UUID
      ├── MessageNotFound                          no intent, job or dead letter has that id
      └── RetryRefused                             ``outbox retry``: the intent is not quarantined,
@@ -78,6 +80,21 @@ class ConfigurationError(OutboxError):
 
 class PermanentFailure(OutboxError):
     """Raised by a job handler: the job cannot succeed, dead-letter it without retrying."""
+
+
+class Snooze(OutboxError):
+    """Raised by a job handler: put the job back for ``seconds`` without spending an
+    attempt (``ctx.attempt`` is the same when it runs again).
+
+    Not a failure: nothing is logged as an error and no dead letter is written, until the
+    cap (``outbox.queue.control.MAX_SNOOZES`` per job): the snooze past it dead-letters
+    the job with exception class ``SnoozeLimit``. ``seconds`` runs from 0 to
+    ``MAX_SNOOZE_SECONDS`` (a bad value is a failed attempt, ``InvalidJob``).
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        super().__init__(f"snooze for {seconds} s")
 
 
 class DatabaseError(OutboxError):

@@ -3,16 +3,26 @@
 Everything here is pure (no database), so the same rules hold whichever connection
 records a job, and the relay can re-check a stored row with the very same functions.
 
-Fingerprint layout (version 1), chosen so SQL can recompute it
-(PostgreSQL ``sha256()``, MariaDB ``SHA2(..., 256)``, SQLite through a registered
-function)::
+Fingerprint layout, chosen so SQL can recompute it (PostgreSQL ``sha256()``, MariaDB
+``SHA2(..., 256)``, SQLite through a registered function)::
 
+    version 2, priority 1-9:
+    hex(sha256(utf8("v2" LF job_name LF queue LF max_attempts LF available_at LF priority
+                    LF payload)))
+    version 1, priority 0 (the default):
     hex(sha256(utf8("v1" LF job_name LF queue LF max_attempts LF available_at LF payload)))
+
+A job of the default priority keeps the version-1 layout: a key recorded before
+priorities existed and replayed after the upgrade (or by code of the previous version
+during a rolling deploy) matches, and every stored row still verifies. Any other
+priority is sealed in version 2, so the same key with another priority is a conflict,
+and a row whose priority was changed after recording fails verification either way.
 
 - ``LF`` is one byte 0x0A; names cannot contain it (see ``NAME_PATTERN``).
 - ``max_attempts``: decimal digits, or empty when ``None``.
 - ``available_at``: the *given* availability as decimal integer milliseconds since the
   UNIX epoch, or empty when immediate (0). It is what the outbox row stores.
+- ``priority``: one decimal digit, 1-9 (version 2 only).
 - ``payload``: the canonical JSON text (``canonical_json``), exactly as stored.
 """
 
@@ -36,7 +46,11 @@ MAX_PAYLOAD_BYTES = 65_535
 MAX_DEPTH = 64
 MAX_KEY_BYTES = 200
 MAX_NAME_CHARS = 200
-FINGERPRINT_VERSION = "v1"
+FINGERPRINT_VERSION = "v2"
+# The layout a priority-0 job keeps (see the module docstring).
+FINGERPRINT_VERSION_DEFAULT_PRIORITY = "v1"
+MIN_PRIORITY = 0
+MAX_PRIORITY = 9
 MAX_ATTEMPTS_LIMIT = 1_000
 RESERVED_KEY_PREFIX = "schedule:"
 NAME_PATTERN = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_NAME_CHARS}}}")
@@ -53,6 +67,8 @@ class Job:
     """What to run: a registered handler ``name``, its JSON ``payload`` and its ``queue``.
 
     ``max_attempts=None`` defers to the registry's setting for the name when the job runs.
+    ``priority`` runs from 0 (the default, most urgent) to 9: a worker claims the most
+    urgent due job of a queue first, then the one due first.
     The payload is validated when the job is recorded or pushed, not here, so a ``Job``
     can be built before the caller knows whether it will be used.
     """
@@ -61,6 +77,7 @@ class Job:
     payload: Any = None
     queue: str = "default"
     max_attempts: int | None = None
+    priority: int = 0
 
 
 class NormalJob(NamedTuple):
@@ -74,6 +91,7 @@ class NormalJob(NamedTuple):
     queue: str
     payload_json: str
     max_attempts: int | None
+    priority: int = 0
 
 
 def check_name(value: object, what: str) -> str:
@@ -96,6 +114,17 @@ def check_max_attempts(value: object) -> int | None:
     return value
 
 
+def check_priority(value: object) -> int:
+    """Return a valid priority (an int 0..9), else raise ``InvalidJob``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidJob(f"priority must be an int from 0 to 9 (got {type(value).__name__})")
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        raise InvalidJob(
+            f"priority must be from {MIN_PRIORITY} (most urgent) to {MAX_PRIORITY} (got {value})"
+        )
+    return value
+
+
 def normalise(job: Job) -> NormalJob:
     """Validate ``job`` and return it with its payload as canonical JSON text."""
     if not isinstance(job, Job):
@@ -105,6 +134,7 @@ def normalise(job: Job) -> NormalJob:
         check_name(job.queue, "queue name"),
         canonical_json(job.payload),
         check_max_attempts(job.max_attempts),
+        check_priority(job.priority),
     )
 
 
@@ -221,15 +251,18 @@ def availability_ms(available_at: object) -> int | None:
 
 
 def fingerprint(job: NormalJob, available_at_ms: int | None) -> str:
-    """SHA-256 (hex) over the layout in the module docstring."""
-    parts = (
-        FINGERPRINT_VERSION,
+    """SHA-256 (hex) over the layout in the module docstring (version 1 for priority 0)."""
+    head = (
         job.name,
         job.queue,
         "" if job.max_attempts is None else str(job.max_attempts),
         "" if available_at_ms is None else str(available_at_ms),
-        job.payload_json,
     )
+    parts: tuple[str, ...]
+    if job.priority:
+        parts = (FINGERPRINT_VERSION, *head, str(job.priority), job.payload_json)
+    else:
+        parts = (FINGERPRINT_VERSION_DEFAULT_PRIORITY, *head, job.payload_json)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

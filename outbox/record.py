@@ -43,6 +43,7 @@ class Intent(NamedTuple):
     payload: str
     max_attempts: int | None
     available_at: int | None
+    priority: int
 
     @classmethod
     def build(cls, key: str, job: Job, available_at: Any) -> Intent:
@@ -62,6 +63,7 @@ class Intent(NamedTuple):
             normal.payload_json,
             normal.max_attempts,
             at_ms,
+            normal.priority,
         )
 
     def params(self) -> dict[str, Any]:

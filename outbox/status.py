@@ -59,11 +59,17 @@ class Status:
 
         ``quarantined`` and ``dead_letters`` are the words the CLI uses; ``failed`` and
         ``dead`` are kept beside them, same values, for readers written before.
+        ``paused`` (true/false) per queue was added within version 1: a key added is
+        not a change of shape for readers that ignore keys they do not know.
         """
         outbox = asdict(self.outbox)
         outbox["quarantined"] = self.outbox.failed
         queues = {
-            name: {**{k: getattr(q, k) for k in _QUEUE_KEYS}, "dead_letters": q.dead}
+            name: {
+                **{k: getattr(q, k) for k in _QUEUE_KEYS},
+                "dead_letters": q.dead,
+                "paused": q.paused,
+            }
             for name, q in sorted(self.queues.items())
         }
         return {"schema_version": STATUS_SCHEMA_VERSION, "outbox": outbox, "queues": queues}

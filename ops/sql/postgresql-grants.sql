@@ -17,7 +17,7 @@
 -- | outbox_app      | record() / record_many() / push(), in the application's own transactions |
 -- | outbox_relay    | outbox relay                                                   |
 -- | outbox_worker   | outbox worker (transactional handlers need grants on your tables too) |
--- | outbox_operator | status, failed, retry, prune, queue jobs/stats/failed/retry/forget/remove/clear |
+-- | outbox_operator | status, failed, retry, prune, queue jobs/stats/failed/retry/forget/remove/clear/pause/resume/cancel |
 -- | outbox_migrator | outbox migrate (owns the tables)                               |
 --
 -- Column lists are deliberate: RETURNING and the idempotent replay need SELECT only on the
@@ -50,6 +50,7 @@ ALTER TABLE outbox_keys OWNER TO outbox_migrator;
 ALTER TABLE outbox_messages OWNER TO outbox_migrator;
 ALTER TABLE outbox_jobs OWNER TO outbox_migrator;
 ALTER TABLE outbox_failed_jobs OWNER TO outbox_migrator;
+ALTER TABLE outbox_paused_queues OWNER TO outbox_migrator;
 ALTER TABLE outbox_schema_version OWNER TO outbox_migrator;
 ALTER TABLE outbox_throughput OWNER TO outbox_migrator;
 
@@ -74,12 +75,15 @@ GRANT UPDATE (state, payload, published_at, failed_at, failure_reason)
 GRANT INSERT ON outbox_jobs TO outbox_relay;
 GRANT SELECT ON outbox_schema_version TO outbox_relay;
 
--- worker: claims, renews, releases and deletes jobs, and writes dead letters. It cannot
--- change a job's payload, read dead letters, or touch the outbox.
+-- worker: claims, renews, releases, snoozes and deletes jobs, and writes dead letters; it
+-- reads which queues are paused. It cannot change a job's payload or priority, read dead
+-- letters, pause a queue, or touch the outbox.
 GRANT SELECT, DELETE ON outbox_jobs TO outbox_worker;
-GRANT UPDATE (attempts, available_at, reserved_at, reserved_by, lease_expires_at, last_error)
+GRANT UPDATE (attempts, available_at, reserved_at, reserved_by, lease_expires_at, last_error,
+              snoozes)
     ON outbox_jobs TO outbox_worker;
 GRANT INSERT ON outbox_failed_jobs TO outbox_worker;
+GRANT SELECT ON outbox_paused_queues TO outbox_worker;
 GRANT SELECT ON outbox_schema_version TO outbox_worker;
 -- The dashboard chart's per-minute counts: each worker adds to rows of its own
 -- (outbox/queue/throughput.py); the upsert reads the row it adds to.
@@ -87,10 +91,14 @@ GRANT SELECT, INSERT, UPDATE ON outbox_throughput TO outbox_worker;
 
 -- operator: reads everything; returns quarantined intents to pending (retry, which may
 -- re-seal a key's fingerprint), prunes the keys of handed-off intents (and version-1
--- tombstones) and the chart's old minutes, requeues / forgets dead letters, removes and clears jobs. It cannot record
--- an intent or change a job.
+-- tombstones) and the chart's old minutes, requeues / forgets dead letters, removes and
+-- clears jobs, pauses and resumes queues, cancels jobs (a waiting one to the dead
+-- letters, a held one flagged). It cannot record an intent or change a job otherwise.
 GRANT SELECT ON outbox_keys, outbox_messages, outbox_jobs, outbox_failed_jobs,
-    outbox_schema_version TO outbox_operator;
+    outbox_paused_queues, outbox_schema_version TO outbox_operator;
+GRANT UPDATE (cancel_requested_at) ON outbox_jobs TO outbox_operator;
+GRANT INSERT, DELETE ON outbox_paused_queues TO outbox_operator;
+GRANT INSERT ON outbox_failed_jobs TO outbox_operator;
 GRANT UPDATE (fingerprint), DELETE ON outbox_keys TO outbox_operator;
 GRANT UPDATE (state, payload, fingerprint, failed_at, failure_reason)
     ON outbox_messages TO outbox_operator;

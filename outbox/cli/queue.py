@@ -25,7 +25,7 @@ from outbox.db.connection import Connection
 from outbox.errors import MessageNotFound
 from outbox.job import NAME_PATTERN
 from outbox.metrics import serving
-from outbox.queue import admin
+from outbox.queue import admin, control
 from outbox.queue.registry import DEFAULT_MAX_ATTEMPTS
 from outbox.queue.worker import Worker, WorkerConfig
 
@@ -202,10 +202,10 @@ TRIES_NOTE = (
 )
 @pass_cli
 def jobs_command(cli: CliContext, limit: int, queue_name: str | None) -> None:
-    """List up to LIMIT (default 50) jobs in the queue, first due first; no payloads.
+    """List up to LIMIT (default 50) jobs in the queue, oldest first; no payloads.
 
     STATE is ready (due), delayed (due later) or reserved (a worker holds it until
-    LEASE_ENDS). Times are UTC.
+    LEASE_ENDS). PRIORITY runs from 0 (most urgent) to 9. Times are UTC.
     """
     with cli.connect() as conn:
         rows = admin.jobs(conn, queue=queue_name, limit=limit)
@@ -219,14 +219,18 @@ def jobs_command(cli: CliContext, limit: int, queue_name: str | None) -> None:
                 r.queue,
                 r.job_name,
                 state,
+                r.priority,
                 f"{r.attempts}/{r.max_attempts or tables.NONE}",
                 tables.utc(r.available_at),
                 tables.utc(r.lease_expires_at if r.reserved_by else None),
                 r.last_error or tables.NONE,
             ]
         )
-    headers = ["MESSAGE_ID", "QUEUE", "JOB", "STATE", "TRIES", "DUE", "LEASE_ENDS", "LAST_ERROR"]
-    tables.echo_table(headers, cells, nothing="no jobs in the queue", right={4})
+    headers = [
+        "MESSAGE_ID", "QUEUE", "JOB", "STATE", "PRIORITY", "TRIES", "DUE", "LEASE_ENDS",
+        "LAST_ERROR",
+    ]
+    tables.echo_table(headers, cells, nothing="no jobs in the queue", right={4, 5})
     if rows:
         click.echo(tables.shown(len(rows), limit))
         if any(r.max_attempts is None for r in rows):
@@ -238,8 +242,9 @@ def jobs_command(cli: CliContext, limit: int, queue_name: str | None) -> None:
 @cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
 def stats_command(cli: CliContext, as_json: bool, broker: str | None) -> None:
-    """Ready, delayed, reserved jobs and dead letters per queue, and the age of the
-    oldest ready job. --json keeps the older key "dead" (= "dead_letters")."""
+    """Ready, delayed, reserved jobs and dead letters per queue, the age of the oldest
+    ready job, and STATE: "paused" (`outbox queue pause`) or "active". --json keeps the
+    older key "dead" (= "dead_letters") and gives "paused" as true/false."""
     if (url := cli_broker.broker_url(broker, "--broker")) is not None:
         cli_broker.queue_admin().stats(url, as_json)
         return
@@ -261,14 +266,26 @@ def stats_command(cli: CliContext, as_json: bool, broker: str | None) -> None:
                 "dead": c.dead,
                 "dead_letters": c.dead,
                 "oldest_ready_age_s": oldest(c),
+                "paused": c.paused,
             }
             for c in counts
         }
         click.echo(orjson.dumps({"queues": data}).decode())
         return
     tables.echo_table(
-        ["QUEUE", "READY", "DELAYED", "RESERVED", "DEAD_LETTERS", "OLDEST_READY_AGE"],
-        [[c.queue, c.ready, c.delayed, c.reserved, c.dead, tables.age(oldest(c))] for c in counts],
+        ["QUEUE", "READY", "DELAYED", "RESERVED", "DEAD_LETTERS", "OLDEST_READY_AGE", "STATE"],
+        [
+            [
+                c.queue,
+                c.ready,
+                c.delayed,
+                c.reserved,
+                c.dead,
+                tables.age(oldest(c)),
+                tables.queue_state(c.paused),
+            ]
+            for c in counts
+        ],
         nothing="no queues",
         right={1, 2, 3, 4},
     )
@@ -430,6 +447,52 @@ def clear_command(cli: CliContext, queue_name: str | None, yes: bool) -> None:
         prompt.confirm(yes, f"Remove all waiting jobs of {where}? They will not run.")
         n = admin.clear(conn, queue=queue_name)
     click.echo(f"removed {n} job(s) from {where}")
+
+
+@queue_group.command("pause")
+@click.argument("queue_name", type=QUEUE_NAME, metavar="QUEUE")
+@pass_cli
+def pause_command(cli: CliContext, queue_name: str) -> None:
+    """Pause QUEUE: no worker claims from it until `outbox queue resume QUEUE`.
+
+    Pushes and handoffs still add jobs to it, and jobs already claimed run to their end.
+    A queue with no jobs yet can be paused. Pausing a paused queue changes nothing.
+    """
+    with cli.connect() as conn:
+        control.pause(conn, queue_name)
+    click.echo(f"paused queue {queue_name}")
+
+
+@queue_group.command("resume")
+@click.argument("queue_name", type=QUEUE_NAME, metavar="QUEUE")
+@pass_cli
+def resume_command(cli: CliContext, queue_name: str) -> None:
+    """Resume QUEUE: workers claim from it again (at once on PostgreSQL, else within
+    their --sleep). Resuming a queue that is not paused changes nothing."""
+    with cli.connect() as conn:
+        resumed = control.resume(conn, queue_name)
+    click.echo(f"resumed queue {queue_name}" if resumed else f"queue {queue_name} was not paused")
+
+
+@queue_group.command("cancel")
+@click.argument("message_id", type=MESSAGE_ID, metavar="ID")
+@pass_cli
+def cancel_command(cli: CliContext, message_id: str) -> None:
+    """Cancel one job; it becomes a dead letter with exception class "cancelled".
+
+    A waiting job goes at once. A running job is flagged: its handler sees
+    ctx.cancelled (an async handler is cancelled) within a third of the lease, and its
+    worker records the cancellation when it returns. No confirmation: the dead letter
+    keeps the job (`outbox queue retry ID` runs it again).
+    """
+    with cli.connect() as conn:
+        how = control.cancel(conn, message_id)
+    if how == "dead":
+        click.echo(f"cancelled {message_id} (moved to the dead letters)")
+    else:
+        click.echo(
+            f"cancelling {message_id}: a worker is running it; it will be recorded as cancelled"
+        )
 
 
 @click.command("demo")

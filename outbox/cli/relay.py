@@ -197,7 +197,8 @@ def status_command(
     """Counts of intents and of jobs per queue; exit 3 past a threshold.
 
     Intents by state (pending, published, quarantined) and the oldest pending one's age;
-    jobs per queue (ready, delayed, reserved, dead letters). Exits 3 when --max-pending,
+    jobs per queue (ready, delayed, reserved, dead letters) and whether it is paused
+    (STATE "paused"; "paused": true in --json). Exits 3 when --max-pending,
     --max-age, --max-failed or --max-dead is exceeded (for cron and health checks).
     --json prints one object whose shape is versioned by its "schema_version" key; it
     keeps the older keys "failed" (= "quarantined") and "dead" (= "dead_letters").
@@ -241,10 +242,11 @@ def _print_status(status: outbox_status.Status) -> None:
     )
     click.echo("")
     rows = [
-        [name, q.ready, q.delayed, q.reserved, q.dead] for name, q in sorted(status.queues.items())
+        [name, q.ready, q.delayed, q.reserved, q.dead, tables.queue_state(q.paused)]
+        for name, q in sorted(status.queues.items())
     ]
     tables.echo_table(
-        ["QUEUE", "READY", "DELAYED", "RESERVED", "DEAD_LETTERS"],
+        ["QUEUE", "READY", "DELAYED", "RESERVED", "DEAD_LETTERS", "STATE"],
         rows,
         nothing="no queues",
         right={1, 2, 3, 4},

@@ -59,3 +59,8 @@ def shown(count: int, limit: int) -> str:
     """The footer of a limited listing."""
     more = "; pass a larger LIMIT to see more" if count >= limit else ""
     return f"({count} shown, LIMIT {limit}{more})"
+
+
+def queue_state(paused: bool) -> str:
+    """A queue's STATE cell: ``paused`` (`outbox queue pause`) or ``active``."""
+    return "paused" if paused else "active"

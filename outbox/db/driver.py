@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from outbox.db.connection import Connection, Row
 from outbox.db.dialect import Dialect
@@ -30,6 +30,7 @@ from outbox.db.rows import (
     JobRelease,
     JobReleaseUnspent,
     JobRow,
+    JobSnooze,
     OutboxHandoff,
     QueueCounts,
     ReapResult,
@@ -44,6 +45,13 @@ T = TypeVar("T")
 RELAY_CHANNEL = "outbox_relay"
 JOBS_CHANNEL = "outbox_jobs"
 LEASE_EXPIRED = "LeaseExpired"
+# The dead letter's exception class for a job an operator cancelled (`outbox queue cancel`).
+CANCELLED = "cancelled"
+CANCELLED_FAILURE = Failure(CANCELLED, "cancelled by an operator (outbox queue cancel)", "")
+
+# Why a compare-and-set on a held job changed nothing (job_held_state's answer).
+Unchanged = Literal["lost", "cancelled", "limit"]
+SnoozeOutcome = Literal["snoozed", "lost", "cancelled", "limit"]
 
 # A relay batch's outcome before it is timed: claimed, handed off, (id, reason) quarantined.
 Outcome = tuple[int, int, tuple[tuple[str, str], ...]]
@@ -97,7 +105,8 @@ class Driver:
     # -- jobs -------------------------------------------------------------------------
 
     def job_claim(self, p: JobClaim) -> list[ClaimedJob]:
-        """Hold up to ``p.limit`` due jobs, oldest due first, each attempt counted."""
+        """Hold up to ``p.limit`` due jobs of a queue not paused, most urgent first, then
+        oldest due first, each attempt counted."""
         rows = self._one("claim", "job_claim", _claim_params(p))
         return _claimed(rows)
 
@@ -159,6 +168,55 @@ class Driver:
             "dead_letter", lambda c: self._move_to_dead(c, "job_dead_take", key, p.failure)
         )
 
+    def job_snooze(self, p: JobSnooze) -> SnoozeOutcome:
+        """``outbox.Snooze``: the job back after ``p.delay_ms``, attempt given back.
+
+        Returns ``"snoozed"``; or, when nothing changed, why: ``"cancelled"`` (an operator
+        cancelled it), ``"limit"`` (snoozed ``p.max_snoozes`` times already) or ``"lost"``
+        (no longer held by this attempt).
+        """
+        key = {"id": p.job.id, "holder": p.holder, "attempts": p.job.attempts}
+
+        def snooze(c: Connection) -> SnoozeOutcome:
+            params = {**key, "delay_ms": p.delay_ms, "max_snoozes": p.max_snoozes}
+            if c.execute_count("job_snooze", params) == 1:
+                return "snoozed"
+            return _why_unchanged(c.execute("job_held_state", key))
+
+        return self._transact("snooze", snooze)
+
+    def job_cancel_settle(self, holder: str, job: ClaimedJob) -> Literal["cancelled", "lost"]:
+        """A held job whose ack or release changed nothing: to the dead letters as
+        cancelled if an operator cancelled it (``"cancelled"``), else ``"lost"``."""
+        key = {"id": job.id, "holder": holder, "attempts": job.attempts}
+
+        def settle(c: Connection) -> Literal["cancelled", "lost"]:
+            if _why_unchanged(c.execute("job_held_state", key)) != "cancelled":
+                return "lost"
+            self._move_to_dead(c, "job_dead_take", key, CANCELLED_FAILURE)
+            return "cancelled"
+
+        return self._transact("cancel", settle)
+
+    def job_cancel_requested(self, fence: JobFence) -> set[int]:
+        """Which of the held jobs an operator has cancelled (read with each heartbeat)."""
+        if not fence.jobs:
+            return set()
+        return {int(r[0]) for r in self._read("heartbeat", "job_cancel_requested", fence.params())}
+
+    def job_cancel(self, message_id: str) -> Literal["dead", "flagged"] | None:
+        """Cancel a job: one no worker holds goes to the dead letters at once
+        (``"dead"``), a held one is flagged for its worker (``"flagged"``); ``None`` when
+        no job in the queue has that id."""
+
+        def cancel(c: Connection) -> Literal["dead", "flagged"] | None:
+            key = {"message_id": message_id}
+            if self._move_to_dead(c, "job_cancel_take", key, CANCELLED_FAILURE):
+                return "dead"
+            return "flagged" if c.execute_count("job_cancel_flag", key) else None
+
+        return self._transact("queue cancel", cancel)
+
     def job_reap(self, limit_for: Callable[[str, int | None], int], batch: int) -> ReapResult:
         """Return up to ``batch`` expired leases to the queue; dead-letter those at
         their attempt limit (``limit_for(job_name, row_max_attempts)``).
@@ -197,10 +255,11 @@ class Driver:
         rows = c.execute(take, key)
         if not rows:
             return False
-        message_id, queue, job_name, payload, attempts, max_attempts = rows[0]
+        message_id, queue, job_name, payload, attempts, max_attempts, priority = rows[0]
         c.execute(
             "job_dead_insert",
             {
+                "priority": priority,
                 "message_id": message_id,
                 "queue": queue,
                 "job_name": job_name,
@@ -365,10 +424,12 @@ class Driver:
     # -- queue administration -----------------------------------------------------------
 
     def queue_counts(self) -> list[QueueCounts]:
-        """Counts per queue (ready, delayed, reserved, dead), one reading of the clock."""
+        """Counts per queue (ready, delayed, reserved, dead, paused), one reading of the
+        clock."""
 
         def both(c: Connection) -> list[QueueCounts]:
             dead = {str(q): int(n) for q, n in c.execute("dead_counts")}
+            paused = {str(r[0]) for r in c.execute("queue_paused_list")}
             out: dict[str, QueueCounts] = {}
             for queue, ready, delayed, reserved, oldest in c.execute("queue_counts"):
                 out[str(queue)] = QueueCounts(
@@ -378,9 +439,12 @@ class Driver:
                     int(reserved or 0),
                     dead.get(str(queue), 0),
                     None if oldest is None else int(oldest),
+                    str(queue) in paused,
                 )
             for queue, n in dead.items():
-                out.setdefault(queue, QueueCounts(queue, dead=n))
+                out.setdefault(queue, QueueCounts(queue, dead=n, paused=queue in paused))
+            for queue in paused:  # a paused queue shows even with no job yet
+                out.setdefault(queue, QueueCounts(queue, paused=True))
             return [out[q] for q in sorted(out)]
 
         return self.conn.read(both, operation="queue stats")
@@ -433,6 +497,30 @@ class Driver:
             "queue clear", lambda c: c.execute_count("queue_admin_clear", {"queue": queue})
         )
 
+    def queue_pause(self, queue: str) -> None:
+        """Pause ``queue`` (idempotent); on LISTEN dialects, idle workers wake to see it."""
+
+        def pause(c: Connection) -> None:
+            c.execute("queue_pause", {"queue": queue})
+            self._notify_jobs_in_tx()
+
+        self._transact("queue pause", pause)
+
+    def queue_resume(self, queue: str) -> bool:
+        """Resume ``queue``; False if it was not paused. Idle workers wake at once on
+        LISTEN dialects (NOTIFY at commit), else within their poll interval."""
+
+        def resume(c: Connection) -> bool:
+            resumed = c.execute_count("queue_resume", {"queue": queue}) > 0
+            self._notify_jobs_in_tx()
+            return resumed
+
+        return self._transact("queue resume", resume)
+
+    def queue_paused(self) -> dict[str, int]:
+        """Every paused queue and when it was paused (database milliseconds)."""
+        return {str(q): int(at) for q, at in self._read("queue paused", "queue_paused_list")}
+
     def queue_job_count(self, queue: str) -> int:
         """Jobs of ``queue`` in the table, held or not."""
         return int(self._read("queue count", "queue_job_count", {"queue": queue})[0][0])
@@ -454,8 +542,18 @@ def _claim_params(p: JobClaim) -> dict[str, Any]:
 
 
 def _claimed(rows: Iterable[Row]) -> list[ClaimedJob]:
-    """Claimed rows as jobs, oldest due first (RETURNING gives no order)."""
-    return sorted((ClaimedJob(*r) for r in rows), key=lambda j: (j.available_at, j.id))
+    """Claimed rows as jobs in claim order: most urgent first, then oldest due
+    (RETURNING gives no order)."""
+    return sorted(
+        (ClaimedJob(*r) for r in rows), key=lambda j: (j.priority, j.available_at, j.id)
+    )
+
+
+def _why_unchanged(rows: list[Row]) -> Unchanged:
+    """``job_held_state``'s answer: ``"lost"``, ``"cancelled"`` or ``"limit"``."""
+    if not rows:
+        return "lost"
+    return "cancelled" if rows[0][0] is not None else "limit"
 
 
 def _reap_key(job: ExpiredJob) -> dict[str, Any]:

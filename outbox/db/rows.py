@@ -23,6 +23,7 @@ class ClaimedJob:
     max_attempts: int | None
     created_at: int
     available_at: int
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,17 @@ class JobDeadLetter:
 
 
 @dataclass(frozen=True, slots=True)
+class JobSnooze:
+    """``job``, held by ``holder``, back to the queue after ``delay_ms`` with its attempt
+    given back, unless it was snoozed ``max_snoozes`` times already."""
+
+    holder: str
+    job: ClaimedJob
+    delay_ms: int
+    max_snoozes: int
+
+
+@dataclass(frozen=True, slots=True)
 class ExpiredJob:
     """A held job whose lease ran out (its worker died or stalled)."""
 
@@ -143,6 +155,7 @@ class StoredIntent:
     payload: Any
     max_attempts: Any
     available_at: Any
+    priority: Any = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +169,7 @@ class QueueCounts:
     reserved: int = 0
     dead: int = 0
     oldest_ready_ms: int | None = None
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +195,7 @@ class JobRow:
     lease_expires_at: int | None
     created_at: int
     last_error: str | None
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ Each file holds statements headed by ``-- name: NAME``; comment lines after the 
 say what the statement is for. Statements every dialect writes alike live once, in
 ``outbox/schemas/common/``; a name is defined in one place only. ``{now_ms}`` stands for
 the dialect's clock expression, and ``{max_payload_bytes}``, ``{max_name_chars}``,
-``{max_attempts_limit}`` and ``{fingerprint_version}`` stand for ``outbox.job``'s limits,
+``{max_attempts_limit}``, ``{fingerprint_version}`` and
+``{fingerprint_version_default_priority}`` stand for ``outbox.job``'s limits,
 so the relay's SQL verification and ``record()``'s checks cannot drift apart.
 Statements use ``:name`` placeholders, converted once, at load, to the driver's own
 style, so the hot path does no string work. Only
@@ -60,6 +61,7 @@ def _templated(sql: str, dialect: Dialect) -> str:
         "{max_name_chars}": str(job.MAX_NAME_CHARS),
         "{max_attempts_limit}": str(job.MAX_ATTEMPTS_LIMIT),
         "{fingerprint_version}": job.FINGERPRINT_VERSION,
+        "{fingerprint_version_default_priority}": job.FINGERPRINT_VERSION_DEFAULT_PRIORITY,
     }
     for marker, value in values.items():
         sql = sql.replace(marker, value)

@@ -65,7 +65,9 @@ class WorkerConfig:
 
 @dataclass(slots=True)
 class WorkerStats:
-    """What one run did. ``retried``: failed attempts sent back with backoff."""
+    """What one run did. ``retried``: failed attempts sent back with backoff;
+    ``snoozed``: jobs sent back by ``outbox.Snooze`` (no attempt spent); ``cancelled``:
+    held jobs an operator cancelled, recorded as dead letters."""
 
     claimed: int = 0
     succeeded: int = 0
@@ -76,6 +78,8 @@ class WorkerStats:
     lost: int = 0
     timed_out: int = 0
     reaped: int = 0
+    snoozed: int = 0
+    cancelled: int = 0
     graceful: bool = True
 
     @property

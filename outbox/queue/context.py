@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,9 +23,15 @@ class JobContext:
     with the job's transaction open, whose commit also acknowledges the job. Write with
     its ``cursor()``; ``record()`` and ``push()`` accept it too. Do not commit or roll
     back on it: return to commit, raise to roll back.
+
+    ``cancelled`` turns True once the worker learns that an operator cancelled the job
+    (``outbox queue cancel``, read with the lease's heartbeat): a long handler checks it
+    and returns early. Whatever it returns, the job is recorded as cancelled.
     """
 
     __slots__ = (
+        "_cancelled_ids",
+        "_job_id",
         "_log",
         "attempt",
         "connection",
@@ -45,6 +52,8 @@ class JobContext:
         max_attempts: int,
         enqueued_at_ms: int,
         connection: DBAPIConnection | None = None,
+        job_id: int = 0,
+        cancelled_ids: Container[int] = (),
     ) -> None:
         self.message_id = message_id
         self.job_name = job_name
@@ -53,7 +62,14 @@ class JobContext:
         self.max_attempts = max_attempts
         self.enqueued_at_ms = enqueued_at_ms
         self.connection = connection
+        self._job_id = job_id
+        self._cancelled_ids = cancelled_ids
         self._log: Any = None
+
+    @property
+    def cancelled(self) -> bool:
+        """Has an operator cancelled this job? (Learned with the worker's heartbeat.)"""
+        return self._job_id in self._cancelled_ids
 
     @property
     def enqueued_at(self) -> datetime:

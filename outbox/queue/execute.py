@@ -32,7 +32,7 @@ from outbox import metrics
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
 from outbox.db.rows import ClaimedJob, Failure, JobFence
-from outbox.errors import OutboxError, PermanentFailure
+from outbox.errors import OutboxError, PermanentFailure, Snooze
 from outbox.queue.context import JobContext
 from outbox.queue.registry import Handler, Registry
 
@@ -48,6 +48,8 @@ class Kind(Enum):
     PERMANENT = "permanent"
     LOST = "lost"  # transactional: the lease was gone at commit time; rolled back
     UNSTARTED = "unstarted"  # taken from the buffer after stop was asked
+    SNOOZED = "snoozed"  # the handler raised Snooze: back later, attempt given back
+    CANCELLED = "cancelled"  # an async handler cancelled because an operator cancelled the job
 
 
 @dataclasses.dataclass(slots=True)
@@ -56,6 +58,7 @@ class Outcome:
     job: ClaimedJob
     failure: Failure | None = None
     ran_s: float | None = None  # how long the handler ran, when it ran
+    snooze_s: float | None = None  # Kind.SNOOZED: the seconds the handler asked for
 
 
 class _HandlerRaised(OutboxError):
@@ -108,6 +111,9 @@ class Runner:
         self.database = database
         self._binders = {n: _binder(h.fn) for n in registry if (h := registry.get(n))}
         self._local = threading.local()
+        # Ids of held jobs an operator cancelled (the dispatcher adds them after a
+        # heartbeat; handlers read them through ctx.cancelled). Set membership is atomic.
+        self.cancelled: set[int] = set()
 
     def _prepare(self, job: ClaimedJob) -> Any:
         """Decode and bind the payload; a failure here is permanent."""
@@ -126,9 +132,13 @@ class Runner:
             max_attempts=self.registry.max_attempts(job.job_name, job.max_attempts),
             enqueued_at_ms=job.created_at,
             connection=None if conn is None else conn.raw,
+            job_id=job.id,
+            cancelled_ids=self.cancelled,
         )
 
     def run_sync(self, job: ClaimedJob, handler: Handler) -> Outcome:
+        if job.id in self.cancelled:  # cancelled while it waited in the buffer
+            return Outcome(Kind.CANCELLED, job)
         metrics.job_started(job)
         try:
             payload = self._prepare(job)
@@ -177,6 +187,8 @@ class Runner:
             self._local.conn = None
 
     async def run_async(self, job: ClaimedJob, handler: Handler) -> Outcome:
+        if job.id in self.cancelled:
+            return Outcome(Kind.CANCELLED, job)
         metrics.job_started(job)
         try:
             payload = self._prepare(job)
@@ -194,12 +206,18 @@ class Runner:
                     raise JobTimeout(
                         f"the handler ran past its {handler.timeout} s timeout"
                     ) from exc
+        except asyncio.CancelledError:
+            if job.id not in self.cancelled:
+                raise  # the worker is stopping now: the lease expires, as before
+            return Outcome(Kind.CANCELLED, job)
         except Exception as exc:
             return _failed(job, exc)
         return Outcome(Kind.DONE, job)
 
 
 def _failed(job: ClaimedJob, exc: BaseException) -> Outcome:
+    if isinstance(exc, Snooze):
+        return Outcome(Kind.SNOOZED, job, snooze_s=exc.seconds)
     if isinstance(exc, PermanentFailure) or _raised_by_the_call(exc):
         return Outcome(Kind.PERMANENT, job, failure_of(exc))
     return Outcome(Kind.FAILED, job, failure_of(exc))
@@ -309,6 +327,7 @@ class AsyncPool:
         self._sems: dict[str, asyncio.Semaphore] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._waiting: set[asyncio.Task[None]] = set()
+        self._by_job: dict[int, asyncio.Task[None]] = {}
         self._thread = threading.Thread(target=self._run, name="outbox-async", daemon=True)
         self._thread.start()
 
@@ -326,9 +345,16 @@ class AsyncPool:
             task = self._loop.create_task(self._one(job, handler))
             self._tasks.add(task)
             self._waiting.add(task)
+            self._by_job[job.id] = task
             task.add_done_callback(self._tasks.discard)
 
     async def _one(self, job: ClaimedJob, handler: Handler) -> None:
+        try:
+            await self._one_in_slot(job, handler)
+        finally:
+            self._by_job.pop(job.id, None)
+
+    async def _one_in_slot(self, job: ClaimedJob, handler: Handler) -> None:
         sem = self._sems[job.queue]
         try:
             await sem.acquire()
@@ -348,6 +374,18 @@ class AsyncPool:
             self._results.put(outcome)
         finally:
             sem.release()
+
+    def cancel_jobs(self, job_ids: set[int]) -> None:
+        """Cancel the running tasks of jobs an operator cancelled (they report
+        ``Kind.CANCELLED``); one still waiting for a slot does not start its handler."""
+
+        def cancel() -> None:
+            for job_id in job_ids:
+                task = self._by_job.get(job_id)
+                if task is not None and task not in self._waiting:
+                    task.cancel()
+
+        self._loop.call_soon_threadsafe(cancel)
 
     def release_waiting(self) -> None:
         """Graceful stop: tasks still waiting for a slot report themselves unstarted."""

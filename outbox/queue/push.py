@@ -2,6 +2,7 @@
 
 For work that needs no idempotency key. Atomic with the caller's own writes, like
 ``record()``; the job is claimable after ``delay`` seconds by the database's clock.
+``priority`` (0 most urgent to 9), when given, replaces the job's own.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from outbox.db.adapters import adapt, adapt_async
 from outbox.db.caller import JobPush, job_push, run, run_async
 from outbox.errors import InvalidJob
 from outbox.ids import new_message_id
-from outbox.job import Job, NormalJob, normalise
+from outbox.job import Job, NormalJob, check_priority, normalise
 
 MAX_DELAY_S = 10 * 365 * 86_400
 
@@ -28,6 +29,7 @@ def push_params(job: NormalJob, message_id: str, delay: object) -> dict[str, Any
         "payload": job.payload_json,
         "max_attempts": job.max_attempts,
         "delay_ms": delay_ms(delay),
+        "priority": job.priority,
     }
 
 
@@ -39,17 +41,30 @@ def delay_ms(delay: object) -> int:
     return round(delay * 1000)
 
 
-def push(conn: Any, job: Job, delay: float = 0) -> str:
-    """Put ``job`` in the queue inside ``conn``'s transaction; return its new message id."""
-    params = push_params(normalise(job), new_message_id(), delay)
+def _normal(job: Job, priority: int | None) -> NormalJob:
+    normal = normalise(job)
+    if priority is None:
+        return normal
+    return normal._replace(priority=check_priority(priority))
+
+
+def push(conn: Any, job: Job, delay: float = 0, *, priority: int | None = None) -> str:
+    """Put ``job`` in the queue inside ``conn``'s transaction; return its new message id.
+
+    ``priority`` (0 most urgent to 9) replaces ``job.priority`` when given; out of range
+    raises ``InvalidJob`` before anything is written.
+    """
+    params = push_params(_normal(job, priority), new_message_id(), delay)
     target = adapt(conn)
     notify = target.dialect.supports_listen and settings.notify
     return run(job_push(JobPush(params, notify), target.dialect), target, "push")
 
 
-async def push_async(conn: Any, job: Job, delay: float = 0) -> str:
+async def push_async(
+    conn: Any, job: Job, delay: float = 0, *, priority: int | None = None
+) -> str:
     """``push`` for async connections."""
-    params = push_params(normalise(job), new_message_id(), delay)
+    params = push_params(_normal(job, priority), new_message_id(), delay)
     target = await adapt_async(conn)
     notify = target.dialect.supports_listen and settings.notify
     return await run_async(job_push(JobPush(params, notify), target.dialect), target, "push")

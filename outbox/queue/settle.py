@@ -28,10 +28,13 @@ from outbox.db.rows import (
     JobFence,
     JobRelease,
     JobReleaseUnspent,
+    JobSnooze,
 )
 from outbox.errors import DatabaseError
 from outbox.queue.backoff import DEFAULT_BACKOFF
 from outbox.queue.config import WorkerStats
+from outbox.queue.control import MAX_SNOOZES, SNOOZE_LIMIT, snooze_delay_ms
+from outbox.queue.execute import failure_of
 from outbox.queue.registry import Handler, Registry
 from outbox.queue.throughput import DEAD, RETRIED, SUCCEEDED, Tally
 
@@ -90,7 +93,53 @@ class Settler:
         self.tally.add(SUCCEEDED, jobs if len(acked) == len(jobs) else
                        [j for j in jobs if j.id in acked])
         if len(acked) < len(jobs):
-            self.lost([j for j in jobs if j.id not in acked], "ack")
+            self.unchanged([j for j in jobs if j.id not in acked], "ack")
+
+    def unchanged(self, jobs: Sequence[ClaimedJob], during: str) -> None:
+        """Jobs an ack or release did not change: cancelled by an operator (recorded
+        now), or no longer held (a lost lease)."""
+        for job in jobs:
+            try:
+                outcome = self._driver().job_cancel_settle(self.worker_id, job)
+            except DatabaseError as exc:
+                self._trouble("cancel", exc)
+                return
+            if outcome == "cancelled":
+                self._cancelled(job)
+            else:
+                self.lost([job], during)
+
+    def cancel(self, job: ClaimedJob) -> None:
+        """A held job an operator cancelled: to the dead letters, class ``cancelled``."""
+        self.unchanged([job], "cancel")
+
+    def _cancelled(self, job: ClaimedJob) -> None:
+        self.stats.cancelled += 1
+        self.log.warning("job.cancelled", message_id=job.message_id, job=job.job_name)
+
+    def snooze(self, job: ClaimedJob, seconds: float | None) -> None:
+        """``Snooze(seconds)``: back later, attempt given back; past the cap (or with a
+        bad ``seconds``) a dead letter, as documented in ``outbox.queue.control``."""
+        try:
+            delay_ms = snooze_delay_ms(seconds)
+        except Exception as exc:
+            self.fail(job, failure_of(exc), permanent=False)
+            return
+        try:
+            p = JobSnooze(self.worker_id, job, delay_ms, MAX_SNOOZES)
+            outcome = self._driver().job_snooze(p)
+        except DatabaseError as exc:
+            self._trouble("snooze", exc)
+            return
+        if outcome == "snoozed":
+            self.stats.snoozed += 1
+        elif outcome == "limit":
+            message = f"the job was snoozed {MAX_SNOOZES} times, the most a job may be"
+            self.fail(job, Failure(SNOOZE_LIMIT, message, ""), permanent=True)
+        elif outcome == "cancelled":
+            self.cancel(job)
+        else:
+            self.lost([job], "snooze")
 
     def fail(
         self,
@@ -121,7 +170,7 @@ class Settler:
             self._trouble("fail", exc)
             return
         if not ok:
-            self.lost([job], "fail")
+            self.unchanged([job], "fail")
             return
         self.tally.add(column, (job,))
         self.log.warning(
@@ -161,13 +210,26 @@ class Settler:
             return
         self.stats.unknown += len(jobs)
 
-    def heartbeat(self, jobs: Sequence[ClaimedJob]) -> None:
+    def heartbeat(self, jobs: Sequence[ClaimedJob]) -> set[int]:
+        """Renew the leases of ``jobs``; return the ids of those an operator cancelled."""
         if not jobs:
-            return
+            return set()
         try:
-            self._driver().job_heartbeat(self._fence(jobs), self.lease_ms)
+            driver = self._driver()
+            driver.job_heartbeat(self._fence(jobs), self.lease_ms)
+            return driver.job_cancel_requested(self._fence(jobs))
         except DatabaseError as exc:
             self._trouble("heartbeat", exc)
+            return set()
+
+    def is_paused(self, queue: str) -> bool:
+        """Is ``queue`` paused? (False when the database cannot say: the claim itself
+        still takes nothing from a paused queue.)"""
+        try:
+            return queue in self._driver().queue_paused()
+        except DatabaseError as exc:
+            self._trouble("queue paused", exc)
+            return False
 
     def reap(self) -> None:
         """Expired leases back to the queue, or to the dead letters at their limit."""

@@ -27,6 +27,14 @@ back without spending an attempt, and waits up to ``grace`` seconds for running 
 calling it again changes nothing. ``stop_now()`` (a second signal) returns at once;
 leases of jobs still running then expire and the reaper returns them to the queue.
 
+Queue control (``outbox.queue.control``): the claim takes nothing from a paused queue,
+so a ``stop_when_empty`` worker on one exits at once; when such a claim comes back empty
+while sync jobs of the queue wait unstarted in the buffer, the worker checks the pause
+and hands them back. The heartbeat also reads which
+held jobs an operator cancelled; their handlers see ``ctx.cancelled``, async ones are
+cancelled, and every outcome of such a job is recorded as a cancellation. A handler
+that raises ``Snooze`` sends its job back for later with the attempt given back.
+
 Stepping: ``run_once()`` claims, dispatches and settles one round and returns, so an
 application's or a test's code decides when the next round happens; ``close()`` then
 ends the handler threads. ``clock`` (monotonic seconds) is injected for the schedule of
@@ -98,6 +106,7 @@ class Worker:
         self._stop_reason: str | None = None
         self._sync_pools: dict[str, SyncPool] = {}
         self._async_pool: AsyncPool | None = None
+        self._runner: Runner | None = None
         self._ack_since = 0.0
         self._held: dict[int, ClaimedJob] = {}
         self._held_per_queue = dict.fromkeys(self._caps, 0)
@@ -190,7 +199,7 @@ class Worker:
         while self._held and time.monotonic() < deadline:
             self._check_timeouts(self._clock())
             if time.monotonic() >= next_beat:
-                self._db.heartbeat([*self._held.values(), *self._to_ack])
+                self._heartbeat()
                 next_beat = time.monotonic() + self.config.lease / 3
             self._wait_for_outcome(min(deadline - time.monotonic(), 0.1))
             self._collect()
@@ -214,7 +223,7 @@ class Worker:
         if self._started_pools:
             return
         self._started_pools = True
-        runner = Runner(self.registry, self.worker_id, self.database)
+        runner = self._runner = Runner(self.registry, self.worker_id, self.database)
         self._sync_pools = {
             q: SyncPool(q, n, runner, self._results, self._stopping, self._mark_started)
             for q, n in self._caps.items()
@@ -244,7 +253,7 @@ class Worker:
                 self._db.reap()
                 next_reap = now + reap_every
             if now >= next_beat:
-                self._db.heartbeat([*self._held.values(), *self._to_ack])
+                self._heartbeat()
                 metrics.worker_tick(len(self._held) + len(self._to_ack))
                 next_beat = now + cfg.lease / 3
             self._flush_tally(now)
@@ -274,6 +283,8 @@ class Worker:
                 self._dispatch(jobs, self._sync_pools[queue])
                 if len(jobs) < limit:
                     self._dry[queue] = now + self.config.sleep
+                    if not jobs:
+                        self._release_if_paused(queue)
                     break
         (self.idle.set if not claimed and not self._held else self.idle.clear)()
         return claimed
@@ -409,6 +420,13 @@ class Worker:
             self._abandoned.discard(job.id)
             return
         self._forget(job)
+        if self._runner is not None and job.id in self._runner.cancelled:
+            self._runner.cancelled.discard(job.id)
+            # Unstarted: back with the flag (the next holder records it); acknowledged in
+            # the handler's own commit before the flag was seen: it succeeded.
+            if outcome.kind not in (Kind.UNSTARTED, Kind.ACKED):
+                self._db.cancel(job)
+                return
         if outcome.kind is Kind.DONE:
             if not self._to_ack:
                 self._ack_since = self._clock()
@@ -418,11 +436,38 @@ class Worker:
             self.stats.succeeded += 1
             self._db.tally.add(SUCCEEDED, (job,))
         elif outcome.kind is Kind.LOST:
-            self._db.lost([job], "transactional commit")
+            self._db.unchanged([job], "transactional commit")
+        elif outcome.kind is Kind.SNOOZED:
+            self._db.snooze(job, outcome.snooze_s)
+        elif outcome.kind is Kind.CANCELLED:
+            self._db.cancel(job)
         elif outcome.kind is Kind.UNSTARTED:
             self._release_unspent([job])
         else:
             self._fail(job, outcome)
+
+    def _release_if_paused(self, queue: str) -> None:
+        """A claim found nothing while jobs wait unstarted in this worker's buffer: if
+        the queue is paused, hand them back (attempt refunded) instead of running them.
+        At most once per poll interval per queue (the queue is dry until then)."""
+        pool = self._sync_pools.get(queue)
+        if pool is None or not pool.waiting() or not self._db.is_paused(queue):
+            return
+        waiting = [job for job, _ in pool.drain()]
+        if waiting:
+            self._log.info("worker.queue_paused", queue=queue, returned=len(waiting))
+            self._release_unspent(waiting)
+
+    def _heartbeat(self) -> None:
+        """Renew every lease held; learn which held jobs an operator cancelled."""
+        cancelled = self._db.heartbeat([*self._held.values(), *self._to_ack])
+        runner = self._runner
+        if not cancelled or runner is None:
+            return
+        new = cancelled - runner.cancelled
+        runner.cancelled.update(new)
+        if new and self._async_pool is not None:
+            self._async_pool.cancel_jobs(new)
 
     def _forget(self, job: ClaimedJob) -> None:
         if self._held.pop(job.id, None) is not None:

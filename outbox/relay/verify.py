@@ -17,6 +17,9 @@ Reason codes, in the order they are tested (the first that applies wins):
 ``payload_too_large`` payload over 65,535 bytes
 ``fingerprint_mismatch``  the stored fingerprint does not recompute from the row
 ====================  =========================================================
+
+The priority has no reason of its own: it is sealed in the fingerprint (for any value
+but 0), so a priority changed after recording is a ``fingerprint_mismatch``.
 """
 
 from __future__ import annotations
@@ -80,13 +83,20 @@ def refingerprint(row: StoredIntent) -> tuple[str, str]:
     if reason is not None:
         raise InvalidJob(reason)
     payload = canonical_json(orjson.loads(row.payload))
-    normal = NormalJob(row.job_name, row.queue, payload, row.max_attempts)
+    normal = NormalJob(row.job_name, row.queue, payload, row.max_attempts, _priority(row))
     return payload, fingerprint(normal, row.available_at)
 
 
 def _fingerprint_of(row: StoredIntent) -> str:
-    normal = NormalJob(row.job_name, row.queue, row.payload, row.max_attempts)
+    normal = NormalJob(row.job_name, row.queue, row.payload, row.max_attempts, _priority(row))
     return fingerprint(normal, row.available_at)
+
+
+def _priority(row: StoredIntent) -> int:
+    """The row's priority as the fingerprint reads it; a value no producer writes
+    (outside 0..9, not an int) is sealed as is, so it can only mismatch."""
+    value = row.priority
+    return value if _is_int(value) else -1
 
 
 def _is_json(text: str) -> bool:

@@ -89,6 +89,8 @@ messages = Table(
     Column("failed_at", BigInteger, nullable=True),
     Column("failure_reason", String(64), nullable=True),
     Column("keyed", SmallInteger, nullable=True),
+    # 0 (most urgent, the default) to 9; part of the fingerprint when not 0.
+    Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     **_OPTIONS,
 )
 
@@ -132,16 +134,22 @@ jobs = Table(
     Column("lease_expires_at", BigInteger, nullable=True),
     Column("created_at", BigInteger, nullable=False),
     Column("last_error", String(200), nullable=True),
+    Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+    # Set by `outbox queue cancel` on a held job; its worker records the cancellation.
+    Column("cancel_requested_at", BigInteger, nullable=True),
+    # Times the job came back through outbox.Snooze (capped: outbox.queue.control).
+    Column("snoozes", Integer, nullable=False, server_default=text("0")),
     **_OPTIONS,
 )
 
-# The claim walks due, unheld jobs of one queue in (available_at, id) order and stops
-# after the batch: a range scan whose cost does not grow with delayed or held rows.
+# The claim walks due, unheld jobs of one queue in (priority, available_at, id) order
+# and stops after the batch: a range scan whose cost does not grow with delayed or held rows.
 # PostgreSQL and SQLite keep only unheld rows in it (partial index); MariaDB, which has
 # no partial indexes, skips the few held rows in the range.
 Index(
     "outbox_jobs_claim",
     jobs.c.queue,
+    jobs.c.priority,
     jobs.c.available_at,
     jobs.c.id,
     postgresql_where=text("reserved_by IS NULL"),
@@ -169,6 +177,7 @@ failed_jobs = Table(
     Column("exception_message", Text, nullable=True),
     Column("exception_trace", Text, nullable=True),
     Column("failed_at", BigInteger, nullable=False),
+    Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     **_OPTIONS,
 )
 
@@ -186,6 +195,15 @@ throughput = Table(
     Column("succeeded", Integer, nullable=False, server_default=text("0")),
     Column("retried", Integer, nullable=False, server_default=text("0")),
     Column("dead", Integer, nullable=False, server_default=text("0")),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+
+# A queue listed here is paused: no worker claims from it (`outbox queue pause`).
+paused_queues = Table(
+    "outbox_paused_queues",
+    metadata,
+    Column("queue", String(200), primary_key=True),
+    Column("paused_at", BigInteger, nullable=False),
     **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
 )
 

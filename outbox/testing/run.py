@@ -45,7 +45,9 @@ _WORKER_ID = "outbox-testing"
 
 @dataclass(frozen=True, slots=True)
 class Ran:
-    """One job run by ``run_pending``: ``outcome`` is ``done``, ``retry`` or ``dead``."""
+    """One job run by ``run_pending``: ``outcome`` is ``done``, ``retry``, ``dead`` or
+    ``snoozed`` (the handler raised ``Snooze``: due again after its seconds by the test's
+    clock, no attempt spent)."""
 
     job_name: str
     message_id: str
@@ -188,6 +190,8 @@ def _run_one(
         return Ran(job.job_name, job.message_id, job.attempts, "done")
     _q(target, "testing_rollback_job")
     _q(target, "testing_release_job")
+    if outcome.kind is Kind.SNOOZED:
+        return _snoozed(target, job, outcome.snooze_s, now_ms)
     failure = outcome.failure
     error = failure.exception_class if failure else "Unknown"
     limit = registry.max_attempts(job.job_name, job.max_attempts)
@@ -215,6 +219,19 @@ def _run_one(
     }
     _q(target, "testing_retry", params)
     return Ran(job.job_name, job.message_id, job.attempts, "retry", error)
+
+
+def _snoozed(target: Target, job: ClaimedJob, seconds: object, now_ms: int) -> Ran:
+    """``Snooze``: due again after its seconds by the test's clock, attempt given back."""
+    delay = seconds if isinstance(seconds, (int, float)) and seconds > 0 else 0
+    params = {
+        "id": job.id,
+        "attempts": job.attempts - 1,
+        "available_at": now_ms + round(delay * 1000),
+        "error": None,
+    }
+    _q(target, "testing_retry", params)
+    return Ran(job.job_name, job.message_id, job.attempts, "snoozed")
 
 
 def _execute(runner: Runner, wrapped: Connection, job: ClaimedJob, handler: Handler) -> Outcome:

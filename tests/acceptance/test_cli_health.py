@@ -89,9 +89,12 @@ def test_status_json_has_the_documented_versioned_shape(
     for q in doc["queues"].values():
         keys |= {f"queues.NAME.{k}" for k in q}
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    documented = set(re.findall(r"^\| `([a-z_.A-Z]+)` \| (?:integer|number)", readme, re.M))
+    documented = set(
+        re.findall(r"^\| `([a-z_.A-Z]+)` \| (?:integer|number|boolean)", readme, re.M)
+    )
     assert keys == documented
     counts = [v for k, v in doc["outbox"].items() if k != "oldest_pending_age_s"]
-    counts += [v for q in doc["queues"].values() for v in q.values()]
+    counts += [v for q in doc["queues"].values() for k, v in q.items() if k != "paused"]
     assert all(type(v) is int for v in counts)
+    assert all(type(q["paused"]) is bool for q in doc["queues"].values())
     assert isinstance(doc["outbox"]["oldest_pending_age_s"], (int, float))

@@ -195,5 +195,6 @@ def test_demo_runs_green_on_a_fresh_sqlite_file(tmp_path: Path) -> None:
     assert "12 rolled back" in out
     assert "periodic job ran         1 time" in out
     assert "event listeners ran      2 (notify_team, update_feed)" in out
+    assert "paused, then resumed     0 jobs claimed in 0.5 s paused; drained once resumed" in out
     assert (tmp_path / "outbox.db").exists()
     assert "Traceback" not in done.stderr

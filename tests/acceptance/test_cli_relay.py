@@ -85,8 +85,8 @@ def test_status_prints_counts_and_json_in_the_documented_shape(
         ["PENDING", "PUBLISHED", "QUARANTINED", "OLDEST_PENDING_AGE"],
         ["1", "2", "0", *lines[1][3:]],
     ]
-    assert ["QUEUE", "READY", "DELAYED", "RESERVED", "DEAD_LETTERS"] in lines
-    assert ["q1", "2", "0", "0", "0"] in lines
+    assert ["QUEUE", "READY", "DELAYED", "RESERVED", "DEAD_LETTERS", "STATE"] in lines
+    assert ["q1", "2", "0", "0", "0", "active"] in lines
     as_json = cli(db_url, "status", "--json")
     assert as_json.exit_code == 0
     doc = orjson.loads(as_json.stdout)
@@ -100,7 +100,14 @@ def test_status_prints_counts_and_json_in_the_documented_shape(
     }
     assert doc["outbox"]["pending"] == 1
     assert doc["queues"] == {
-        "q1": {"ready": 2, "delayed": 0, "reserved": 0, "dead": 0, "dead_letters": 0}
+        "q1": {
+            "ready": 2,
+            "delayed": 0,
+            "reserved": 0,
+            "dead": 0,
+            "dead_letters": 0,
+            "paused": False,
+        }
     }
 
 

@@ -40,6 +40,9 @@ NEEDS = {
     "queue forget": ["00000000-0000-7000-8000-000000000000", "--yes"],
     "queue remove": ["00000000-0000-7000-8000-000000000000", "--yes"],
     "queue clear": ["--yes"],
+    "queue pause": ["default"],
+    "queue resume": ["default"],
+    "queue cancel": ["00000000-0000-7000-8000-000000000000"],
     "scheduler": ["--app", "tests.scheduler_app:registry", "--once"],
     "schedule list": ["--app", "tests.scheduler_app:registry"],
 }

@@ -78,10 +78,13 @@ def test_status_counts_intents_by_state_and_jobs_by_queue(
     assert status["outbox"]["failed"] == status["outbox"]["quarantined"] == 1
     assert status["outbox"]["oldest_pending_age_s"] >= 0
     assert status["queues"] == {
-        "q1": {"ready": 2, "delayed": 0, "reserved": 0, "dead": 0, "dead_letters": 0},
-        "q2": {"ready": 0, "delayed": 1, "reserved": 1, "dead": 1, "dead_letters": 1},
-        "q3": {"ready": 0, "delayed": 0, "reserved": 0, "dead": 1, "dead_letters": 1},
-    }
+        "q1": {"ready": 2, "delayed": 0, "reserved": 0, "dead": 0, "dead_letters": 0,
+               "paused": False},
+        "q2": {"ready": 0, "delayed": 1, "reserved": 1, "dead": 1, "dead_letters": 1,
+               "paused": False},
+        "q3": {"ready": 0, "delayed": 0, "reserved": 0, "dead": 1, "dead_letters": 1,
+               "paused": False},
+    }  # fmt: skip
     assert MARKER not in repr(status)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from outbox import PermanentFailure, Registry
+from outbox import PermanentFailure, Registry, Snooze
 from outbox.queue import Backoff, JobContext
 
 registry = Registry()
@@ -32,6 +32,17 @@ def permanent(payload: Any, ctx: JobContext) -> None:
 @registry.job("ops.fail", backoff=FAST)
 def fail(payload: Any, ctx: JobContext) -> None:
     raise RuntimeError("fails every time")
+
+
+SNOOZED: set[str] = set()
+
+
+@registry.job("ops.snooze_once")
+def snooze_once(payload: Any, ctx: JobContext) -> None:
+    """Comes back once through Snooze (the worker's UPDATE of snoozes), then succeeds."""
+    if ctx.message_id not in SNOOZED:
+        SNOOZED.add(ctx.message_id)
+        raise Snooze(0)
 
 
 @registry.job("ops.slow")

@@ -175,7 +175,7 @@ def relay_hands_off_and_quarantines(s: Scene) -> None:
 
 def worker_runs_retries_dead_letters_and_reaps(s: Scene) -> None:
     q = "grants_worker"
-    noop, permanent, failing, slow, credit, ghost_ok, ghost_dead = _push_as_admin(
+    noop, permanent, failing, slow, credit, ghost_ok, ghost_dead, snoozing = _push_as_admin(
         s,
         Job("ops.noop", queue=q),
         Job("ops.permanent", queue=q),
@@ -184,6 +184,7 @@ def worker_runs_retries_dead_letters_and_reaps(s: Scene) -> None:
         Job("ledger.credit", {"amount": 5}, queue=q),
         Job("ops.noop", queue=q),
         Job("ops.noop", queue=q),
+        Job("ops.snooze_once", queue=q),
     )
     held = "UPDATE outbox_jobs SET reserved_by = 'ghost', reserved_at = 1, lease_expires_at = 1, "
     s.g.admin_sql(held + "attempts = 1 WHERE message_id = %s", (ghost_ok,))
@@ -201,7 +202,7 @@ def worker_runs_retries_dead_letters_and_reaps(s: Scene) -> None:
     assert str(_dead(s, permanent)).endswith("PermanentFailure")
     assert str(_dead(s, failing)).endswith("RuntimeError")
     assert _dead(s, ghost_dead) == "LeaseExpired"
-    assert all(_dead(s, m) is None for m in (noop, slow, credit, ghost_ok))
+    assert all(_dead(s, m) is None for m in (noop, slow, credit, ghost_ok, snoozing))
     assert s.one("SELECT amount FROM ops_ledger WHERE message_id = ?", credit) == 5
     assert _ready(s.g.url("worker"), "worker") == (True, f"ok: schema version {LATEST}")
 
@@ -245,6 +246,11 @@ def operator_runs_every_command(s: Scene) -> None:
     assert not _in_jobs(s, dead[1]) and _in_jobs(s, dead[2])
     s.cli("operator", "queue", "clear", "--queue", q, "--yes")
     assert not _in_jobs(s, dead[2])
+    s.cli("operator", "queue", "pause", q)
+    s.cli("operator", "queue", "resume", q)
+    (waiting,) = _push_as_admin(s, Job("ops.noop", queue=q))
+    s.cli("operator", "queue", "cancel", waiting)
+    assert not _in_jobs(s, waiting) and _dead(s, waiting)
 
 
 _PROBE = Migration(
@@ -363,13 +369,15 @@ CANNOT: dict[str, list[No]] = {
         No("rewrite a job's payload", "UPDATE outbox_jobs SET payload = '{}' WHERE 1 = 0"),
         No("read dead letters", _READ_DEAD),
         No("delete dead letters", "DELETE FROM outbox_failed_jobs WHERE 1 = 0"),
+        No("resume a queue", "DELETE FROM outbox_paused_queues WHERE 1 = 0"),
         No("alter a table", _ALTER),
     ],
     "operator": [
         No("record an intent", _NEW_INTENT),
         No("rewrite a job's payload", "UPDATE outbox_jobs SET payload = '{}' WHERE 1 = 0"),
         No("claim a job", "UPDATE outbox_jobs SET reserved_by = 'x' WHERE 1 = 0"),
-        No("write a dead letter", _NEW_DEAD),
+        # (It may write a dead letter: `queue cancel` moves a waiting job there.)
+        No("change a job's priority", "UPDATE outbox_jobs SET priority = 0 WHERE 1 = 0"),
         No("change the schema version", "DELETE FROM outbox_schema_version WHERE 1 = 0"),
         No("alter a table", _ALTER),
     ],

@@ -12,9 +12,10 @@ SELECT max(id) FROM outbox_messages WHERE state = 'pending';
 -- Every pending intent up to :max_id into the queue, unverified: in a test they were
 -- all written by record() a moment ago.
 INSERT INTO outbox_jobs
-    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority)
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
-    coalesce(available_at, :now_ms), :now_ms
+    coalesce(available_at, :now_ms), :now_ms, priority
 FROM outbox_messages
 WHERE state = 'pending' AND id <= :max_id
 ORDER BY id;
@@ -29,7 +30,7 @@ WHERE state = 'pending' AND id <= :max_id;
 SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created_at
 FROM outbox_jobs
 WHERE reserved_by IS NULL AND available_at <= :now_ms
-ORDER BY available_at, id;
+ORDER BY priority, available_at, id;
 
 -- name: testing_done
 DELETE FROM outbox_jobs WHERE id = :id;

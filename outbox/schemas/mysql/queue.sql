@@ -1,21 +1,24 @@
 -- name: queue_push
 -- A job straight into the queue; available after :delay_ms by the database's clock.
 INSERT INTO outbox_jobs
-    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority)
 VALUES
     (:message_id, :queue, :job_name, :payload, 0, :max_attempts,
      {now_ms} + :delay_ms,
-     {now_ms});
+     {now_ms}, :priority);
 
 -- name: job_claim_pick
 -- MariaDB has no UPDATE ... RETURNING: first lock up to :limit due, unheld jobs of one
--- queue (READ COMMITTED, SKIP LOCKED: no gap locks, disjoint batches), with the clock.
+-- queue (READ COMMITTED, SKIP LOCKED: no gap locks, disjoint batches), with the clock,
+-- most urgent priority first; none while the queue is paused.
 SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
-       available_at, {now_ms} AS now_ms
+       available_at, priority, {now_ms} AS now_ms
 FROM outbox_jobs
 WHERE queue = :queue AND reserved_by IS NULL
   AND available_at <= {now_ms}
-ORDER BY available_at, id
+  AND NOT EXISTS (SELECT 1 FROM outbox_paused_queues p WHERE p.queue = :queue)
+ORDER BY priority, available_at, id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
 
@@ -27,9 +30,11 @@ SET reserved_by = :worker, reserved_at = :now_ms, lease_expires_at = :now_ms + :
 WHERE id IN :ids;
 
 -- name: job_ack
--- Delete finished jobs, each only while this worker still holds that attempt.
+-- Delete finished jobs, each only while this worker still holds that attempt and no
+-- operator cancelled it (then the worker records the cancellation instead).
 DELETE FROM outbox_jobs
 WHERE id IN :ids AND (id, attempts) IN :pairs AND reserved_by = :worker
+  AND cancel_requested_at IS NULL
 RETURNING id;
 
 -- name: job_heartbeat
@@ -54,10 +59,10 @@ WHERE id IN :ids AND (id, attempts) IN :pairs AND reserved_by = :worker;
 -- Second half, in the same transaction: the dead letter keeps class, message and trace.
 INSERT INTO outbox_failed_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, exception_class,
-     exception_message, exception_trace, failed_at)
+     exception_message, exception_trace, priority, failed_at)
 VALUES
     (:message_id, :queue, :job_name, :payload, :attempts, :max_attempts, :exception_class,
-     :exception_message, :exception_trace, {now_ms});
+     :exception_message, :exception_trace, :priority, {now_ms});
 
 -- name: job_reap_scan
 -- Held jobs whose lease has expired (their worker died or stalled).
@@ -73,3 +78,15 @@ LIMIT :limit;
 -- lost in a server crash only makes a job run again or come back through the reaper
 -- (at least once holds); no producer's commit depends on it.
 SELECT 1;
+
+-- name: job_cancel_requested
+-- Which of the jobs this worker holds an operator has cancelled (read with heartbeats).
+SELECT id FROM outbox_jobs
+WHERE id IN :ids AND reserved_by = :worker AND cancel_requested_at IS NOT NULL;
+
+-- name: queue_pause
+-- Pause a queue (idempotent): the claim takes nothing from a queue listed here. IGNORE,
+-- not ON DUPLICATE KEY UPDATE, which would need the UPDATE privilege (the operator's
+-- role has INSERT and DELETE here); the queue name is checked before it is sent.
+INSERT IGNORE INTO outbox_paused_queues (queue, paused_at)
+VALUES (:queue, {now_ms});

@@ -13,10 +13,13 @@ SELECT id, message_id,
         WHEN available_at < 0 THEN 'invalid_available_at'
         WHEN LENGTH(payload) > {max_payload_bytes} THEN 'payload_too_large'
         WHEN fingerprint IS NULL OR CAST(fingerprint AS BINARY) <> CAST(SHA2(CONCAT(
-                '{fingerprint_version}', CHAR(10 USING utf8mb4), job_name, CHAR(10 USING utf8mb4), queue,
+                IF(priority = 0, '{fingerprint_version_default_priority}', '{fingerprint_version}'),
+                CHAR(10 USING utf8mb4), job_name, CHAR(10 USING utf8mb4), queue,
                 CHAR(10 USING utf8mb4), COALESCE(CAST(max_attempts AS CHAR), ''),
                 CHAR(10 USING utf8mb4), COALESCE(CAST(available_at AS CHAR), ''),
-                CHAR(10 USING utf8mb4), payload), 256) AS BINARY)
+                CHAR(10 USING utf8mb4),
+                IF(priority = 0, '', CONCAT(CAST(priority AS CHAR), CHAR(10 USING utf8mb4))),
+                payload), 256) AS BINARY)
             THEN 'fingerprint_mismatch'
     END AS reason
 FROM outbox_messages
@@ -28,7 +31,8 @@ FOR UPDATE SKIP LOCKED;
 -- name: relay_claim_rows
 -- The Python verifier's claim: the oldest pending rows, locked, with every column the
 -- fingerprint covers.
-SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at
+SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
+    priority
 FROM outbox_messages
 WHERE state = 'pending'
 ORDER BY id
@@ -38,9 +42,10 @@ FOR UPDATE SKIP LOCKED;
 -- name: relay_insert_jobs
 -- The verified rows of a batch into the queue, in id order, in one statement.
 INSERT INTO outbox_jobs
-    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority)
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
-    COALESCE(available_at, clock.now_ms), clock.now_ms
+    COALESCE(available_at, clock.now_ms), clock.now_ms, priority
 FROM outbox_messages,
     (SELECT {now_ms} AS now_ms) AS clock
 WHERE id IN :ids AND state = 'pending'

@@ -2,9 +2,10 @@
 -- A job straight into the queue; available after :delay_ms by the database's clock,
 -- read once so available_at - created_at is exactly the delay.
 INSERT INTO outbox_jobs
-    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority)
 SELECT :message_id, :queue, :job_name, :payload, 0, :max_attempts,
-    clock.now_ms + :delay_ms, clock.now_ms
+    clock.now_ms + :delay_ms, clock.now_ms, :priority
 FROM (SELECT {now_ms} AS now_ms) AS clock
 RETURNING message_id;
 
@@ -13,16 +14,18 @@ RETURNING message_id;
 WITH ins AS (
     INSERT INTO outbox_jobs
         (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
-         created_at)
+         created_at, priority)
     SELECT :message_id, :queue, :job_name, :payload, 0, :max_attempts,
-        clock.now_ms + :delay_ms, clock.now_ms
+        clock.now_ms + :delay_ms, clock.now_ms, :priority
     FROM (SELECT {now_ms} AS now_ms) AS clock
     RETURNING message_id
 )
 SELECT message_id, pg_notify('outbox_jobs', '') FROM ins;
 
 -- name: job_claim
--- Up to :limit due, unheld jobs of one queue, oldest due first, in one statement.
+-- Up to :limit due, unheld jobs of one queue, most urgent priority first, then oldest
+-- due first, in one statement; none while the queue is paused (the NOT EXISTS is
+-- uncorrelated: one primary-key probe per statement, a one-time filter).
 -- SKIP LOCKED lets concurrent workers take disjoint batches; the clock is read once
 -- (an InitPlan), so the comparison is an index condition on outbox_jobs_claim.
 -- The picked ids are matched as an array (another InitPlan) so the UPDATE finds them by
@@ -34,7 +37,8 @@ WITH clock AS (SELECT {now_ms} AS ms, set_config('synchronous_commit', 'off', tr
 picked AS (
     SELECT id FROM outbox_jobs
     WHERE queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT ms FROM clock)
-    ORDER BY available_at, id
+      AND NOT EXISTS (SELECT 1 FROM outbox_paused_queues p WHERE p.queue = :queue)
+    ORDER BY priority, available_at, id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 )
@@ -44,14 +48,16 @@ SET reserved_by = :worker, reserved_at = clock.ms, lease_expires_at = clock.ms +
 FROM clock
 WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts, j.max_attempts,
-          j.created_at, j.available_at;
+          j.created_at, j.available_at, j.priority;
 
 -- name: job_ack
--- Delete finished jobs, each only while this worker still holds that attempt. The last
+-- Delete finished jobs, each only while this worker still holds that attempt and no
+-- operator cancelled it (then the worker records the cancellation instead). The last
 -- condition, evaluated once, commits this transaction asynchronously (queue_worker_session).
 DELETE FROM outbox_jobs j
 USING unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[])) AS f(id, attempts)
 WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker
+  AND j.cancel_requested_at IS NULL
   AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
 RETURNING j.id;
 
@@ -79,10 +85,10 @@ WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker;
 -- Second half, in the same transaction: the dead letter keeps class, message and trace.
 INSERT INTO outbox_failed_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, exception_class,
-     exception_message, exception_trace, failed_at)
+     exception_message, exception_trace, priority, failed_at)
 VALUES
     (:message_id, :queue, :job_name, :payload, :attempts, :max_attempts, :exception_class,
-     :exception_message, :exception_trace,
+     :exception_message, :exception_trace, :priority,
      {now_ms});
 
 -- name: job_reap_scan
@@ -114,6 +120,7 @@ WITH acked AS (
     DELETE FROM outbox_jobs j
     USING unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[])) AS f(id, attempts)
     WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker
+      AND j.cancel_requested_at IS NULL
       AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
     RETURNING j.id
 ),
@@ -121,7 +128,8 @@ clock AS (SELECT {now_ms} AS ms, set_config('synchronous_commit', 'off', true) A
 picked AS (
     SELECT id FROM outbox_jobs
     WHERE queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT ms FROM clock)
-    ORDER BY available_at, id
+      AND NOT EXISTS (SELECT 1 FROM outbox_paused_queues p WHERE p.queue = :queue)
+    ORDER BY priority, available_at, id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 ),
@@ -132,10 +140,23 @@ claimed AS (
     FROM clock
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts,
-              j.max_attempts, j.created_at, j.available_at
+              j.max_attempts, j.created_at, j.available_at, j.priority
 )
 SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
-       available_at
+       available_at, priority
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM acked;
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM acked;
+
+-- name: job_cancel_requested
+-- Which of the jobs this worker holds an operator has cancelled (read with heartbeats).
+SELECT id FROM outbox_jobs
+WHERE id = ANY (CAST(:ids AS bigint[])) AND reserved_by = :worker
+  AND cancel_requested_at IS NOT NULL;
+
+-- name: queue_pause
+-- Pause a queue (idempotent): the claim takes nothing from a queue listed here. Also
+-- wakes idle workers at commit, so that a resume takes effect at once (see queue_resume).
+INSERT INTO outbox_paused_queues (queue, paused_at)
+VALUES (:queue, {now_ms})
+ON CONFLICT (queue) DO NOTHING;

@@ -1,7 +1,7 @@
 -- name: queue_admin_jobs
 -- The queue's jobs, oldest first: ids, names, times, the last error's class. No payloads.
 SELECT message_id, queue, job_name, attempts, max_attempts, available_at, reserved_by,
-       lease_expires_at, created_at, last_error
+       lease_expires_at, created_at, last_error, priority
 FROM outbox_jobs
 WHERE (CAST(:queue AS varchar) IS NULL OR queue = :queue)
 ORDER BY id
@@ -10,8 +10,9 @@ LIMIT :limit;
 -- name: queue_admin_requeue
 -- Dead letters back into the queue, due now, attempts reset to 0.
 INSERT INTO outbox_jobs
-    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
-SELECT message_id, queue, job_name, payload, 0, max_attempts, {now_ms}, {now_ms}
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority)
+SELECT message_id, queue, job_name, payload, 0, max_attempts, {now_ms}, {now_ms}, priority
 FROM outbox_failed_jobs
 WHERE message_id = ANY(:ids);
 

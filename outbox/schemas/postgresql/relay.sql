@@ -11,7 +11,8 @@
 -- A queue row that already holds a claimed message_id is a double handoff: the unique
 -- index fails the statement on purpose.
 WITH claimed AS MATERIALIZED (
-    SELECT ctid AS row_ctid, id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at
+    SELECT ctid AS row_ctid, id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
+        priority
     FROM outbox_messages
     WHERE state = 'pending'
     ORDER BY id
@@ -28,9 +29,14 @@ WITH claimed AS MATERIALIZED (
             WHEN c.max_attempts NOT BETWEEN 1 AND {max_attempts_limit} THEN 'invalid_max_attempts'
             WHEN c.available_at < 0 THEN 'invalid_available_at'
             WHEN octet_length(c.payload) > {max_payload_bytes} THEN 'payload_too_large'
-            WHEN c.fingerprint IS NULL OR encode(sha256(convert_to(concat_ws(E'\n',
-                    '{fingerprint_version}', c.job_name, c.queue, coalesce(c.max_attempts::text, ''),
-                    coalesce(c.available_at::text, ''), c.payload), 'UTF8')), 'hex')
+            WHEN c.fingerprint IS NULL OR encode(sha256(convert_to(CASE WHEN c.priority = 0
+                THEN concat_ws(E'\n', '{fingerprint_version_default_priority}', c.job_name, c.queue,
+                    coalesce(c.max_attempts::text, ''), coalesce(c.available_at::text, ''),
+                    c.payload)
+                ELSE concat_ws(E'\n', '{fingerprint_version}', c.job_name, c.queue,
+                    coalesce(c.max_attempts::text, ''), coalesce(c.available_at::text, ''),
+                    c.priority::text, c.payload)
+                END, 'UTF8')), 'hex')
                 <> c.fingerprint THEN 'fingerprint_mismatch'
         END AS reason
     FROM claimed c
@@ -39,9 +45,9 @@ WITH claimed AS MATERIALIZED (
 ), ins AS (
     INSERT INTO outbox_jobs
         (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
-         created_at)
+         created_at, priority)
     SELECT k.message_id, k.queue, k.job_name, k.payload, 0, k.max_attempts,
-        coalesce(k.available_at, clock.now_ms), clock.now_ms
+        coalesce(k.available_at, clock.now_ms), clock.now_ms, k.priority
     FROM checked k, clock
     WHERE k.reason IS NULL
     ORDER BY k.id
@@ -74,7 +80,8 @@ SELECT
 -- name: relay_claim_rows
 -- The Python verifier's claim: the oldest pending rows, locked, with every column the
 -- fingerprint covers.
-SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at
+SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
+    priority
 FROM outbox_messages
 WHERE state = 'pending'
 ORDER BY id
@@ -84,9 +91,10 @@ FOR UPDATE SKIP LOCKED;
 -- name: relay_insert_jobs
 -- The verified rows of a batch into the queue, in id order, in one statement.
 INSERT INTO outbox_jobs
-    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority)
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
-    coalesce(available_at, clock.now_ms), clock.now_ms
+    coalesce(available_at, clock.now_ms), clock.now_ms, priority
 FROM outbox_messages,
     (SELECT {now_ms} AS now_ms) AS clock
 WHERE id = ANY(:ids) AND state = 'pending'

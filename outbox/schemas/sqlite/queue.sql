@@ -1,16 +1,18 @@
 -- name: queue_push
 -- A job straight into the queue; available after :delay_ms by the database's clock.
 INSERT INTO outbox_jobs
-    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority)
 VALUES
     (:message_id, :queue, :job_name, :payload, 0, :max_attempts,
      {now_ms} + :delay_ms,
-     {now_ms})
+     {now_ms}, :priority)
 RETURNING message_id;
 
 -- name: job_claim
--- Up to :limit due, unheld jobs of one queue, oldest due first, in one statement run
--- inside BEGIN IMMEDIATE (SQLite has one writer; 'now' is fixed for the statement).
+-- Up to :limit due, unheld jobs of one queue, most urgent priority first, then oldest
+-- due first, in one statement run inside BEGIN IMMEDIATE (SQLite has one writer; 'now'
+-- is fixed for the statement); none while the queue is paused.
 UPDATE outbox_jobs
 SET reserved_by = :worker,
     reserved_at = {now_ms},
@@ -20,18 +22,20 @@ WHERE id IN (
     SELECT id FROM outbox_jobs
     WHERE queue = :queue AND reserved_by IS NULL
       AND available_at <= {now_ms}
-    ORDER BY available_at, id
+      AND NOT EXISTS (SELECT 1 FROM outbox_paused_queues p WHERE p.queue = :queue)
+    ORDER BY priority, available_at, id
     LIMIT :limit
 )
 RETURNING id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
-          available_at;
+          available_at, priority;
 
 -- name: job_ack
--- Delete finished jobs, each only while this worker still holds that attempt.
+-- Delete finished jobs, each only while this worker still holds that attempt and no
+-- operator cancelled it (then the worker records the cancellation instead).
 -- :pairs is a JSON array of [id, attempts].
 DELETE FROM outbox_jobs
 WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:pairs))
-  AND reserved_by = :worker
+  AND reserved_by = :worker AND cancel_requested_at IS NULL
   AND (id, attempts) IN (
       SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:pairs))
 RETURNING id;
@@ -64,10 +68,10 @@ WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:pairs))
 -- Second half, in the same transaction: the dead letter keeps class, message and trace.
 INSERT INTO outbox_failed_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, exception_class,
-     exception_message, exception_trace, failed_at)
+     exception_message, exception_trace, priority, failed_at)
 VALUES
     (:message_id, :queue, :job_name, :payload, :attempts, :max_attempts, :exception_class,
-     :exception_message, :exception_trace,
+     :exception_message, :exception_trace, :priority,
      {now_ms});
 
 -- name: job_reap_scan
@@ -84,3 +88,15 @@ LIMIT :limit;
 -- lost in a server crash only makes a job run again or come back through the reaper
 -- (at least once holds); no producer's commit depends on it.
 PRAGMA synchronous = NORMAL;
+
+-- name: job_cancel_requested
+-- Which of the jobs this worker holds an operator has cancelled (read with heartbeats).
+SELECT id FROM outbox_jobs
+WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:pairs))
+  AND reserved_by = :worker AND cancel_requested_at IS NOT NULL;
+
+-- name: queue_pause
+-- Pause a queue (idempotent): the claim takes nothing from a queue listed here.
+INSERT INTO outbox_paused_queues (queue, paused_at)
+VALUES (:queue, {now_ms})
+ON CONFLICT (queue) DO NOTHING;

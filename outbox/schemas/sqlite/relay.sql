@@ -19,9 +19,13 @@ SELECT id, message_id,
             OR available_at < 0 THEN 'invalid_available_at'
         WHEN length(CAST(payload AS BLOB)) > {max_payload_bytes} THEN 'payload_too_large'
         WHEN typeof(fingerprint) <> 'text' OR outbox_sha256(
-                '{fingerprint_version}' || char(10) || job_name || char(10) || queue || char(10)
+                CASE WHEN priority = 0 THEN '{fingerprint_version_default_priority}'
+                    ELSE '{fingerprint_version}' END
+                || char(10) || job_name || char(10) || queue || char(10)
                 || coalesce(CAST(max_attempts AS TEXT), '') || char(10)
-                || coalesce(CAST(available_at AS TEXT), '') || char(10) || payload)
+                || coalesce(CAST(available_at AS TEXT), '') || char(10)
+                || CASE WHEN priority = 0 THEN '' ELSE CAST(priority AS TEXT) || char(10) END
+                || payload)
             <> fingerprint THEN 'fingerprint_mismatch'
     END AS reason
 FROM outbox_messages INDEXED BY outbox_messages_pending
@@ -32,7 +36,8 @@ LIMIT :batch_size;
 -- name: relay_claim_rows
 -- The Python verifier's claim: the oldest pending rows with every column the
 -- fingerprint covers.
-SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at
+SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
+    priority
 FROM outbox_messages INDEXED BY outbox_messages_pending
 WHERE state = 'pending'
 ORDER BY id
@@ -41,9 +46,10 @@ LIMIT :batch_size;
 -- name: relay_insert_jobs
 -- The verified rows of a batch into the queue, in id order, in one statement.
 INSERT INTO outbox_jobs
-    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at)
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority)
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
-    coalesce(available_at, clock.now_ms), clock.now_ms
+    coalesce(available_at, clock.now_ms), clock.now_ms, priority
 FROM outbox_messages,
     (SELECT {now_ms} AS now_ms) AS clock
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
