@@ -28,6 +28,10 @@ from outbox.db.rows import (
     JobFence,
     JobRelease,
     JobReleaseUnspent,
+    LimitAdmit,
+    LimitAsk,
+    LimitSlot,
+    LimitVerdict,
 )
 from outbox.errors import DatabaseError
 from outbox.queue.backoff import DEFAULT_BACKOFF
@@ -124,6 +128,30 @@ class Settler:
             self.stats.released += self._driver().job_release_unspent(unspent)
         except DatabaseError as exc:
             self._trouble("release", exc)
+
+    def admit(self, asks: list[LimitAsk], room: int) -> list[LimitVerdict] | None:
+        """Admit limited jobs (``outbox.queue.gate``); None if the database failed,
+        the jobs then still held."""
+        try:
+            return self._driver().limit_admit(LimitAdmit(self.worker_id, self.lease_ms, room, asks))
+        except DatabaseError as exc:
+            self._trouble("admit", exc)
+            return None
+
+    def free_slots(self, slots: list[LimitSlot]) -> None:
+        """Settled jobs' slots; one lost here expires with its lease."""
+        try:
+            self._driver().limit_release(self.worker_id, slots)
+        except DatabaseError as exc:
+            self._trouble("limit release", exc)
+
+    def renew_slots(self, slots: list[LimitSlot]) -> None:
+        if not slots:
+            return
+        try:
+            self._driver().limit_heartbeat(self.worker_id, slots, self.lease_ms)
+        except DatabaseError as exc:
+            self._trouble("heartbeat", exc)
 
     def release_unknown(self, jobs: Sequence[ClaimedJob]) -> None:
         """No handler here: back to the queue, attempt refunded, loudly (never lost)."""

@@ -26,6 +26,10 @@ back without spending an attempt, and waits up to ``grace`` seconds for running 
 calling it again changes nothing. ``stop_now()`` (a second signal) returns at once;
 leases of jobs still running then expire and the reaper returns them to the queue.
 
+Global limits: jobs whose name has ``concurrency``/``rate`` limits, or whose queue has
+a ``queue_limits`` cap, pass ``outbox.queue.gate`` between claim and dispatch (see there);
+other jobs never touch it, and a registry without limits skips it altogether.
+
 Stepping: ``run_once()`` claims, dispatches and settles one round and returns, so an
 application's or a test's code decides when the next round happens; ``close()`` then
 ends the handler threads. ``clock`` (monotonic seconds) is injected for the schedule of
@@ -52,6 +56,7 @@ from outbox.db.listen import Listener
 from outbox.db.rows import ClaimedJob
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
 from outbox.queue.execute import AsyncPool, JobTimeout, Kind, Outcome, Runner, SyncPool, failure_of
+from outbox.queue.gate import Gate
 from outbox.queue.prefetch import Prefetch
 from outbox.queue.registry import Registry
 from outbox.queue.settle import UNKNOWN_JOB, Settler
@@ -105,6 +110,9 @@ class Worker:
         self._dry: dict[str, float] = {}
         self._stop_deadline: float | None = None
         self._log = log.bind(worker=self.worker_id)
+        self._gate = Gate(registry, self.config.queue_limits)
+        self._gate_full: set[str] = set()  # limited jobs handed back: no free thread
+        self._limit_due: dict[str, float] = {}  # when a job over a limit is due again
         self._db = Settler(
             database,
             registry,
@@ -187,7 +195,7 @@ class Worker:
         while self._held and time.monotonic() < deadline:
             self._check_timeouts(self._clock())
             if time.monotonic() >= next_beat:
-                self._db.heartbeat([*self._held.values(), *self._to_ack])
+                self._heartbeat()
                 next_beat = time.monotonic() + self.config.lease / 3
             self._wait_for_outcome(min(deadline - time.monotonic(), 0.1))
             self._collect()
@@ -239,7 +247,7 @@ class Worker:
                 self._db.reap()
                 next_reap = now + reap_every
             if now >= next_beat:
-                self._db.heartbeat([*self._held.values(), *self._to_ack])
+                self._heartbeat()
                 metrics.worker_tick(len(self._held) + len(self._to_ack))
                 next_beat = now + cfg.lease / 3
             self._check_timeouts(now)
@@ -265,9 +273,13 @@ class Worker:
                     break
                 jobs = self._claim(queue, limit)
                 claimed += len(jobs)
+                got = len(jobs)
+                if self._gate.active:
+                    jobs = self._through_gate(queue, jobs)
                 self._dispatch(jobs, self._sync_pools[queue])
-                if len(jobs) < limit:
-                    self._dry[queue] = now + self.config.sleep
+                if got < limit:
+                    due = self._limit_due.pop(queue, now + self.config.sleep)
+                    self._dry[queue] = min(now + self.config.sleep, due)
                     break
         (self.idle.set if not claimed and not self._held else self.idle.clear)()
         return claimed
@@ -280,6 +292,7 @@ class Worker:
         return (
             free >= max(1, prefetch // 2)
             and self._dry.get(queue, 0) <= now
+            and queue not in self._gate_full
             and not self._stalled(queue)
         )
 
@@ -299,6 +312,54 @@ class Worker:
             self._held[job.id] = job
         self._held_per_queue[queue] += len(jobs)
         return jobs
+
+    def _through_gate(self, queue: str, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
+        """Limited jobs start only if admitted (``outbox.queue.gate``), and at most as
+        many as this queue has free threads; the others are back in the queue."""
+        gate = self._gate
+        limited = [j for j in jobs if gate.applies(j)]
+        if not limited:
+            return jobs
+        rest = [j for j in jobs if not gate.applies(j)]
+        asks, bad = gate.asks(limited)
+        for kf in bad:
+            self._forget(kf.job)
+            self._db.fail(kf.job, kf.failure, permanent=True)
+        free = self._caps[queue] - (self._held_per_queue[queue] - len(jobs) + len(bad))
+        verdicts = self._db.admit(asks, max(free, 0)) if asks else []
+        if verdicts is None:
+            self._release_unspent([a.job for a in asks])
+            return rest
+        by_id = {a.job.id: a for a in asks}
+        admitted = []
+        now = self._clock()
+        for v in verdicts:
+            if v.admitted:
+                gate.hold(by_id[v.job.id])
+                admitted.append(v.job)
+                continue
+            self._forget(v.job)
+            self.stats.claimed -= 1
+            self.stats.deferred += 1
+            if v.wait_ms:
+                due = now + v.wait_ms / 1000
+                self._limit_due[queue] = min(self._limit_due.get(queue, due), due)
+            else:
+                self._gate_full.add(queue)
+        return admitted + rest
+
+    def _free_slots(self) -> None:
+        """Free the slots of jobs that settled; a job waiting on one may now be ours."""
+        slots = self._gate.take_to_free()
+        if slots:
+            self._db.free_slots(slots)
+            for s in slots:
+                self._dry.pop(s.job.queue, None)
+
+    def _heartbeat(self) -> None:
+        self._db.heartbeat([*self._held.values(), *self._to_ack])
+        if self._gate.slots:
+            self._db.renew_slots(self._gate.held())
 
     def _dispatch(self, jobs: list[ClaimedJob], pool: SyncPool) -> None:
         async_pool = self._async_pool
@@ -384,6 +445,7 @@ class Worker:
             except Empty:
                 break
             self._handle(item)
+        self._free_slots()
         if self._to_ack and (
             not self._claim_coming() or self._clock() - self._ack_since >= ACK_DELAY_S
         ):
@@ -396,6 +458,7 @@ class Worker:
         outcome: Outcome = item
         metrics.job_finished(outcome, self.registry)
         job = outcome.job
+        self._gate_full.discard(job.queue)
         if outcome.ran_s is not None:
             self._prefetch[job.queue].observe(outcome.ran_s)
         self._started.pop(job.id, None)
@@ -420,6 +483,8 @@ class Worker:
     def _forget(self, job: ClaimedJob) -> None:
         if self._held.pop(job.id, None) is not None:
             self._held_per_queue[job.queue] -= 1
+        if self._gate.slots:
+            self._gate.settled(job)
 
     # -- acknowledgements, failures, releases -------------------------------------
 
@@ -499,6 +564,7 @@ class Worker:
     def _stop_step(self, now: float) -> bool:
         """One step of a graceful stop; True once nothing is left running."""
         self._flush_acks()
+        self._free_slots()
         if not self._held:
             return True
         if self._stop_deadline is not None and now >= self._stop_deadline:
@@ -521,6 +587,7 @@ class Worker:
         self._started_pools = False
         self._stopping.set()
         self._flush_acks()
+        self._free_slots()
         if self._stop_requests >= 2 or not self.stats.graceful:
             self.stats.graceful = False
             if self._async_pool is not None:

@@ -1,0 +1,10 @@
+-- name: limit_lock
+-- Every transaction here began with BEGIN IMMEDIATE: SQLite's one writer lock already
+-- serialises admissions; this only says whether the key's row exists yet.
+SELECT limit_key FROM outbox_limits WHERE limit_key = :key;
+
+-- name: limit_key_add
+INSERT OR IGNORE INTO outbox_limits (limit_key, created_at) VALUES (:key, :now);
+
+-- name: limit_wait_add
+INSERT OR IGNORE INTO outbox_limit_waits (limit_key, job_id) VALUES (:key, :job_id);
