@@ -73,6 +73,7 @@ class _Admission:
         self.c = c
         self.p = p
         self.now = 0
+        self.deferred: dict[str, int] = {}  # per rate key: asks deferred so far
 
     def run(self) -> list[LimitVerdict]:
         c, p = self.c, self.p
@@ -91,6 +92,9 @@ class _Admission:
             waits = {s.key: self._wait_ms(s) for s in ask.scopes}
             wait = max(waits.values(), default=0)
             if wait:
+                for s in ask.scopes:
+                    if s.rate is not None:
+                        self.deferred[s.key] = self.deferred.get(s.key, 0) + 1
                 self._defer(ask, wait, [k for k, w in waits.items() if w and _slots(scopes[k])])
                 verdicts.append(LimitVerdict(ask.job, False, wait))
             else:
@@ -116,9 +120,13 @@ class _Admission:
             window = {"key": s.key, "since": self.now - s.window_ms}
             started = int(self.c.execute("limit_start_count", window)[0][0])
             if started >= s.rate:
-                skip = {**window, "skip": started - s.rate}
-                (oldest,) = self.c.execute("limit_start_nth", skip)[0]
-                return max(int(oldest) + s.window_ms - self.now, 1)
+                # The k-th ask deferred in this batch is due when the k-th start from
+                # the one that makes room leaves the window: they come back one by one.
+                skip = started - s.rate + self.deferred.get(s.key, 0)
+                if skip >= started:
+                    return s.window_ms
+                (nth,) = self.c.execute("limit_start_nth", {**window, "skip": skip})[0]
+                return max(int(nth) + s.window_ms - self.now, 1)
         return 0
 
     def _take(self, ask: LimitAsk) -> None:

@@ -63,6 +63,8 @@ class WorkerConfig:
         for q, n in self.queue_limits.items():
             if not NAME_PATTERN.fullmatch(q):
                 raise ConfigurationError(f"queue name {q!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
+            if q not in self.queues:
+                raise ConfigurationError(f"queue_limits: {q!r} is not one of the worker's queues")
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ConfigurationError(
                     f"queue {q!r}: the global limit must be a whole number >= 1"

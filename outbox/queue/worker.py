@@ -38,6 +38,7 @@ heartbeats, reaps, timeouts and limits.
 
 from __future__ import annotations
 
+import heapq
 import signal
 import threading
 import time
@@ -112,7 +113,8 @@ class Worker:
         self._log = log.bind(worker=self.worker_id)
         self._gate = Gate(registry, self.config.queue_limits)
         self._gate_full: set[str] = set()  # limited jobs handed back: no free thread
-        self._limit_due: dict[str, float] = {}  # when a job over a limit is due again
+        # per queue, when the jobs sent back over a limit are due again (heaps)
+        self._limit_due: dict[str, list[float]] = {}
         self._db = Settler(
             database,
             registry,
@@ -278,8 +280,7 @@ class Worker:
                     jobs = self._through_gate(queue, jobs)
                 self._dispatch(jobs, self._sync_pools[queue])
                 if got < limit:
-                    due = self._limit_due.pop(queue, now + self.config.sleep)
-                    self._dry[queue] = min(now + self.config.sleep, due)
+                    self._dry[queue] = min(now + self.config.sleep, self._next_due(queue, now))
                     break
         (self.idle.set if not claimed and not self._held else self.idle.clear)()
         return claimed
@@ -326,13 +327,13 @@ class Worker:
             self._forget(kf.job)
             self._db.fail(kf.job, kf.failure, permanent=True)
         free = self._caps[queue] - (self._held_per_queue[queue] - len(jobs) + len(bad))
+        now = self._clock()  # before: a wait counts from the database's reading
         verdicts = self._db.admit(asks, max(free, 0)) if asks else []
         if verdicts is None:
             self._release_unspent([a.job for a in asks])
             return rest
         by_id = {a.job.id: a for a in asks}
         admitted = []
-        now = self._clock()
         for v in verdicts:
             if v.admitted:
                 gate.hold(by_id[v.job.id])
@@ -342,11 +343,17 @@ class Worker:
             self.stats.claimed -= 1
             self.stats.deferred += 1
             if v.wait_ms:
-                due = now + v.wait_ms / 1000
-                self._limit_due[queue] = min(self._limit_due.get(queue, due), due)
+                heapq.heappush(self._limit_due.setdefault(queue, []), now + v.wait_ms / 1000)
             else:
                 self._gate_full.add(queue)
         return admitted + rest
+
+    def _next_due(self, queue: str, now: float) -> float:
+        """When the next job this worker sent back over a limit is due (else never)."""
+        due = self._limit_due.get(queue)
+        while due and due[0] <= now:
+            heapq.heappop(due)
+        return due[0] if due else float("inf")
 
     def _free_slots(self) -> None:
         """Free the slots of jobs that settled; a job waiting on one may now be ours."""

@@ -21,7 +21,12 @@ def _claim(conn: Connection, n: int, worker: str = W1) -> list[ClaimedJob]:
 
 
 def _admit(
-    conn: Connection, jobs: list[ClaimedJob], scope: LimitScope, *, room: int = 100, holder: str = W1
+    conn: Connection,
+    jobs: list[ClaimedJob],
+    scope: LimitScope,
+    *,
+    room: int = 100,
+    holder: str = W1,
 ) -> list[Any]:
     asks = [LimitAsk(j, (scope,)) for j in jobs]
     return conn.driver.limit_admit(LimitAdmit(holder, LEASE_MS, room, asks))
