@@ -27,8 +27,9 @@ SCENARIOS = (
     "memory",
     "backends",
     "dashboard",
+    "limits",
 )
-ANY_BACKEND = ("record", "relay", "worker")
+ANY_BACKEND = ("record", "relay", "worker", "limits")
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

@@ -27,10 +27,11 @@ class LimitOps:
     conn: Connection
 
     def limit_admit(self, p: LimitAdmit) -> list[LimitVerdict]:
-        """Admit ``p.asks`` in order while within every limit and ``p.room``: an
+        """Admit ``p.asks`` in order while within every limit, at most ``p.room``: an
         admitted job holds a slot (concurrency) and counts a start (rate). Each other
         ask goes back to the queue unspent: over a limit, due when room is expected
-        (and registered to be woken when a slot frees); past ``p.room``, at once."""
+        (registered to be woken when a slot frees, or holding a reserved start); within
+        its limits but past ``p.room``, at once."""
         if not p.asks:
             return []
         return self.conn.transact(lambda c: _Admission(c, p).run(), operation="limit admit")
@@ -67,41 +68,52 @@ class LimitOps:
 
 
 class _Admission:
-    """One admission transaction over a batch of asks."""
+    """One admission transaction over a batch of asks.
+
+    Concurrency first: a job over a concurrency limit waits for a slot (registered to be
+    woken). Then rate: a job starts now if fewer than ``rate`` starts (past or reserved)
+    lie within one window of now; otherwise it reserves the first start that keeps
+    every window within the limit and waits in the queue until then. Reservations are
+    starts like the others, so the jobs deferred by every worker come back one by one,
+    each at its own moment, instead of all at once when the window frees. A job within
+    its limits but past ``room`` goes back at once, keeping its place (and reservation).
+    """
 
     def __init__(self, c: Connection, p: LimitAdmit) -> None:
         self.c = c
         self.p = p
         self.now = 0
-        self.deferred: dict[str, int] = {}  # per rate key: asks deferred so far
+        self.admitted = 0
+        self.reserved: set[tuple[str, int]] = set()  # valid reservations met
 
     def run(self) -> list[LimitVerdict]:
-        c, p = self.c, self.p
-        self.now = _now(c)
-        scopes = {s.key: s for ask in p.asks for s in ask.scopes}
-        _lock(c, scopes, self.now)
+        self.now = _now(self.c)
+        scopes = {s.key: s for ask in self.p.asks for s in ask.scopes}
+        _lock(self.c, scopes, self.now)
         for scope in scopes.values():
             self._tidy(scope)
-        verdicts: list[LimitVerdict] = []
-        admitted = 0
-        for ask in p.asks:
-            if admitted >= p.room:
-                c.execute_count("limit_job_return", self._job(ask.job))
-                verdicts.append(LimitVerdict(ask.job, False, 0))
-                continue
-            waits = {s.key: self._wait_ms(s) for s in ask.scopes}
-            wait = max(waits.values(), default=0)
-            if wait:
-                for s in ask.scopes:
-                    if s.rate is not None:
-                        self.deferred[s.key] = self.deferred.get(s.key, 0) + 1
-                self._defer(ask, wait, [k for k, w in waits.items() if w and _slots(scopes[k])])
-                verdicts.append(LimitVerdict(ask.job, False, wait))
-            else:
-                self._take(ask)
-                admitted += 1
-                verdicts.append(LimitVerdict(ask.job, True))
-        return verdicts
+        return [self._decide(ask) for ask in self.p.asks]
+
+    def _decide(self, ask: LimitAsk) -> LimitVerdict:
+        job = ask.job
+        full = {s.key: w for s in ask.scopes if _slots(s) and (w := self._slot_wait_ms(s))}
+        if full:
+            for key in full:
+                self.c.execute_count("limit_wait_add", {"key": key, "job_id": job.id})
+            return self._defer(job, max(full.values()))
+        starts = {s.key: self._start_at(s, job) for s in ask.scopes if s.rate is not None}
+        later = max(starts.values(), default=self.now) - self.now
+        if later > 0:
+            for key, at in starts.items():
+                if (key, job.id) not in self.reserved:
+                    self._take_start(key, at, job.id)
+            return self._defer(job, later)
+        if self.admitted >= self.p.room:
+            self.c.execute_count("limit_job_return", self._job(job))
+            return LimitVerdict(job, False, 0)
+        self._take(ask)
+        self.admitted += 1
+        return LimitVerdict(job, True)
 
     def _tidy(self, s: LimitScope) -> None:
         key = {"key": s.key, "now": self.now}
@@ -110,24 +122,29 @@ class _Admission:
         if s.rate is not None:
             self.c.execute_count("limit_start_prune", {**key, "since": self.now - s.window_ms})
 
-    def _wait_ms(self, s: LimitScope) -> int:
-        """0 when ``s`` has room now, else how long until it is expected to."""
-        if s.concurrency is not None:
-            ((live, first_expiry),) = self.c.execute("limit_slot_count", {"key": s.key})
-            if int(live) >= s.concurrency:
-                return max(int(first_expiry) - self.now, 1)
-        if s.rate is not None:
-            window = {"key": s.key, "since": self.now - s.window_ms}
-            started = int(self.c.execute("limit_start_count", window)[0][0])
-            if started >= s.rate:
-                # The k-th ask deferred in this batch is due when the k-th start from
-                # the one that makes room leaves the window: they come back one by one.
-                skip = started - s.rate + self.deferred.get(s.key, 0)
-                if skip >= started:
-                    return s.window_ms
-                (nth,) = self.c.execute("limit_start_nth", {**window, "skip": skip})[0]
-                return max(int(nth) + s.window_ms - self.now, 1)
-        return 0
+    def _slot_wait_ms(self, s: LimitScope) -> int:
+        """0 when ``s`` has a free slot, else when its first slot's lease runs out."""
+        assert s.concurrency is not None
+        ((live, first_expiry),) = self.c.execute("limit_slot_count", {"key": s.key})
+        if int(live) < s.concurrency:
+            return 0
+        return max(int(first_expiry) - self.now, 1)
+
+    def _start_at(self, s: LimitScope, job: ClaimedJob) -> int:
+        """When ``job`` may start under rate scope ``s``: its reservation, if it has a
+        valid one, else the first moment from now that keeps every window within the
+        limit (now, when fewer than ``rate`` starts lie within one window of it)."""
+        assert s.rate is not None
+        mine = {"key": s.key, "job_id": job.id}
+        rows = self.c.execute("limit_start_reserved", mine)
+        if rows:
+            at = int(rows[0][0])
+            if at >= self.now - s.grace_ms:
+                self.reserved.add((s.key, job.id))
+                return at
+            self.c.execute_count("limit_start_forget", mine)  # missed: a new one
+        rows = self.c.execute("limit_start_nth_latest", {"key": s.key, "skip": s.rate - 1})
+        return max(self.now, int(rows[0][0]) + s.window_ms) if rows else self.now
 
     def _take(self, ask: LimitAsk) -> None:
         job = ask.job
@@ -146,16 +163,22 @@ class _Admission:
                 },
             )
         for s in ask.scopes:
-            if s.rate is not None:
-                self.c.execute_count("limit_start_take", {"key": s.key, "now": self.now})
+            if s.rate is None:
+                continue
+            if (s.key, job.id) in self.reserved:
+                self.c.execute_count("limit_start_consume", {"key": s.key, "job_id": job.id})
+            else:
+                self._take_start(s.key, self.now, None)
         if slot_keys:
             self.c.execute_count("limit_wait_drop_job", {"job_id": job.id})
 
-    def _defer(self, ask: LimitAsk, wait_ms: int, slot_keys: list[str]) -> None:
-        """Back to the queue until ``wait_ms`` from now, woken earlier by a freed slot."""
-        for key in slot_keys:
-            self.c.execute_count("limit_wait_add", {"key": key, "job_id": ask.job.id})
-        self.c.execute_count("limit_job_wait", {**self._job(ask.job), "until": self.now + wait_ms})
+    def _take_start(self, key: str, at: int, job_id: int | None) -> None:
+        self.c.execute_count("limit_start_take", {"key": key, "at": at, "job_id": job_id})
+
+    def _defer(self, job: ClaimedJob, wait_ms: int) -> LimitVerdict:
+        """Back to the queue, unspent, due in ``wait_ms`` (a freed slot may wake it sooner)."""
+        self.c.execute_count("limit_job_wait", {**self._job(job), "until": self.now + wait_ms})
+        return LimitVerdict(job, False, wait_ms)
 
     def _job(self, job: ClaimedJob) -> dict[str, Any]:
         return {"id": job.id, "holder": self.p.holder, "attempts": job.attempts}

@@ -127,7 +127,7 @@ class _BadKey(Exception):
 
 def _job_scope(job: ClaimedJob, limits: Limits) -> LimitScope:
     key = "" if limits.key is None else _key_value(job, limits)
-    window = 0
+    window = margin = 0
     if limits.rate is not None:
         margin = min(int(limits.rate.window_ms * WINDOW_MARGIN), WINDOW_MARGIN_CAP_MS)
         window = limits.rate.window_ms + margin
@@ -136,6 +136,7 @@ def _job_scope(job: ClaimedJob, limits: Limits) -> LimitScope:
         concurrency=limits.concurrency,
         rate=None if limits.rate is None else limits.rate.count,
         window_ms=window,
+        grace_ms=margin // 2,
     )
 
 

@@ -69,6 +69,9 @@ log = structlog.get_logger("outbox.worker")
 WAKE = object()
 ACK_DELAY_S = 0.05
 STEP_TIMEOUT_S = 30.0
+# A job sent back over a limit is claimed this long after it is due, so that the
+# database's clock has passed its time too.
+DUE_SLACK_S = 0.005
 
 
 class Worker:
@@ -113,6 +116,7 @@ class Worker:
         self._log = log.bind(worker=self.worker_id)
         self._gate = Gate(registry, self.config.queue_limits)
         self._gate_full: set[str] = set()  # limited jobs handed back: no free thread
+        self._gated: set[str] = set()  # the last claim of these queues met limited jobs
         # per queue, when the jobs sent back over a limit are due again (heaps)
         self._limit_due: dict[str, list[float]] = {}
         self._db = Settler(
@@ -271,6 +275,8 @@ class Worker:
                 prefetch = self._prefetch[queue].value
                 room = cap + prefetch - self._held_per_queue[queue]
                 limit = self._within_max_jobs(min(prefetch, room))
+                if queue in self._gated:  # claim no more limited jobs than can start
+                    limit = min(limit, cap - self._held_per_queue[queue])
                 if limit <= 0:
                     break
                 jobs = self._claim(queue, limit)
@@ -320,7 +326,9 @@ class Worker:
         gate = self._gate
         limited = [j for j in jobs if gate.applies(j)]
         if not limited:
+            self._gated.discard(queue)
             return jobs
+        self._gated.add(queue)
         rest = [j for j in jobs if not gate.applies(j)]
         asks, bad = gate.asks(limited)
         for kf in bad:
@@ -343,7 +351,8 @@ class Worker:
             self.stats.claimed -= 1
             self.stats.deferred += 1
             if v.wait_ms:
-                heapq.heappush(self._limit_due.setdefault(queue, []), now + v.wait_ms / 1000)
+                due = now + v.wait_ms / 1000 + DUE_SLACK_S
+                heapq.heappush(self._limit_due.setdefault(queue, []), due)
             else:
                 self._gate_full.add(queue)
         return admitted + rest

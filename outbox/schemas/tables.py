@@ -201,16 +201,20 @@ limit_slots = Table(
 )
 
 # Each start of a rate-limited job, by the database's clock: the sliding window counts
-# these. Starts older than the window are deleted by the next admission of their key.
+# these. A start in the future is a reservation: ``job_id`` waits in the queue until
+# then and starts on it. Starts older than the window are deleted by the next admission
+# of their key.
 limit_starts = Table(
     "outbox_limit_starts",
     metadata,
     _id(),
     Column("limit_key", String(64), nullable=False),
     Column("started_at", BigInteger, nullable=False),
+    Column("job_id", BigInteger, nullable=True),
     **_OPTIONS,
 )
 Index("outbox_limit_starts_key", limit_starts.c.limit_key, limit_starts.c.started_at)
+Index("outbox_limit_starts_job", limit_starts.c.job_id)
 
 # Jobs waiting for a concurrency slot of a key: the settling of a slot makes the first
 # of them due at once instead of at its fallback time.

@@ -3,10 +3,14 @@ hand the rest back unspent, free and renew slots, wake a waiting job."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-from outbox.db.connection import Connection
+from outbox import Job, Registry
+from outbox.db.connection import Connection, Database
 from outbox.db.rows import ClaimedJob, LimitAdmit, LimitAsk, LimitScope, LimitSlot
+from outbox.queue import JobContext, Worker, WorkerConfig, push
+from outbox.queue.gate import KEY_ERROR
 from tests.fixtures import queue_ops as ops
 from tests.queue_support import count, seed_jobs
 
@@ -97,10 +101,40 @@ def test_rate_admits_n_per_window_and_defers_to_when_the_window_frees(
     jobs = _claim(conn, 5)
     verdicts = _admit(conn, jobs, LimitScope(KEY, rate=3, window_ms=60_000))
     assert [v.admitted for v in verdicts] == [True, True, True, False, False]
-    assert all(50_000 < v.wait_ms <= 60_000 for v in verdicts[3:])
-    assert count(conn, "outbox_limit_starts") == 3
+    assert all(59_000 < v.wait_ms <= 60_000 for v in verdicts[3:])
+    assert count(conn, "outbox_limit_starts", "job_id IS NULL") == 3
+    reserved = conn.execute_sql(
+        "SELECT job_id FROM outbox_limit_starts WHERE job_id IS NOT NULL ORDER BY job_id"
+    )
+    assert [r[0] for r in reserved] == [jobs[3].id, jobs[4].id]  # each its own start
     assert count(conn, "outbox_limit_waits") == 0  # a rate wait ends by the clock alone
     assert [_row(conn, j.id)[:2] for j in jobs[3:]] == [(0, None), (0, None)]
+
+
+def test_a_deferred_job_starts_on_its_reservation_or_gets_a_new_one_if_it_missed_it(
+    conn: Connection,
+) -> None:
+    seed_jobs(conn, 3)
+    first, second, third = _claim(conn, 3)
+    scope = LimitScope(KEY, rate=1, window_ms=60_000, grace_ms=1_000)
+    assert [v.admitted for v in _admit(conn, [first, second, third], scope)] == [
+        True,
+        False,
+        False,
+    ]
+    # An hour later: the first start has left the window; the second job's reservation
+    # is due now, the third's (a minute after it) has been missed by far.
+    conn.execute_sql("UPDATE outbox_limit_starts SET started_at = started_at - 3600000")
+    conn.execute_sql(
+        "UPDATE outbox_limit_starts SET started_at = started_at + 3600000 - 60000 "
+        f"WHERE job_id = {second.id}"
+    )
+    conn.execute_sql("UPDATE outbox_jobs SET available_at = 0")
+    again = _claim(conn, 2)
+    verdicts = _admit(conn, again, scope)
+    assert [(v.job.id, v.admitted) for v in verdicts] == [(second.id, True), (third.id, False)]
+    assert count(conn, "outbox_limit_starts", f"job_id = {second.id}") == 0  # consumed
+    assert 59_000 < verdicts[1].wait_ms <= 60_000  # a new reservation, after the second
 
 
 def test_starts_older_than_the_window_no_longer_count(conn: Connection) -> None:
@@ -138,3 +172,73 @@ def test_a_job_under_two_scopes_needs_room_in_both(conn: Connection) -> None:
     )
     assert not denied.admitted
     assert count(conn, "outbox_limit_waits", f"job_id = {third.id}") == 1
+
+
+# -- the worker's side, in-process -------------------------------------------------------
+
+
+def _worker_run(database: Database, registry: Registry, **kw: Any) -> Any:
+    with Worker(database, registry, WorkerConfig(**kw)) as worker:
+        while worker.run_once():
+            pass
+    return worker.stats
+
+
+def test_a_concurrency_key_that_fails_dead_letters_its_job_and_the_worker_goes_on(
+    database: Database, app_conn: Any, conn: Connection
+) -> None:
+    registry = Registry()
+    ran: list[Any] = []
+
+    @registry.job("k.keyed", concurrency=1, concurrency_key=lambda p: p["account"])
+    def keyed(payload: Any, ctx: JobContext) -> None:
+        ran.append(payload)
+
+    push(app_conn, Job("k.keyed", {"nope": 1}))  # the key raises KeyError
+    push(app_conn, Job("k.keyed", {"account": 1.5}))  # the key is a float
+    push(app_conn, Job("k.keyed", {"account": "a"}))
+    app_conn.commit()
+    stats = _worker_run(database, registry)
+    assert ran == [{"account": "a"}]
+    assert stats.dead == 2
+    rows = conn.execute_sql(
+        "SELECT exception_class, exception_message FROM outbox_failed_jobs ORDER BY id"
+    )
+    assert [r[0] for r in rows] == [KEY_ERROR, KEY_ERROR]
+    assert "concurrency_key of job 'k.keyed' raised KeyError" in rows[0][1]
+    assert "returned a float; it must return a str or an int" in rows[1][1]
+    assert count(conn, "outbox_limit_slots") == 0
+
+
+def test_a_worker_runs_only_as_many_limited_jobs_as_the_limit_allows_and_defers_the_rest(
+    database: Database, app_conn: Any, conn: Connection
+) -> None:
+    registry = Registry()
+    started = threading.Event()
+    release = threading.Event()
+
+    @registry.job("k.one", concurrency=1)
+    def one(payload: Any, ctx: JobContext) -> None:
+        started.set()
+        release.wait(30)
+
+    for i in range(3):
+        push(app_conn, Job("k.one", {"i": i}))
+    app_conn.commit()
+    with Worker(database, registry, WorkerConfig(concurrency=4, prefetch=4)) as worker:
+        assert worker.run_once(timeout=0.2) == 3  # claimed 3, admitted 1
+        assert started.is_set()
+        assert worker.stats.deferred == 2 and worker.stats.claimed == 1
+        waiting = conn.execute_sql(
+            "SELECT attempts FROM outbox_jobs WHERE reserved_by IS NULL ORDER BY id"
+        )
+        assert [r[0] for r in waiting] == [0, 0]  # back unspent
+        assert count(conn, "outbox_limit_waits") == 2
+        release.set()
+        worker.run_once()  # the first settles; its slot wakes the oldest waiter
+        assert count(conn, "outbox_limit_slots") == 0
+        assert count(conn, "outbox_limit_waits") == 1
+        while worker.run_once():
+            pass
+    assert count(conn, "outbox_jobs") == 0
+    assert worker.stats.succeeded == 3

@@ -4,7 +4,8 @@
 -- have limits: the unlimited path never runs any of them. :now is the clock, read once
 -- per transaction. Each reaches its rows by a key prefix: outbox_limit_slots' and
 -- outbox_limit_waits' primary keys (limit_key, job_id), outbox_limit_starts_key
--- (limit_key, started_at), outbox_limit_waits_job (job_id), outbox_jobs' primary key.
+-- (limit_key, started_at), outbox_limit_starts_job and outbox_limit_waits_job (job_id),
+-- outbox_jobs' primary key.
 
 -- name: limit_slot_clear_expired
 -- Slots whose lease ran out (a crashed or stalled worker): free again.
@@ -33,21 +34,32 @@ UPDATE outbox_limit_slots SET expires_at = {now_ms} + :lease_ms
 WHERE limit_key = :key AND job_id = :job_id AND attempts = :attempts AND holder = :holder;
 
 -- name: limit_start_prune
--- Starts older than the window no longer count.
+-- Starts older than the window no longer count (reservations lie in the future).
 DELETE FROM outbox_limit_starts WHERE limit_key = :key AND started_at <= :since;
 
--- name: limit_start_count
-SELECT COUNT(*) FROM outbox_limit_starts WHERE limit_key = :key AND started_at > :since;
-
--- name: limit_start_nth
--- The start whose leaving the window makes room for one more: the window is full.
+-- name: limit_start_nth_latest
+-- The rate-th latest start or reservation of a key (OFFSET rate - 1): a new start fits
+-- one window after it. Walks outbox_limit_starts_key backwards, at most rate entries.
 SELECT started_at FROM outbox_limit_starts
-WHERE limit_key = :key AND started_at > :since
-ORDER BY started_at
+WHERE limit_key = :key
+ORDER BY started_at DESC
 LIMIT 1 OFFSET :skip;
 
+-- name: limit_start_reserved
+-- The start this job reserved under this key when it was deferred, if any.
+SELECT started_at FROM outbox_limit_starts WHERE job_id = :job_id AND limit_key = :key;
+
+-- name: limit_start_consume
+-- The job starts on its reservation: it stays counted, as an ordinary start.
+UPDATE outbox_limit_starts SET job_id = NULL WHERE job_id = :job_id AND limit_key = :key;
+
+-- name: limit_start_forget
+-- A reservation the job missed (it came back late): it gets a new one.
+DELETE FROM outbox_limit_starts WHERE job_id = :job_id AND limit_key = :key;
+
 -- name: limit_start_take
-INSERT INTO outbox_limit_starts (limit_key, started_at) VALUES (:key, :now);
+-- A start now (job_id NULL) or a reservation at :at for :job_id.
+INSERT INTO outbox_limit_starts (limit_key, started_at, job_id) VALUES (:key, :at, :job_id);
 
 -- name: limit_wait_first
 -- The oldest job waiting for a slot of this key.
