@@ -71,12 +71,15 @@ class _Admission:
     """One admission transaction over a batch of asks.
 
     Concurrency first: a job over a concurrency limit waits for a slot (registered to be
-    woken). Then rate: a job starts now if fewer than ``rate`` starts (past or reserved)
-    lie within one window of now; otherwise it reserves the first start that keeps
-    every window within the limit and waits in the queue until then. Reservations are
-    starts like the others, so the jobs deferred by every worker come back one by one,
-    each at its own moment, instead of all at once when the window frees. A job within
-    its limits but past ``room`` goes back at once, keeping its place (and reservation).
+    woken). Then rate: a job starts now if fewer than ``rate`` starts lie within the
+    window before now; the count is of admissions only, by the database's clock, so the
+    limit holds exactly whoever is late. Otherwise it takes a ticket and waits in the
+    queue until the ticket's time: tickets are placed as if they were starts (one window
+    after the rate-th latest start or ticket), so the jobs deferred by every worker come
+    back one by one, each about when the window has room for it, instead of all at once.
+    A ticket is a place in line, not a start: a job that comes back late takes the room
+    there is, and a ticket whose job vanished costs nothing. A job within its limits but
+    past ``room`` goes back at once, keeping its place.
     """
 
     def __init__(self, c: Connection, p: LimitAdmit) -> None:
@@ -84,7 +87,6 @@ class _Admission:
         self.p = p
         self.now = 0
         self.admitted = 0
-        self.reserved: set[tuple[str, int]] = set()  # valid reservations met
 
     def run(self) -> list[LimitVerdict]:
         self.now = _now(self.c)
@@ -101,13 +103,9 @@ class _Admission:
             for key in full:
                 self.c.execute_count("limit_wait_add", {"key": key, "job_id": job.id})
             return self._defer(job, max(full.values()))
-        starts = {s.key: self._start_at(s, job) for s in ask.scopes if s.rate is not None}
-        later = max(starts.values(), default=self.now) - self.now
-        if later > 0:
-            for key, at in starts.items():
-                if (key, job.id) not in self.reserved:
-                    self._take_start(key, at, job.id)
-            return self._defer(job, later)
+        tickets = [self._ticket(s, job) for s in ask.scopes if s.rate is not None and self._full(s)]
+        if tickets:
+            return self._defer(job, max(tickets) - self.now)
         if self.admitted >= self.p.room:
             self.c.execute_count("limit_job_return", self._job(job))
             return LimitVerdict(job, False, 0)
@@ -130,21 +128,26 @@ class _Admission:
             return 0
         return max(int(first_expiry) - self.now, 1)
 
-    def _start_at(self, s: LimitScope, job: ClaimedJob) -> int:
-        """When ``job`` may start under rate scope ``s``: its reservation, if it has a
-        valid one, else the first moment from now that keeps every window within the
-        limit (now, when fewer than ``rate`` starts lie within one window of it)."""
+    def _full(self, s: LimitScope) -> bool:
+        """Have ``rate`` jobs under ``s`` started within the window before now?"""
+        assert s.rate is not None
+        window = {"key": s.key, "since": self.now - s.window_ms}
+        return int(self.c.execute("limit_start_count", window)[0][0]) >= s.rate
+
+    def _ticket(self, s: LimitScope, job: ClaimedJob) -> int:
+        """When ``job`` should try again under the full rate scope ``s``: its ticket's
+        time, or a new ticket's one window after the rate-th latest start or ticket."""
         assert s.rate is not None
         mine = {"key": s.key, "job_id": job.id}
-        rows = self.c.execute("limit_start_reserved", mine)
+        rows = self.c.execute("limit_start_ticket", mine)
+        if rows and int(rows[0][0]) > self.now:
+            return int(rows[0][0])
         if rows:
-            at = int(rows[0][0])
-            if at >= self.now - s.grace_ms:
-                self.reserved.add((s.key, job.id))
-                return at
-            self.c.execute_count("limit_start_forget", mine)  # missed: a new one
+            self.c.execute_count("limit_start_drop_ticket", mine)  # its time has passed
         rows = self.c.execute("limit_start_nth_latest", {"key": s.key, "skip": s.rate - 1})
-        return max(self.now, int(rows[0][0]) + s.window_ms) if rows else self.now
+        at = max(self.now + 1, int(rows[0][0]) + s.window_ms) if rows else self.now + 1
+        self._take_start(s.key, at, job.id)
+        return at
 
     def _take(self, ask: LimitAsk) -> None:
         job = ask.job
@@ -163,11 +166,8 @@ class _Admission:
                 },
             )
         for s in ask.scopes:
-            if s.rate is None:
-                continue
-            if (s.key, job.id) in self.reserved:
-                self.c.execute_count("limit_start_consume", {"key": s.key, "job_id": job.id})
-            else:
+            if s.rate is not None:
+                self.c.execute_count("limit_start_drop_ticket", {"key": s.key, "job_id": job.id})
                 self._take_start(s.key, self.now, None)
         if slot_keys:
             self.c.execute_count("limit_wait_drop_job", {"job_id": job.id})

@@ -227,14 +227,12 @@ class RetryRow:
 @dataclass(frozen=True, slots=True)
 class LimitScope:
     """One limit a job is under, by ``key`` (a digest naming job or queue and key value):
-    at most ``concurrency`` running, or at most ``rate`` starts in any ``window_ms``. A
-    job that comes back later than ``grace_ms`` after its reserved start gets a new one."""
+    at most ``concurrency`` running, or at most ``rate`` starts in any ``window_ms``."""
 
     key: str
     concurrency: int | None = None
     rate: int | None = None
     window_ms: int = 0
-    grace_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

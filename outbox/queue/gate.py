@@ -17,14 +17,16 @@ for jobs it applies to (their name has limits in the registry, or their queue ha
 - A concurrency slot is tied to the job's attempt and lease: it expires with the lease,
   heartbeats renew both, and it is freed when the job settles (success, failure, timeout
   or hand-back). A SIGKILLed worker's slot therefore comes back when its lease expires.
-- A rate limit counts starts by the database's clock in a sliding window: a start is
-  admitted only while fewer than N started in the window before it. The window is
+- A rate limit counts admissions by the database's clock in a sliding window: a job
+  starts only while fewer than N started in the window before it. The window is
   widened by 5% (at most 1 s) so that the handlers' own start times, a few
   milliseconds after admission, keep within N too.
 - A job over a limit spends no attempt and no worker spins on it: it goes back with
-  ``available_at`` set to when room is expected (the next start leaving the window; the
-  first slot's lease expiry), the worker sleeps until then, and a freed slot wakes the
-  oldest waiting job at once.
+  ``available_at`` set to when room is expected, and the worker that sent it back
+  sleeps until then. Over a rate limit, that is its ticket's time: tickets are placed
+  one by one as if they were starts, so a backlog returns at the pace of the limit, not
+  all at once. Over a concurrency limit, it is the first slot's lease expiry, and a
+  freed slot wakes the oldest waiting job at once.
 - Prefetch: a worker admits at most as many limited jobs as it has free threads in the
   queue; the surplus goes straight back, and the queue claims again once one of its
   jobs settles. Admitted jobs start at once, so a slot is never held by a job waiting.
@@ -127,7 +129,7 @@ class _BadKey(Exception):
 
 def _job_scope(job: ClaimedJob, limits: Limits) -> LimitScope:
     key = "" if limits.key is None else _key_value(job, limits)
-    window = margin = 0
+    window = 0
     if limits.rate is not None:
         margin = min(int(limits.rate.window_ms * WINDOW_MARGIN), WINDOW_MARGIN_CAP_MS)
         window = limits.rate.window_ms + margin
@@ -136,7 +138,6 @@ def _job_scope(job: ClaimedJob, limits: Limits) -> LimitScope:
         concurrency=limits.concurrency,
         rate=None if limits.rate is None else limits.rate.count,
         window_ms=window,
-        grace_ms=margin // 2,
     )
 
 

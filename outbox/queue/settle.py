@@ -41,6 +41,7 @@ from outbox.queue.registry import Handler, Registry
 UNKNOWN_JOB = "UnknownJob"
 UNKNOWN_DELAY_MS = 60_000
 REAP_BATCH = 200
+ADMIT_BATCH = 50
 
 
 class Settler:
@@ -129,14 +130,24 @@ class Settler:
         except DatabaseError as exc:
             self._trouble("release", exc)
 
-    def admit(self, asks: list[LimitAsk], room: int) -> list[LimitVerdict] | None:
-        """Admit limited jobs (``outbox.queue.gate``); None if the database failed,
-        the jobs then still held."""
+    def admit(self, asks: list[LimitAsk], room: int) -> list[LimitVerdict]:
+        """Admit limited jobs (``outbox.queue.gate``), in transactions of at most
+        ``ADMIT_BATCH``. If the database fails, the jobs not yet decided are handed back
+        unspent (or, if that fails too, come back through the reaper)."""
+        verdicts: list[LimitVerdict] = []
         try:
-            return self._driver().limit_admit(LimitAdmit(self.worker_id, self.lease_ms, room, asks))
+            driver = self._driver()
+            for at in range(0, len(asks), ADMIT_BATCH):  # short transactions: keys are locked
+                chunk = asks[at : at + ADMIT_BATCH]
+                left = room - sum(v.admitted for v in verdicts)
+                p = LimitAdmit(self.worker_id, self.lease_ms, left, chunk)
+                verdicts += driver.limit_admit(p)
         except DatabaseError as exc:
             self._trouble("admit", exc)
-            return None
+            done = {v.job.id for v in verdicts}
+            self.release_unspent([a.job for a in asks if a.job.id not in done])
+            return verdicts
+        return verdicts
 
     def free_slots(self, slots: list[LimitSlot]) -> None:
         """Settled jobs' slots; one lost here expires with its lease."""

@@ -116,7 +116,10 @@ class Worker:
         self._log = log.bind(worker=self.worker_id)
         self._gate = Gate(registry, self.config.queue_limits)
         self._gate_full: set[str] = set()  # limited jobs handed back: no free thread
-        self._gated: set[str] = set()  # the last claim of these queues met limited jobs
+        # Queues whose last claim had limited jobs within their limits: claim no more
+        # than there are free threads. (Cleared when every limited job was deferred:
+        # then big batches reserve a backlog's starts quickly.)
+        self._gated: set[str] = set()
         # per queue, when the jobs sent back over a limit are due again (heaps)
         self._limit_due: dict[str, list[float]] = {}
         self._db = Settler(
@@ -328,7 +331,6 @@ class Worker:
         if not limited:
             self._gated.discard(queue)
             return jobs
-        self._gated.add(queue)
         rest = [j for j in jobs if not gate.applies(j)]
         asks, bad = gate.asks(limited)
         for kf in bad:
@@ -337,10 +339,15 @@ class Worker:
         free = self._caps[queue] - (self._held_per_queue[queue] - len(jobs) + len(bad))
         now = self._clock()  # before: a wait counts from the database's reading
         verdicts = self._db.admit(asks, max(free, 0)) if asks else []
-        if verdicts is None:
-            self._release_unspent([a.job for a in asks])
-            return rest
+        decided = {v.job.id for v in verdicts}
+        for ask in asks:
+            if ask.job.id not in decided:  # the database failed; handed back
+                self._forget(ask.job)
         by_id = {a.job.id: a for a in asks}
+        if any(v.wait_ms == 0 for v in verdicts):
+            self._gated.add(queue)
+        else:
+            self._gated.discard(queue)
         admitted = []
         for v in verdicts:
             if v.admitted:

@@ -84,9 +84,9 @@ def test_an_app_with_a_malformed_rate_is_refused_before_claiming_anything(
     )
     _push(app_conn, 1)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OUTBOX_LOG_FORMAT": "json"}
+    cmd = [sys.executable, "-m", "outbox", "--database-url", db_url]
     done = subprocess.run(
-        [sys.executable, "-m", "outbox", "--database-url", db_url, "worker"]
-        + ["--app", "rateapp:registry"],
+        [*cmd, "worker", "--app", "rateapp:registry"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

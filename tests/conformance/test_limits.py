@@ -111,30 +111,25 @@ def test_rate_admits_n_per_window_and_defers_to_when_the_window_frees(
     assert [_row(conn, j.id)[:2] for j in jobs[3:]] == [(0, None), (0, None)]
 
 
-def test_a_deferred_job_starts_on_its_reservation_or_gets_a_new_one_if_it_missed_it(
+def test_a_deferred_job_keeps_its_ticket_until_its_time_then_starts_when_there_is_room(
     conn: Connection,
 ) -> None:
     seed_jobs(conn, 3)
     first, second, third = _claim(conn, 3)
-    scope = LimitScope(KEY, rate=1, window_ms=60_000, grace_ms=1_000)
-    assert [v.admitted for v in _admit(conn, [first, second, third], scope)] == [
-        True,
-        False,
-        False,
-    ]
-    # An hour later: the first start has left the window; the second job's reservation
-    # is due now, the third's (a minute after it) has been missed by far.
-    conn.execute_sql("UPDATE outbox_limit_starts SET started_at = started_at - 3600000")
-    conn.execute_sql(
-        "UPDATE outbox_limit_starts SET started_at = started_at + 3600000 - 60000 "
-        f"WHERE job_id = {second.id}"
-    )
+    scope = LimitScope(KEY, rate=1, window_ms=60_000)
+    verdicts = _admit(conn, [first, second, third], scope)
+    assert [v.admitted for v in verdicts] == [True, False, False]
+    assert verdicts[2].wait_ms - verdicts[1].wait_ms == 60_000  # one by one, a window apart
+    # 61 s later: the first start has left the window, the second's ticket is due, the
+    # third's is still a minute ahead.
+    conn.execute_sql("UPDATE outbox_limit_starts SET started_at = started_at - 61000")
     conn.execute_sql("UPDATE outbox_jobs SET available_at = 0")
     again = _claim(conn, 2)
     verdicts = _admit(conn, again, scope)
     assert [(v.job.id, v.admitted) for v in verdicts] == [(second.id, True), (third.id, False)]
-    assert count(conn, "outbox_limit_starts", f"job_id = {second.id}") == 0  # consumed
-    assert 59_000 < verdicts[1].wait_ms <= 60_000  # a new reservation, after the second
+    assert count(conn, "outbox_limit_starts", f"job_id = {second.id}") == 0  # ticket spent
+    assert count(conn, "outbox_limit_starts", f"job_id = {third.id}") == 1  # kept
+    assert 58_000 < verdicts[1].wait_ms <= 59_000
 
 
 def test_starts_older_than_the_window_no_longer_count(conn: Connection) -> None:

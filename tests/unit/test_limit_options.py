@@ -54,8 +54,9 @@ def test_a_malformed_rate_fails_at_registration_naming_it(rate: Any) -> None:
 )
 def test_bad_limits_fail_at_registration(kwargs: dict[str, Any], message: str) -> None:
     registry = Registry()
-    with pytest.raises(ConfigurationError, match="job 'sync.account'") as err:
+    with pytest.raises(ConfigurationError) as err:
         registry.job("sync.account", **kwargs)
+    assert str(err.value).startswith("job 'sync.account': ")
     assert message in str(err.value)
     assert len(registry) == 0 and registry.limited == {}
 

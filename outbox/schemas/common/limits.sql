@@ -34,31 +34,32 @@ UPDATE outbox_limit_slots SET expires_at = {now_ms} + :lease_ms
 WHERE limit_key = :key AND job_id = :job_id AND attempts = :attempts AND holder = :holder;
 
 -- name: limit_start_prune
--- Starts older than the window no longer count (reservations lie in the future).
+-- Starts older than the window no longer count; tickets that old are spent too.
 DELETE FROM outbox_limit_starts WHERE limit_key = :key AND started_at <= :since;
 
+-- name: limit_start_count
+-- The starts (not tickets) within the window: what the limit counts.
+SELECT COUNT(*) FROM outbox_limit_starts
+WHERE limit_key = :key AND started_at > :since AND job_id IS NULL;
+
 -- name: limit_start_nth_latest
--- The rate-th latest start or reservation of a key (OFFSET rate - 1): a new start fits
--- one window after it. Walks outbox_limit_starts_key backwards, at most rate entries.
+-- The rate-th latest start or ticket of a key (OFFSET rate - 1): the next ticket goes one
+-- window after it. Walks outbox_limit_starts_key backwards, at most rate entries.
 SELECT started_at FROM outbox_limit_starts
 WHERE limit_key = :key
 ORDER BY started_at DESC
 LIMIT 1 OFFSET :skip;
 
--- name: limit_start_reserved
--- The start this job reserved under this key when it was deferred, if any.
+-- name: limit_start_ticket
+-- The ticket this job took under this key when it was last deferred, if any.
 SELECT started_at FROM outbox_limit_starts WHERE job_id = :job_id AND limit_key = :key;
 
--- name: limit_start_consume
--- The job starts on its reservation: it stays counted, as an ordinary start.
-UPDATE outbox_limit_starts SET job_id = NULL WHERE job_id = :job_id AND limit_key = :key;
-
--- name: limit_start_forget
--- A reservation the job missed (it came back late): it gets a new one.
+-- name: limit_start_drop_ticket
+-- The job starts (or takes a new ticket): its old one goes.
 DELETE FROM outbox_limit_starts WHERE job_id = :job_id AND limit_key = :key;
 
 -- name: limit_start_take
--- A start now (job_id NULL) or a reservation at :at for :job_id.
+-- A start now (job_id NULL), or a ticket at :at for :job_id.
 INSERT INTO outbox_limit_starts (limit_key, started_at, job_id) VALUES (:key, :at, :job_id);
 
 -- name: limit_wait_first
