@@ -87,6 +87,10 @@ class _Admission:
         self.p = p
         self.now = 0
         self.admitted = 0
+        # Per key, read once per transaction and kept up to date as jobs are admitted:
+        # live slots and the first one's expiry; starts within the window.
+        self.slots: dict[str, tuple[int, int]] = {}
+        self.started: dict[str, int] = {}
 
     def run(self) -> list[LimitVerdict]:
         self.now = _now(self.c)
@@ -123,16 +127,21 @@ class _Admission:
     def _slot_wait_ms(self, s: LimitScope) -> int:
         """0 when ``s`` has a free slot, else when its first slot's lease runs out."""
         assert s.concurrency is not None
-        ((live, first_expiry),) = self.c.execute("limit_slot_count", {"key": s.key})
-        if int(live) < s.concurrency:
+        if s.key not in self.slots:
+            ((live, first), *_) = self.c.execute("limit_slot_count", {"key": s.key})
+            self.slots[s.key] = (int(live), int(first or 0))
+        live, first_expiry = self.slots[s.key]
+        if live < s.concurrency:
             return 0
-        return max(int(first_expiry) - self.now, 1)
+        return max(first_expiry - self.now, 1)
 
     def _full(self, s: LimitScope) -> bool:
         """Have ``rate`` jobs under ``s`` started within the window before now?"""
         assert s.rate is not None
-        window = {"key": s.key, "since": self.now - s.window_ms}
-        return int(self.c.execute("limit_start_count", window)[0][0]) >= s.rate
+        if s.key not in self.started:
+            window = {"key": s.key, "since": self.now - s.window_ms}
+            self.started[s.key] = int(self.c.execute("limit_start_count", window)[0][0])
+        return self.started[s.key] >= s.rate
 
     def _ticket(self, s: LimitScope, job: ClaimedJob) -> int:
         """When ``job`` should try again under the full rate scope ``s``: its ticket's
@@ -153,6 +162,9 @@ class _Admission:
         job = ask.job
         slot_keys = [s.key for s in ask.scopes if _slots(s)]
         for key in slot_keys:
+            live, first_expiry = self.slots[key]
+            expiry = self.now + self.p.lease_ms
+            self.slots[key] = (live + 1, min(first_expiry, expiry) if live else expiry)
             params = {"key": key, "job_id": job.id}
             self.c.execute_count("limit_slot_drop", params)
             self.c.execute_count(
@@ -169,6 +181,7 @@ class _Admission:
             if s.rate is not None:
                 self.c.execute_count("limit_start_drop_ticket", {"key": s.key, "job_id": job.id})
                 self._take_start(s.key, self.now, None)
+                self.started[s.key] += 1
         if slot_keys:
             self.c.execute_count("limit_wait_drop_job", {"job_id": job.id})
 
