@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 
-from outbox import Job
+from outbox import Job, Registry
 from outbox.cli import main
 from outbox.db.connection import Connection
 from outbox.queue import push
@@ -96,3 +97,16 @@ def test_an_app_with_a_malformed_rate_is_refused_before_claiming_anything(
     assert "job 't.noop': rate 'fast' is not a rate" in done.stderr
     assert "Traceback" not in done.stderr
     assert count(conn, "outbox_jobs", "attempts = 0 AND reserved_by IS NULL") == 1
+
+
+def test_the_readme_example_registers_its_limits() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("\n## Global concurrency and rate limits\n")
+    section = readme[start : readme.index("\n## ", start + 1)]
+    (example,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    ns: dict[str, Any] = {"registry": Registry()}
+    exec(example, ns)
+    limited = ns["registry"].limited
+    assert sorted(limited) == ["crm.push", "mail.send", "sync.account"]
+    assert limited["sync.account"].key is not None
+    assert str(limited["mail.send"].rate) == "100/m"
