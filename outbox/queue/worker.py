@@ -115,6 +115,7 @@ class Worker:
         self._stop_deadline: float | None = None
         self._log = log.bind(worker=self.worker_id)
         self._gate = Gate(registry, self.config.queue_limits)
+        self._gating = self._gate.active  # False: claimed jobs never see the gate
         self._gate_full: set[str] = set()  # limited jobs handed back: no free thread
         # Queues whose last claim had limited jobs within their limits: claim no more
         # than there are free threads. (Cleared when every limited job was deferred:
@@ -285,7 +286,7 @@ class Worker:
                 jobs = self._claim(queue, limit)
                 claimed += len(jobs)
                 got = len(jobs)
-                if self._gate.active:
+                if self._gating:
                     jobs = self._through_gate(queue, jobs)
                 self._dispatch(jobs, self._sync_pools[queue])
                 if got < limit:
