@@ -43,8 +43,8 @@ class LimitOps:
             return 0
 
         def free(c: Connection) -> int:
+            _lock(c, (s.key for s in slots), _now(c))
             now = _now(c)
-            _lock(c, (s.key for s in slots), now)
             freed = 0
             for slot in slots:
                 if c.execute_count("limit_slot_free", _slot_params(holder, slot)):
@@ -93,9 +93,11 @@ class _Admission:
         self.started: dict[str, int] = {}
 
     def run(self) -> list[LimitVerdict]:
-        self.now = _now(self.c)
         scopes = {s.key: s for ask in self.p.asks for s in ask.scopes}
-        _lock(self.c, scopes, self.now)
+        _lock(self.c, scopes, _now(self.c))
+        # The clock is read once the locks are held: a start stamped with a time read
+        # before waiting for a lock would count as earlier than it was.
+        self.now = _now(self.c)
         for scope in scopes.values():
             self._tidy(scope)
         return [self._decide(ask) for ask in self.p.asks]
