@@ -91,6 +91,7 @@ class _Admission:
         # live slots and the first one's expiry; starts within the window.
         self.slots: dict[str, tuple[int, int]] = {}
         self.started: dict[str, int] = {}
+        self.fronted: dict[str, int] = {}  # per key: jobs put first in line so far
 
     def run(self) -> list[LimitVerdict]:
         scopes = {s.key: s for ask in self.p.asks for s in ask.scopes}
@@ -147,15 +148,26 @@ class _Admission:
 
     def _ticket(self, s: LimitScope, job: ClaimedJob) -> int:
         """When ``job`` should try again under the full rate scope ``s``: its ticket's
-        time, or a new ticket's one window after the rate-th latest start or ticket."""
+        time; or, if that came before the room did (earlier starts ran late), first in
+        line, as the window next frees; or a new ticket at the end of the line, one
+        window after the rate-th latest start or ticket."""
         assert s.rate is not None
         mine = {"key": s.key, "job_id": job.id}
         rows = self.c.execute("limit_start_ticket", mine)
         if rows and int(rows[0][0]) > self.now:
             return int(rows[0][0])
         if rows:
-            self.c.execute_count("limit_start_drop_ticket", mine)  # its time has passed
-        rows = self.c.execute("limit_start_nth_latest", {"key": s.key, "skip": s.rate - 1})
+            self.c.execute_count("limit_start_drop_ticket", mine)
+            front = self.fronted.get(s.key, 0)
+            self.fronted[s.key] = front + 1
+            skip = {
+                "key": s.key,
+                "since": self.now - s.window_ms,
+                "skip": self.started[s.key] - s.rate + front,
+            }
+            rows = self.c.execute("limit_start_nth_oldest", skip)
+        else:
+            rows = self.c.execute("limit_start_nth_latest", {"key": s.key, "skip": s.rate - 1})
         at = max(self.now + 1, int(rows[0][0]) + s.window_ms) if rows else self.now + 1
         self._take_start(s.key, at, job.id)
         return at

@@ -237,3 +237,28 @@ def test_a_worker_runs_only_as_many_limited_jobs_as_the_limit_allows_and_defers_
             pass
     assert count(conn, "outbox_jobs") == 0
     assert worker.stats.succeeded == 3
+
+
+def test_a_job_back_before_the_room_is_first_in_line_not_last(conn: Connection) -> None:
+    seed_jobs(conn, 3)
+    first, second, third = _claim(conn, 3)
+    scope = LimitScope(KEY, rate=1, window_ms=60_000)
+    assert [v.admitted for v in _admit(conn, [first, second, third], scope)] == [
+        True,
+        False,
+        False,
+    ]
+    # The second's ticket time has come, but the first started later than planned:
+    # the window frees in 10 s, and the third holds the ticket after it.
+    conn.execute_sql(
+        f"UPDATE outbox_limit_starts SET started_at = started_at - 1000 - 60000 "
+        f"WHERE job_id = {second.id}"
+    )
+    conn.execute_sql(
+        "UPDATE outbox_limit_starts SET started_at = started_at - 50000 WHERE job_id IS NULL"
+    )
+    conn.execute_sql(f"UPDATE outbox_jobs SET available_at = 0 WHERE id = {second.id}")
+    (again,) = _claim(conn, 1)
+    (verdict,) = _admit(conn, [again], scope)
+    assert again.id == second.id and not verdict.admitted
+    assert 9_000 < verdict.wait_ms <= 10_000  # when the window frees, ahead of the third

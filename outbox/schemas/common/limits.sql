@@ -50,6 +50,14 @@ WHERE limit_key = :key
 ORDER BY started_at DESC
 LIMIT 1 OFFSET :skip;
 
+-- name: limit_start_nth_oldest
+-- The skip-th oldest start (not ticket) within the window: room for one more comes one
+-- window after it. Walks outbox_limit_starts_key forwards from the window's start.
+SELECT started_at FROM outbox_limit_starts
+WHERE limit_key = :key AND started_at > :since AND job_id IS NULL
+ORDER BY started_at
+LIMIT 1 OFFSET :skip;
+
 -- name: limit_start_ticket
 -- The ticket this job took under this key when it was last deferred, if any.
 SELECT started_at FROM outbox_limit_starts WHERE job_id = :job_id AND limit_key = :key;
