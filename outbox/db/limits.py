@@ -43,7 +43,7 @@ class LimitOps:
             return 0
 
         def free(c: Connection) -> int:
-            _lock(c, (s.key for s in slots), _now(c))
+            _lock(c, (s.key for s in slots))
             now = _now(c)
             freed = 0
             for slot in slots:
@@ -95,7 +95,7 @@ class _Admission:
 
     def run(self) -> list[LimitVerdict]:
         scopes = {s.key: s for ask in self.p.asks for s in ask.scopes}
-        _lock(self.c, scopes, _now(self.c))
+        _lock(self.c, scopes)
         # The clock is read once the locks are held: a start stamped with a time read
         # before waiting for a lock would count as earlier than it was.
         self.now = _now(self.c)
@@ -179,12 +179,11 @@ class _Admission:
             live, first_expiry = self.slots[key]
             expiry = self.now + self.p.lease_ms
             self.slots[key] = (live + 1, min(first_expiry, expiry) if live else expiry)
-            params = {"key": key, "job_id": job.id}
-            self.c.execute_count("limit_slot_drop", params)
             self.c.execute_count(
                 "limit_slot_take",
                 {
-                    **params,
+                    "key": key,
+                    "job_id": job.id,
                     "attempts": job.attempts,
                     "holder": self.p.holder,
                     "now": self.now,
@@ -219,11 +218,11 @@ def _now(c: Connection) -> int:
     return int(c.execute("now_ms")[0][0])
 
 
-def _lock(c: Connection, keys: Iterable[str], now: int) -> None:
+def _lock(c: Connection, keys: Iterable[str]) -> None:
     """Lock every key's row, in sorted order, creating the rows not there yet."""
     for key in sorted(set(keys)):
         if not c.execute("limit_lock", {"key": key}):
-            c.execute_count("limit_key_add", {"key": key, "now": now})
+            c.execute_count("limit_key_add", {"key": key})
             c.execute("limit_lock", {"key": key})
 
 

@@ -15,14 +15,6 @@ DELETE FROM outbox_limit_slots WHERE limit_key = :key AND expires_at <= :now;
 -- The live slots of a key and when the first of them expires (the fallback wake-up).
 SELECT COUNT(*), MIN(expires_at) FROM outbox_limit_slots WHERE limit_key = :key;
 
--- name: limit_slot_drop
--- A slot left by an earlier attempt of the same job (it was reaped or handed back).
-DELETE FROM outbox_limit_slots WHERE limit_key = :key AND job_id = :job_id;
-
--- name: limit_slot_take
-INSERT INTO outbox_limit_slots (limit_key, job_id, attempts, holder, expires_at)
-VALUES (:key, :job_id, :attempts, :holder, :now + :lease_ms);
-
 -- name: limit_slot_free
 -- The job settled: its slot goes, only while this attempt of this holder has it.
 DELETE FROM outbox_limit_slots
