@@ -29,7 +29,15 @@ for jobs it applies to (their name has limits in the registry, or their queue ha
   freed slot wakes the oldest waiting job at once.
 - Prefetch: a worker admits at most as many limited jobs as it has free threads in the
   queue; the surplus goes straight back, and the queue claims again once one of its
-  jobs settles. Admitted jobs start at once, so a slot is never held by a job waiting.
+  jobs settles. While its claims meet limited jobs it can admit, it claims no more than
+  it has free threads for; when every one was over its limit, it claims full batches
+  again (a backlog then gets its tickets in a few transactions, not one per thread).
+  Admitted jobs start at once, so a slot is never held by a job waiting in a buffer.
+- Design choices and their cost: every check is a transaction of its own, after the
+  claim, only for limited jobs (about 10 round trips per batch); a concurrency-limited
+  name with very short handlers therefore runs below its limit. The key rows in
+  ``outbox_limits`` stay (one per key value ever seen; ``outbox prune`` does not
+  remove them yet).
 - ``concurrency_key(payload)`` must return a str or an int. One that raises or returns
   anything else dead-letters that job (``ConcurrencyKeyError``, the message saying
   which) instead of stopping the worker.
