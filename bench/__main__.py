@@ -31,8 +31,9 @@ SCENARIOS = (
     "plans",
     "hygiene",
     "nats",
+    "limits",
 )
-ANY_BACKEND = ("record", "relay", "worker", "tally", "plans")
+ANY_BACKEND = ("record", "relay", "worker", "tally", "plans", "limits")
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

@@ -77,6 +77,12 @@ GRANT SELECT ON outbox_schema_version TO outbox_worker;
 -- The dashboard chart's per-minute counts: each worker adds to rows of its own
 -- (outbox/queue/throughput.py); the upsert reads the row it adds to.
 GRANT SELECT, INSERT, UPDATE ON outbox_throughput TO outbox_worker;
+-- Global concurrency and rate limits (outbox/queue/gate.py): the worker locks a key's
+-- row, takes and frees slots, records starts and waits.
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_limits TO outbox_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_limit_slots TO outbox_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_limit_starts TO outbox_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_limit_waits TO outbox_worker;
 
 -- operator: reads everything; returns quarantined intents to pending (retry, which may
 -- re-seal a key's fingerprint), prunes the keys of handed-off intents (and version-1

@@ -53,6 +53,10 @@ ALTER TABLE outbox_failed_jobs OWNER TO outbox_migrator;
 ALTER TABLE outbox_paused_queues OWNER TO outbox_migrator;
 ALTER TABLE outbox_schema_version OWNER TO outbox_migrator;
 ALTER TABLE outbox_throughput OWNER TO outbox_migrator;
+ALTER TABLE outbox_limits OWNER TO outbox_migrator;
+ALTER TABLE outbox_limit_slots OWNER TO outbox_migrator;
+ALTER TABLE outbox_limit_starts OWNER TO outbox_migrator;
+ALTER TABLE outbox_limit_waits OWNER TO outbox_migrator;
 
 -- app: writes intents with their key rows, and jobs; reads back only ids, digests,
 -- fingerprints and times (RETURNING, the replay lookup in outbox_keys). No payload, no
@@ -88,6 +92,10 @@ GRANT SELECT ON outbox_schema_version TO outbox_worker;
 -- The dashboard chart's per-minute counts: each worker adds to rows of its own
 -- (outbox/queue/throughput.py); the upsert reads the row it adds to.
 GRANT SELECT, INSERT, UPDATE ON outbox_throughput TO outbox_worker;
+-- Global concurrency and rate limits (outbox/queue/gate.py): the worker locks a key's
+-- row, takes and frees slots, records starts and waits.
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_limits, outbox_limit_slots,
+    outbox_limit_starts, outbox_limit_waits TO outbox_worker;
 
 -- operator: reads everything; returns quarantined intents to pending (retry, which may
 -- re-seal a key's fingerprint), prunes the keys of handed-off intents (and version-1

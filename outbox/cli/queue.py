@@ -50,6 +50,29 @@ def parse_queues(specs: tuple[str, ...]) -> dict[str, int | None]:
     return out
 
 
+def parse_queue_limits(specs: tuple[str, ...]) -> dict[str, int]:
+    """``("mail=4",)`` → ``{"mail": 4}``; a bad one is a usage error."""
+    out: dict[str, int] = {}
+    for spec in specs:
+        name, sep, n = spec.partition("=")
+        if not NAME_PATTERN.fullmatch(name):
+            raise click.BadParameter(
+                f"{name!r} is not a queue name (1-200 chars of A-Z a-z 0-9 _ . : -)",
+                param_hint="--queue-concurrency",
+            )
+        if not (sep and n.isdigit() and int(n) >= 1):
+            raise click.BadParameter(
+                f"{spec!r}: write QUEUE=N with N a whole number >= 1",
+                param_hint="--queue-concurrency",
+            )
+        if name in out:
+            raise click.BadParameter(
+                f"queue {name!r} is given twice", param_hint="--queue-concurrency"
+            )
+        out[name] = int(n)
+    return out
+
+
 @click.command("worker")
 @click.argument("queues", nargs=-1, metavar="QUEUE[=CAP]...")
 @click.option(
@@ -112,6 +135,15 @@ def parse_queues(specs: tuple[str, ...]) -> dict[str, int | None]:
     "Take jobs from NATS JetStream (nats://host:4222[,...]) instead of the SQL queue; "
     "--lease is then the consumer's ack wait. Default: the SQL queue."
 )
+@click.option(
+    "--queue-concurrency",
+    "queue_limits",
+    multiple=True,
+    metavar="QUEUE=N",
+    help="At most N jobs of QUEUE run at once across every worker and host (held in the "
+    "database; a crashed worker's slots come back when its leases expire). Repeat for "
+    "more queues. Default: no global limit.",
+)
 @metrics_options()
 @pass_cli
 def worker_command(
@@ -128,20 +160,29 @@ def worker_command(
     stop_when_empty: bool,
     once: bool,
     broker: str | None,
+    queue_limits: tuple[str, ...],
     metrics_port: int | None,
     metrics_bind: str,
 ) -> None:
     """Run the jobs of the queues named (default: "default") until stopped.
 
-    QUEUE=CAP caps one queue: "search=8" runs at most 8 of its jobs at once.
+    QUEUE=CAP caps one queue in this worker: "search=8" runs at most 8 of its jobs at
+    once here; --queue-concurrency search=8 caps it across every worker.
     Before it starts, the database must have the outbox tables (else: exit 1, saying to
     run `outbox migrate`); a database that is down is waited for. SIGTERM/SIGINT stop
     gracefully: no new claims, unstarted jobs go back without spending an attempt,
     running jobs get --grace seconds. A second signal stops at once.
     """
+    served = parse_queues(queues)
+    limits = parse_queue_limits(queue_limits)
+    for name in limits.keys() - served.keys():
+        raise click.BadParameter(
+            f"queue {name!r} is not one this worker runs ({', '.join(served)})",
+            param_hint="--queue-concurrency",
+        )
     registry = load_registry(app)
     config = WorkerConfig(
-        queues=parse_queues(queues),
+        queues=served,
         concurrency=concurrency,
         prefetch=1 if once else prefetch,
         lease=lease,
@@ -150,6 +191,7 @@ def worker_command(
         max_jobs=1 if once else max_jobs,
         max_time=max_time,
         stop_when_empty=stop_when_empty or once,
+        queue_limits=limits,
     )
     url = cli_broker.broker_url(broker, "--broker")
     if url is not None:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from outbox.db.connection import Connection, Row
 from outbox.db.dialect import Dialect
 from outbox.db.errors import translated
+from outbox.db.limits import LimitOps
 from outbox.db.rows import (
     ClaimedJob,
     ExpiredJob,
@@ -57,12 +58,14 @@ SnoozeOutcome = Literal["snoozed", "lost", "cancelled", "limit"]
 Outcome = tuple[int, int, tuple[tuple[str, str], ...]]
 
 
-class Driver:
+class Driver(LimitOps):
     """One connection of ours and the operations on it, named noun-verb.
 
     Every method is one short transaction (or one autocommit statement) under the
     connection's retry policy, unless its name ends in ``_in_tx``: those run inside a
-    transaction the caller opened with ``conn.transaction()``.
+    transaction the caller opened with ``conn.transaction()``. The global limits'
+    operations (``limit_admit``, ``limit_release``, ``limit_heartbeat``) come from
+    ``outbox.db.limits``.
     """
 
     dialect: ClassVar[Dialect]

@@ -237,3 +237,51 @@ class RetryRow:
 
     state: str
     intent: StoredIntent
+
+
+@dataclass(frozen=True, slots=True)
+class LimitScope:
+    """One limit a job is under, by ``key`` (a digest naming job or queue and key value):
+    at most ``concurrency`` running, or at most ``rate`` starts in any ``window_ms``."""
+
+    key: str
+    concurrency: int | None = None
+    rate: int | None = None
+    window_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LimitAsk:
+    """A claimed job that may start only within every one of ``scopes``."""
+
+    job: ClaimedJob
+    scopes: tuple[LimitScope, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LimitAdmit:
+    """Admit, in order, at most ``room`` of ``asks`` for ``holder``; their slots last
+    ``lease_ms`` unless renewed. The rest are handed back unspent."""
+
+    holder: str
+    lease_ms: int
+    room: int
+    asks: Sequence[LimitAsk]
+
+
+@dataclass(frozen=True, slots=True)
+class LimitVerdict:
+    """``admitted``: start it now. Otherwise it went back to the queue unspent, due again
+    in ``wait_ms`` (0: no room in this worker; another may take it at once)."""
+
+    job: ClaimedJob
+    admitted: bool
+    wait_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LimitSlot:
+    """The concurrency slot ``job`` holds under ``key``."""
+
+    key: str
+    job: ClaimedJob

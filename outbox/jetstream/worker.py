@@ -62,14 +62,30 @@ log = structlog.get_logger("outbox.worker")
 _BACKSTOP_DELIVERIES = MAX_ATTEMPTS_LIMIT + 2
 
 
-def refuse_transactional(registry: Registry) -> None:
-    """A transactional handler cannot run on a broker: say which, before anything runs."""
+def refuse_sql_only(registry: Registry, config: WorkerConfig) -> None:
+    """What needs the SQL queue cannot run on a broker: say which, before anything runs.
+
+    A transactional handler needs a transaction shared with the database; global
+    concurrency and rate limits are held in the database's tables.
+    """
     names_ = sorted(n for n in registry if (h := registry.get(n)) and h.transactional)
     if names_:
         raise ConfigurationError(
             f"job {names_[0]} is transactional, which needs the SQL queue: a broker shares "
             "no transaction with your database (drop transactional=True or run without "
             "--broker)"
+        )
+    limited = sorted(registry.limited)
+    if limited:
+        raise ConfigurationError(
+            f"job {limited[0]} has a global concurrency or rate limit, which the SQL queue "
+            "holds: a broker worker does not apply them (drop the limit or run without "
+            "--broker)"
+        )
+    if config.queue_limits:
+        raise ConfigurationError(
+            "--queue-concurrency is held by the SQL queue: a broker worker does not apply "
+            "it (drop it or run without --broker)"
         )
 
 
@@ -84,7 +100,7 @@ class JetStreamWorker:
     ) -> None:
         self.config = config or WorkerConfig()
         self.config.check()
-        refuse_transactional(registry)
+        refuse_sql_only(registry, self.config)
         self.url, self.registry = url, registry
         self.worker_id = new_worker_id()
         # No transactional handler runs here, so the Runner never opens a database.

@@ -32,6 +32,8 @@ class WorkerConfig:
     - ``grace`` (30 s): how long a graceful stop waits for running jobs.
     - ``reap_every`` (None: half the lease): the reaper's period.
     - ``listen`` (True): use LISTEN/NOTIFY where the database has it.
+    - ``queue_limits`` (none): queue name → how many of its jobs may run at once across
+      every worker (``outbox.queue.gate``), beside each worker's own cap.
     """
 
     queues: dict[str, int | None] = field(default_factory=lambda: {"default": None})
@@ -45,6 +47,7 @@ class WorkerConfig:
     grace: float = 30.0
     reap_every: float | None = None
     listen: bool = True
+    queue_limits: dict[str, int] = field(default_factory=dict)
 
     def caps(self) -> dict[str, int]:
         return {q: (n or self.concurrency) for q, n in self.queues.items()}
@@ -57,6 +60,15 @@ class WorkerConfig:
                 raise ConfigurationError(f"queue name {q!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
             if n is not None and n < 1:
                 raise ConfigurationError(f"queue {q!r}: the concurrency cap must be at least 1")
+        for q, n in self.queue_limits.items():
+            if not NAME_PATTERN.fullmatch(q):
+                raise ConfigurationError(f"queue name {q!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
+            if q not in self.queues:
+                raise ConfigurationError(f"queue_limits: {q!r} is not one of the worker's queues")
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ConfigurationError(
+                    f"queue {q!r}: the global limit must be a whole number >= 1"
+                )
         if self.concurrency < 1 or (self.prefetch is not None and self.prefetch < 1):
             raise ConfigurationError("concurrency and prefetch must be at least 1")
         if self.lease < 0.3 or self.sleep <= 0 or self.grace < 0:
@@ -77,6 +89,7 @@ class WorkerStats:
     unknown: int = 0
     lost: int = 0
     timed_out: int = 0
+    deferred: int = 0  # claimed over a global limit and handed back unspent
     reaped: int = 0
     snoozed: int = 0
     cancelled: int = 0

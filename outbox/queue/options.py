@@ -15,6 +15,7 @@ from typing import Any
 from outbox.errors import ConfigurationError
 from outbox.job import MAX_ATTEMPTS_LIMIT, NAME_PATTERN
 from outbox.queue.backoff import Backoff
+from outbox.queue.limits import Limits, parse_rate
 
 
 def check_job_options(
@@ -40,6 +41,24 @@ def check_job_options(
         raise _wrong(name, "timeout", "a positive, finite number of seconds", timeout)
     if not isinstance(transactional, bool):
         raise _wrong(name, "transactional", "True or False", transactional)
+
+
+def check_limits(
+    name: str, *, concurrency: object, concurrency_key: object, rate: object
+) -> Limits | None:
+    """The global limits of ``name`` (``outbox.queue.limits``), or None without any."""
+    if concurrency is not None and not (_is_int(concurrency) and concurrency >= 1):  # type: ignore[operator]
+        raise _wrong(name, "concurrency", "a whole number >= 1 (jobs at once)", concurrency)
+    if concurrency_key is not None and not callable(concurrency_key):
+        raise _wrong(name, "concurrency_key", "a function of the payload", concurrency_key)
+    parsed = parse_rate(name, rate) if rate is not None else None
+    if concurrency_key is not None and concurrency is None and parsed is None:
+        raise ConfigurationError(
+            f"job {name!r}: concurrency_key needs concurrency=N or rate=... to key"
+        )
+    if concurrency is None and parsed is None:
+        return None
+    return Limits(concurrency, parsed, concurrency_key)  # type: ignore[arg-type]
 
 
 def check_handler(name: str, fn: object) -> Callable[..., Any]:

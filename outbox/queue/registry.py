@@ -3,7 +3,9 @@
 A handler is a sync or async function ``(payload, ctx)``. Its settings travel with it:
 ``max_attempts`` (used when the job was recorded without one; default 3), ``backoff``
 (an ``outbox.Backoff``; default 5 s base, 300 s cap), ``timeout`` (seconds) and
-``transactional``. ``outbox.queue.options`` checks each one when the handler registers.
+``transactional``, and the global limits ``concurrency``, ``concurrency_key`` and
+``rate`` (``outbox.queue.limits``). ``outbox.queue.options`` checks each one when the
+handler registers.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any, TypeVar
 
 from outbox.errors import ConfigurationError
 from outbox.queue.backoff import DEFAULT_BACKOFF, Backoff
-from outbox.queue.options import check_handler, check_job_options
+from outbox.queue.limits import Limits
+from outbox.queue.options import check_handler, check_job_options, check_limits
 
 DEFAULT_MAX_ATTEMPTS = 3
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,6 +33,7 @@ class Handler:
     backoff: Backoff
     timeout: float | None
     transactional: bool
+    limits: Limits | None = None
 
 
 class Registry:
@@ -46,8 +50,15 @@ class Registry:
         backoff: Backoff | None = None,
         timeout: float | None = None,
         transactional: bool = False,
+        concurrency: int | None = None,
+        concurrency_key: Callable[[Any], str | int] | None = None,
+        rate: str | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of job ``name``.
+
+        ``concurrency=N``: at most N jobs of this name run at once across every worker;
+        ``rate="100/m"`` (or N/s, N/h): at most N start in any sliding window. With
+        ``concurrency_key`` (payload → str or int) both hold per key value instead.
 
         ``transactional=True``: the handler runs inside a transaction on the worker's
         database whose commit also deletes the job (exactly-once effects there); it must
@@ -59,6 +70,9 @@ class Registry:
             backoff=backoff,
             timeout=timeout,
             transactional=transactional,
+        )
+        limits = check_limits(
+            name, concurrency=concurrency, concurrency_key=concurrency_key, rate=rate
         )
 
         def register(fn: F) -> F:
@@ -79,6 +93,7 @@ class Registry:
                 backoff=backoff or DEFAULT_BACKOFF,
                 timeout=timeout,
                 transactional=transactional,
+                limits=limits,
             )
             return fn
 
@@ -93,6 +108,11 @@ class Registry:
             return recorded
         handler = self._handlers.get(name)
         return handler.max_attempts if handler else DEFAULT_MAX_ATTEMPTS
+
+    @property
+    def limited(self) -> dict[str, Limits]:
+        """The job names with global limits, and theirs."""
+        return {n: h.limits for n, h in self._handlers.items() if h.limits is not None}
 
     @property
     def has_async(self) -> bool:

@@ -29,6 +29,10 @@ from outbox.db.rows import (
     JobRelease,
     JobReleaseUnspent,
     JobSnooze,
+    LimitAdmit,
+    LimitAsk,
+    LimitSlot,
+    LimitVerdict,
 )
 from outbox.errors import DatabaseError
 from outbox.queue.backoff import DEFAULT_BACKOFF
@@ -41,6 +45,7 @@ from outbox.queue.throughput import DEAD, RETRIED, SUCCEEDED, Tally
 UNKNOWN_JOB = "UnknownJob"
 UNKNOWN_DELAY_MS = 60_000
 REAP_BATCH = 200
+ADMIT_BATCH = 50
 
 
 class Settler:
@@ -190,6 +195,40 @@ class Settler:
             self.stats.released += self._driver().job_release_unspent(unspent)
         except DatabaseError as exc:
             self._trouble("release", exc)
+
+    def admit(self, asks: list[LimitAsk], room: int) -> list[LimitVerdict]:
+        """Admit limited jobs (``outbox.queue.gate``), in transactions of at most
+        ``ADMIT_BATCH``. If the database fails, the jobs not yet decided are handed back
+        unspent (or, if that fails too, come back through the reaper)."""
+        verdicts: list[LimitVerdict] = []
+        try:
+            driver = self._driver()
+            for at in range(0, len(asks), ADMIT_BATCH):  # short transactions: keys are locked
+                chunk = asks[at : at + ADMIT_BATCH]
+                left = room - sum(v.admitted for v in verdicts)
+                p = LimitAdmit(self.worker_id, self.lease_ms, left, chunk)
+                verdicts += driver.limit_admit(p)
+        except DatabaseError as exc:
+            self._trouble("admit", exc)
+            done = {v.job.id for v in verdicts}
+            self.release_unspent([a.job for a in asks if a.job.id not in done])
+            return verdicts
+        return verdicts
+
+    def free_slots(self, slots: list[LimitSlot]) -> None:
+        """Settled jobs' slots; one lost here expires with its lease."""
+        try:
+            self._driver().limit_release(self.worker_id, slots)
+        except DatabaseError as exc:
+            self._trouble("limit release", exc)
+
+    def renew_slots(self, slots: list[LimitSlot]) -> None:
+        if not slots:
+            return
+        try:
+            self._driver().limit_heartbeat(self.worker_id, slots, self.lease_ms)
+        except DatabaseError as exc:
+            self._trouble("heartbeat", exc)
 
     def release_unknown(self, jobs: Sequence[ClaimedJob]) -> None:
         """No handler here: back to the queue, attempt refunded, loudly (never lost)."""

@@ -35,6 +35,10 @@ held jobs an operator cancelled; their handlers see ``ctx.cancelled``, async one
 cancelled, and every outcome of such a job is recorded as a cancellation. A handler
 that raises ``Snooze`` sends its job back for later with the attempt given back.
 
+Global limits: jobs whose name has ``concurrency``/``rate`` limits, or whose queue has
+a ``queue_limits`` cap, pass ``outbox.queue.gate`` between claim and dispatch (see there);
+other jobs never touch it, and a registry without limits skips it altogether.
+
 Stepping: ``run_once()`` claims, dispatches and settles one round and returns, so an
 application's or a test's code decides when the next round happens; ``close()`` then
 ends the handler threads. ``clock`` (monotonic seconds) is injected for the schedule of
@@ -43,6 +47,7 @@ heartbeats, reaps, timeouts and limits.
 
 from __future__ import annotations
 
+import heapq
 import signal
 import threading
 import time
@@ -61,6 +66,7 @@ from outbox.db.listen import Listener
 from outbox.db.rows import ClaimedJob
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
 from outbox.queue.execute import AsyncPool, JobTimeout, Kind, Outcome, Runner, SyncPool, failure_of
+from outbox.queue.gate import Gate
 from outbox.queue.prefetch import Prefetch
 from outbox.queue.registry import Registry
 from outbox.queue.settle import UNKNOWN_JOB, Settler
@@ -73,6 +79,9 @@ log = structlog.get_logger("outbox.worker")
 WAKE = object()
 ACK_DELAY_S = 0.05
 STEP_TIMEOUT_S = 30.0
+# A job sent back over a limit is claimed this long after it is due, so that the
+# database's clock has passed its time too.
+DUE_SLACK_S = 0.005
 
 
 class Worker:
@@ -117,6 +126,15 @@ class Worker:
         self._stop_deadline: float | None = None
         self._tally_due = 0.0  # when the chart's counts are next written (throughput.py)
         self._log = log.bind(worker_id=self.worker_id)
+        self._gate = Gate(registry, self.config.queue_limits)
+        self._gating = self._gate.active  # False: claimed jobs never see the gate
+        self._gate_full: set[str] = set()  # limited jobs handed back: no free thread
+        # Queues whose last claim had limited jobs within their limits: claim no more
+        # than there are free threads. (Cleared when every limited job was deferred:
+        # then big batches reserve a backlog's starts quickly.)
+        self._gated: set[str] = set()
+        # per queue, when the jobs sent back over a limit are due again (heaps)
+        self._limit_due: dict[str, list[float]] = {}
         self._db = Settler(
             database,
             registry,
@@ -276,14 +294,19 @@ class Worker:
                 prefetch = self._prefetch[queue].value
                 room = cap + prefetch - self._held_per_queue[queue]
                 limit = self._within_max_jobs(min(prefetch, room))
+                if queue in self._gated:  # claim no more limited jobs than can start
+                    limit = min(limit, cap - self._held_per_queue[queue])
                 if limit <= 0:
                     break
                 jobs = self._claim(queue, limit)
                 claimed += len(jobs)
+                got = len(jobs)
+                if self._gating:
+                    jobs = self._through_gate(queue, jobs)
                 self._dispatch(jobs, self._sync_pools[queue])
-                if len(jobs) < limit:
-                    self._dry[queue] = now + self.config.sleep
-                    if not jobs:
+                if got < limit:
+                    self._dry[queue] = min(now + self.config.sleep, self._next_due(queue, now))
+                    if not got:
                         self._release_if_paused(queue)
                     break
         (self.idle.set if not claimed and not self._held else self.idle.clear)()
@@ -297,6 +320,7 @@ class Worker:
         return (
             free >= max(1, prefetch // 2)
             and self._dry.get(queue, 0) <= now
+            and queue not in self._gate_full
             and not self._stalled(queue)
         )
 
@@ -316,6 +340,67 @@ class Worker:
             self._held[job.id] = job
         self._held_per_queue[queue] += len(jobs)
         return jobs
+
+    def _through_gate(self, queue: str, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
+        """Limited jobs start only if admitted (``outbox.queue.gate``), and at most as
+        many as this queue has free threads; the others are back in the queue."""
+        gate = self._gate
+        limited = [j for j in jobs if gate.applies(j)]
+        if not limited:
+            self._gated.discard(queue)
+            return jobs
+        rest = [j for j in jobs if not gate.applies(j)]
+        asks, bad = gate.asks(limited)
+        for kf in bad:
+            self._forget(kf.job)
+            self._db.fail(kf.job, kf.failure, permanent=True)
+        free = self._caps[queue] - (self._held_per_queue[queue] - len(jobs) + len(bad))
+        now = self._clock()  # before: a wait counts from the database's reading
+        verdicts = self._db.admit(asks, max(free, 0)) if asks else []
+        decided = {v.job.id for v in verdicts}
+        for ask in asks:
+            if ask.job.id not in decided:  # the database failed; handed back
+                self._forget(ask.job)
+        by_id = {a.job.id: a for a in asks}
+        if any(v.wait_ms == 0 for v in verdicts):
+            self._gated.add(queue)
+        else:
+            self._gated.discard(queue)
+        admitted = []
+        for v in verdicts:
+            if v.admitted:
+                gate.hold(by_id[v.job.id])
+                admitted.append(v.job)
+                continue
+            self._forget(v.job)
+            self.stats.claimed -= 1
+            self.stats.deferred += 1
+            if v.wait_ms:
+                due = now + v.wait_ms / 1000 + DUE_SLACK_S
+                heapq.heappush(self._limit_due.setdefault(queue, []), due)
+            else:
+                self._gate_full.add(queue)
+        return admitted + rest
+
+    def _next_due(self, queue: str, now: float) -> float:
+        """When the next job this worker sent back over a limit is due (else never)."""
+        due = self._limit_due.get(queue)
+        while due and due[0] <= now:
+            heapq.heappop(due)
+        return due[0] if due else float("inf")
+
+    def _free_slots(self) -> None:
+        """Free the slots of jobs that settled; a job waiting on one may now be ours."""
+        slots = self._gate.take_to_free()
+        if slots:
+            self._db.free_slots(slots)
+            for s in slots:
+                self._dry.pop(s.job.queue, None)
+
+    def _heartbeat(self) -> None:
+        self._db.heartbeat([*self._held.values(), *self._to_ack])
+        if self._gate.slots:
+            self._db.renew_slots(self._gate.held())
 
     def _dispatch(self, jobs: list[ClaimedJob], pool: SyncPool) -> None:
         async_pool = self._async_pool
@@ -401,6 +486,7 @@ class Worker:
             except Empty:
                 break
             self._handle(item)
+        self._free_slots()
         if self._to_ack and (
             not self._claim_coming() or self._clock() - self._ack_since >= ACK_DELAY_S
         ):
@@ -413,6 +499,7 @@ class Worker:
         outcome: Outcome = item
         metrics.job_finished(outcome, self.registry)
         job = outcome.job
+        self._gate_full.discard(job.queue)
         if outcome.ran_s is not None:
             self._prefetch[job.queue].observe(outcome.ran_s)
         self._started.pop(job.id, None)
@@ -472,6 +559,8 @@ class Worker:
     def _forget(self, job: ClaimedJob) -> None:
         if self._held.pop(job.id, None) is not None:
             self._held_per_queue[job.queue] -= 1
+        if self._gate.slots:
+            self._gate.settled(job)
 
     # -- acknowledgements, failures, releases -------------------------------------
 
@@ -557,6 +646,7 @@ class Worker:
     def _stop_step(self, now: float) -> bool:
         """One step of a graceful stop; True once nothing is left running."""
         self._flush_acks()
+        self._free_slots()
         if not self._held:
             return True
         if self._stop_deadline is not None and now >= self._stop_deadline:
@@ -579,6 +669,7 @@ class Worker:
         self._started_pools = False
         self._stopping.set()
         self._flush_acks()
+        self._free_slots()
         if self._stop_requests >= 2 or not self.stats.graceful:
             self.stats.graceful = False
             if self._async_pool is not None:

@@ -217,3 +217,54 @@ schema_version = Table(
     mysql_charset="utf8mb4",
     mysql_collate="utf8mb4_bin",
 )
+
+# Global concurrency and rate limits (``outbox.queue.gate``). One row per limited key
+# (a digest of job name, limit and key value, or of a queue): the row an admission
+# locks, so admissions of one key serialise while other keys run in parallel.
+limits = Table(
+    "outbox_limits",
+    metadata,
+    Column("limit_key", String(64), primary_key=True),
+    Column("created_at", BigInteger, nullable=False),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+
+# A concurrency slot: held by one attempt of one job until it settles or its lease
+# (``expires_at``, renewed by heartbeats) runs out. Counted per key.
+limit_slots = Table(
+    "outbox_limit_slots",
+    metadata,
+    Column("limit_key", String(64), primary_key=True),
+    Column("job_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("attempts", Integer, nullable=False),
+    Column("holder", String(200), nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+
+# Each start of a rate-limited job, by the database's clock: the sliding window counts
+# these. A start in the future is a reservation: ``job_id`` waits in the queue until
+# then and starts on it. Starts older than the window are deleted by the next admission
+# of their key.
+limit_starts = Table(
+    "outbox_limit_starts",
+    metadata,
+    _id(),
+    Column("limit_key", String(64), nullable=False),
+    Column("started_at", BigInteger, nullable=False),
+    Column("job_id", BigInteger, nullable=True),
+    **_OPTIONS,
+)
+Index("outbox_limit_starts_key", limit_starts.c.limit_key, limit_starts.c.started_at)
+Index("outbox_limit_starts_job", limit_starts.c.job_id)
+
+# Jobs waiting for a concurrency slot of a key: the settling of a slot makes the first
+# of them due at once instead of at its fallback time.
+limit_waits = Table(
+    "outbox_limit_waits",
+    metadata,
+    Column("limit_key", String(64), primary_key=True),
+    Column("job_id", BigInteger, primary_key=True, autoincrement=False),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+Index("outbox_limit_waits_job", limit_waits.c.job_id)

@@ -52,3 +52,11 @@ transactional = Registry()
 @transactional.job("t.tx", transactional=True)
 def tx(payload: Any, ctx: Any) -> None:
     return None
+
+
+limited = Registry()
+
+
+@limited.job("t.limited", concurrency=2)
+def limited_job(payload: Any, ctx: Any) -> None:
+    return None

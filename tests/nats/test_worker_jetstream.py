@@ -133,6 +133,16 @@ def test_transactional_handlers_are_refused_on_a_broker(nats_url: str) -> None:
     assert "t.tx is transactional" in str(err.value) and "broker" in str(err.value)
 
 
+def test_global_limits_are_refused_on_a_broker(nats_url: str) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        JetStreamWorker(parse_url(nats_url), app.limited, WorkerConfig())
+    assert "t.limited has a global concurrency or rate limit" in str(err.value)
+    with pytest.raises(ConfigurationError) as err:
+        config = WorkerConfig(queues={"default": None}, queue_limits={"default": 2})
+        JetStreamWorker(parse_url(nats_url), app.registry, config)
+    assert "--queue-concurrency" in str(err.value) and "broker" in str(err.value)
+
+
 def test_a_worker_killed_mid_job_has_the_job_redelivered_after_the_ack_wait(
     db: tuple[Database, str], nats_url: str, ledger: Path
 ) -> None:

@@ -24,6 +24,11 @@ def noop(payload: Any, ctx: JobContext) -> None:
     pass
 
 
+@registry.job("ops.limited", concurrency=1, rate="1000/s")
+def limited(payload: Any, ctx: JobContext) -> None:
+    """Passes the global limits' gate: the worker role writes the limit tables."""
+
+
 @registry.job("ops.permanent")
 def permanent(payload: Any, ctx: JobContext) -> None:
     raise PermanentFailure("never works")

@@ -175,16 +175,20 @@ def relay_hands_off_and_quarantines(s: Scene) -> None:
 
 def worker_runs_retries_dead_letters_and_reaps(s: Scene) -> None:
     q = "grants_worker"
-    noop, permanent, failing, slow, credit, ghost_ok, ghost_dead, snoozing = _push_as_admin(
-        s,
-        Job("ops.noop", queue=q),
-        Job("ops.permanent", queue=q),
-        Job("ops.fail", queue=q, max_attempts=2),
-        Job("ops.slow", {"s": 0.6}, queue=q),
-        Job("ledger.credit", {"amount": 5}, queue=q),
-        Job("ops.noop", queue=q),
-        Job("ops.noop", queue=q),
-        Job("ops.snooze_once", queue=q),
+    noop, permanent, failing, slow, credit, ghost_ok, ghost_dead, snoozing, lim1, lim2 = (
+        _push_as_admin(
+            s,
+            Job("ops.noop", queue=q),
+            Job("ops.permanent", queue=q),
+            Job("ops.fail", queue=q, max_attempts=2),
+            Job("ops.slow", {"s": 0.6}, queue=q),
+            Job("ledger.credit", {"amount": 5}, queue=q),
+            Job("ops.noop", queue=q),
+            Job("ops.noop", queue=q),
+            Job("ops.snooze_once", queue=q),
+            Job("ops.limited", queue=q),
+            Job("ops.limited", queue=q),
+        )
     )
     held = "UPDATE outbox_jobs SET reserved_by = 'ghost', reserved_at = 1, lease_expires_at = 1, "
     s.g.admin_sql(held + "attempts = 1 WHERE message_id = %s", (ghost_ok,))
@@ -202,7 +206,7 @@ def worker_runs_retries_dead_letters_and_reaps(s: Scene) -> None:
     assert str(_dead(s, permanent)).endswith("PermanentFailure")
     assert str(_dead(s, failing)).endswith("RuntimeError")
     assert _dead(s, ghost_dead) == "LeaseExpired"
-    assert all(_dead(s, m) is None for m in (noop, slow, credit, ghost_ok, snoozing))
+    assert all(_dead(s, m) is None for m in (noop, slow, credit, ghost_ok, snoozing, lim1, lim2))
     assert s.one("SELECT amount FROM ops_ledger WHERE message_id = ?", credit) == 5
     assert _ready(s.g.url("worker"), "worker") == (True, f"ok: schema version {LATEST}")
 

@@ -1,0 +1,93 @@
+-- Global concurrency and rate limits (outbox.db.limits, outbox.queue.gate). Every
+-- statement here runs inside one admission, release or heartbeat transaction, after
+-- the key's row in outbox_limits was locked (limit_lock), and only for job names that
+-- have limits: the unlimited path never runs any of them. :now is the clock, read once
+-- per transaction. Each reaches its rows by a key prefix: outbox_limit_slots' and
+-- outbox_limit_waits' primary keys (limit_key, job_id), outbox_limit_starts_key
+-- (limit_key, started_at), outbox_limit_starts_job and outbox_limit_waits_job (job_id),
+-- outbox_jobs' primary key.
+
+-- name: limit_slot_clear_expired
+-- Slots whose lease ran out (a crashed or stalled worker): free again.
+DELETE FROM outbox_limit_slots WHERE limit_key = :key AND expires_at <= :now;
+
+-- name: limit_slot_count
+-- The live slots of a key and when the first of them expires (the fallback wake-up).
+SELECT COUNT(*), MIN(expires_at) FROM outbox_limit_slots WHERE limit_key = :key;
+
+-- name: limit_slot_free
+-- The job settled: its slot goes, only while this attempt of this holder has it.
+DELETE FROM outbox_limit_slots
+WHERE limit_key = :key AND job_id = :job_id AND attempts = :attempts AND holder = :holder;
+
+-- name: limit_slot_renew
+-- Heartbeat: the slot lives as long as the job's lease.
+UPDATE outbox_limit_slots SET expires_at = {now_ms} + :lease_ms
+WHERE limit_key = :key AND job_id = :job_id AND attempts = :attempts AND holder = :holder;
+
+-- name: limit_start_prune
+-- Starts older than the window no longer count; tickets that old are spent too.
+DELETE FROM outbox_limit_starts WHERE limit_key = :key AND started_at <= :since;
+
+-- name: limit_start_count
+-- The starts (not tickets) within the window: what the limit counts.
+SELECT COUNT(*) FROM outbox_limit_starts
+WHERE limit_key = :key AND started_at > :since AND job_id IS NULL;
+
+-- name: limit_start_nth_latest
+-- The rate-th latest start or ticket of a key (OFFSET rate - 1): the next ticket goes one
+-- window after it. Walks outbox_limit_starts_key backwards, at most rate entries.
+SELECT started_at FROM outbox_limit_starts
+WHERE limit_key = :key
+ORDER BY started_at DESC
+LIMIT 1 OFFSET :skip;
+
+-- name: limit_start_nth_oldest
+-- The skip-th oldest start (not ticket) within the window: room for one more comes one
+-- window after it. Walks outbox_limit_starts_key forwards from the window's start.
+SELECT started_at FROM outbox_limit_starts
+WHERE limit_key = :key AND started_at > :since AND job_id IS NULL
+ORDER BY started_at
+LIMIT 1 OFFSET :skip;
+
+-- name: limit_start_ticket
+-- The ticket this job took under this key when it was last deferred, if any.
+SELECT started_at FROM outbox_limit_starts WHERE job_id = :job_id AND limit_key = :key;
+
+-- name: limit_start_drop_ticket
+-- The job starts (or takes a new ticket): its old one goes.
+DELETE FROM outbox_limit_starts WHERE job_id = :job_id AND limit_key = :key;
+
+-- name: limit_start_take
+-- A start now (job_id NULL), or a ticket at :at for :job_id.
+INSERT INTO outbox_limit_starts (limit_key, started_at, job_id) VALUES (:key, :at, :job_id);
+
+-- name: limit_wait_first
+-- The oldest job waiting for a slot of this key.
+SELECT job_id FROM outbox_limit_waits WHERE limit_key = :key ORDER BY job_id LIMIT 1;
+
+-- name: limit_wait_drop
+DELETE FROM outbox_limit_waits WHERE limit_key = :key AND job_id = :job_id;
+
+-- name: limit_wait_drop_job
+-- An admitted job waits no more, under any key.
+DELETE FROM outbox_limit_waits WHERE job_id = :job_id;
+
+-- name: limit_wake
+-- A slot was freed: the waiting job is due now instead of at its fallback time.
+UPDATE outbox_jobs SET available_at = :now
+WHERE id = :job_id AND reserved_by IS NULL AND available_at > :now;
+
+-- name: limit_job_wait
+-- Over a limit: back to the queue unspent (attempt refunded), due when room is expected.
+UPDATE outbox_jobs
+SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL,
+    attempts = attempts - 1, available_at = :until
+WHERE id = :id AND reserved_by = :holder AND attempts = :attempts;
+
+-- name: limit_job_return
+-- No free thread in this worker for it: back unspent, keeping its place in the queue.
+UPDATE outbox_jobs
+SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL,
+    attempts = attempts - 1
+WHERE id = :id AND reserved_by = :holder AND attempts = :attempts;
