@@ -397,11 +397,6 @@ class Worker:
             for s in slots:
                 self._dry.pop(s.job.queue, None)
 
-    def _heartbeat(self) -> None:
-        self._db.heartbeat([*self._held.values(), *self._to_ack])
-        if self._gate.slots:
-            self._db.renew_slots(self._gate.held())
-
     def _dispatch(self, jobs: list[ClaimedJob], pool: SyncPool) -> None:
         async_pool = self._async_pool
         to_async = []
@@ -546,8 +541,10 @@ class Worker:
             self._release_unspent(waiting)
 
     def _heartbeat(self) -> None:
-        """Renew every lease held; learn which held jobs an operator cancelled."""
+        """Renew every lease and limit slot held; learn which held jobs an operator cancelled."""
         cancelled = self._db.heartbeat([*self._held.values(), *self._to_ack])
+        if self._gate.slots:  # a held limit slot lives as long as its job's lease
+            self._db.renew_slots(self._gate.held())
         runner = self._runner
         if not cancelled or runner is None:
             return

@@ -4,6 +4,7 @@ hand the rest back unspent, free and renew slots, wake a waiting job."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from outbox import Job, Registry
@@ -262,3 +263,33 @@ def test_a_job_back_before_the_room_is_first_in_line_not_last(conn: Connection) 
     (verdict,) = _admit(conn, [again], scope)
     assert again.id == second.id and not verdict.admitted
     assert 9_000 < verdict.wait_ms <= 10_000  # when the window frees, ahead of the third
+
+
+def test_a_running_job_keeps_its_slot_past_the_first_lease_through_heartbeats(
+    database: Database, app_conn: Any, conn: Connection
+) -> None:
+    """The worker's heartbeat renews the slot with the lease: a job running longer than
+    one lease still holds it, so no other worker may take a second slot meanwhile."""
+    registry = Registry()
+    started = threading.Event()
+
+    @registry.job("k.long", concurrency=1)
+    def long(payload: Any, ctx: JobContext) -> None:
+        started.set()
+        time.sleep(1.8)
+
+    push(app_conn, Job("k.long", {}))
+    app_conn.commit()
+    config = WorkerConfig(lease=0.6, sleep=0.05, stop_when_empty=True, listen=False)
+    worker = Worker(database, registry, config)
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        assert started.wait(10)
+        time.sleep(1.2)  # two leases past the start
+        now = conn.driver.clock_now()
+        expiries = [r[0] for r in conn.execute_sql("SELECT expires_at FROM outbox_limit_slots")]
+        assert len(expiries) == 1 and expiries[0] > now, (expiries, now)
+    finally:
+        runner.join(30)
+    assert worker.stats.succeeded == 1 and count(conn, "outbox_limit_slots") == 0
