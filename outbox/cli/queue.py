@@ -360,24 +360,14 @@ def failed_command(cli: CliContext, limit: int, show_id: str | None, broker: str
             _echo_detail(detail)
             return
         rows = admin.failed(conn, limit=limit)
-    tables.echo_table(
-        ["MESSAGE_ID", "QUEUE", "JOB", "TRIES", "DEAD_AT", "EXCEPTION"],
+    tables.echo_dead_letters(
         [
-            [
-                r.message_id,
-                r.queue,
-                r.job_name,
-                r.attempts,
-                tables.utc(r.failed_at),
-                r.exception_class,
-            ]
+            (r.message_id, r.queue, r.job_name, r.attempts, r.failed_at, r.exception_class)
             for r in rows
         ],
+        limit,
         nothing="no dead letters",
-        right={3},
     )
-    if rows:
-        click.echo(tables.shown(len(rows), limit))
 
 
 def _echo_detail(d: admin.FailedDetail) -> None:

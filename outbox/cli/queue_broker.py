@@ -55,24 +55,14 @@ def failed(url: BrokerUrl, limit: int, show_id: str | None) -> None:
             click.echo("")
             click.echo(trace.rstrip())
         return
-    tables.echo_table(
-        ["MESSAGE_ID", "QUEUE", "JOB", "TRIES", "DEAD_AT", "EXCEPTION"],
+    tables.echo_dead_letters(
         [
-            [
-                r.message_id,
-                r.queue,
-                r.job_name or tables.NONE,
-                r.attempts,
-                tables.utc(r.failed_at_ms),
-                r.exception_class,
-            ]
+            (r.message_id, r.queue, r.job_name, r.attempts, r.failed_at_ms, r.exception_class)
             for r in rows
         ],
+        limit,
         nothing="no dead letters on NATS",
-        right={3},
     )
-    if rows:
-        click.echo(tables.shown(len(rows), limit))
 
 
 def retry(url: BrokerUrl, target: str) -> None:

@@ -61,6 +61,25 @@ def shown(count: int, limit: int) -> str:
     return f"({count} shown, LIMIT {limit}{more})"
 
 
+def echo_dead_letters(
+    rows: Sequence[tuple[str, str, str | None, int, int | None, str]],
+    limit: int,
+    *,
+    nothing: str,
+) -> None:
+    """The dead-letter listing of `outbox queue failed`, SQL queue and broker alike:
+    (message id, queue, job, attempts, dead at in ms, exception class) per row; never
+    the payload or the exception's message."""
+    echo_table(
+        ["MESSAGE_ID", "QUEUE", "JOB", "TRIES", "DEAD_AT", "EXCEPTION"],
+        [[m, q, job or NONE, tries, utc(at), exc] for m, q, job, tries, at, exc in rows],
+        nothing=nothing,
+        right={3},
+    )
+    if rows:
+        click.echo(shown(len(rows), limit))
+
+
 def queue_state(paused: bool) -> str:
     """A queue's STATE cell: ``paused`` (`outbox queue pause`) or ``active``."""
     return "paused" if paused else "active"
