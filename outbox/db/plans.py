@@ -94,7 +94,9 @@ class Hot:
     backlog, and a table scan is cheaper than one index probe per row (SQLite's partial
     indexes do not cover the column their predicate names; PostgreSQL prices an
     index-only scan of most of a table above a sequential one). No other big table may
-    be read in full there either.
+    be read in full there either. On a table of ``SMALL_TABLES`` any read passes (the
+    planner reads 20 rows whole or by key as it likes); no big or limits table may be
+    read in full by such a statement either.
     """
 
     statement: str
@@ -286,7 +288,7 @@ def _aliases(sql: str) -> dict[str, str]:
 
 def check(accesses: list[Access], hot: Hot, dialect: str) -> str | None:
     """Why the plan breaks ``hot``'s rule, or None: the expected index is used on its
-    table with an allowed kind, and no big table is read in full."""
+    table with an allowed kind, and no big or limits table is read in full."""
     full = [
         a
         for a in accesses
