@@ -94,10 +94,14 @@ def test_the_limit_tables_hold_their_seeded_rows(seeded: Seeded, backend: str) -
 
 @pytest.mark.parametrize("backend", backends.BACKENDS)
 def test_a_statement_that_scans_is_caught(seeded: Seeded, backend: str) -> None:
-    """The check is not blind: a read by a column no index leads with is a full scan."""
+    """The check is not blind: a read by a column no index leads with is a full scan,
+    of a big table or of a limits table."""
     hot = plans.Hot("plan_probe_scan", {}, "outbox_jobs", "outbox_jobs_claim")
     accesses = plans.explain(seeded.conn(backend), hot.statement, hot.params)
     assert plans.check(accesses, hot, backend) == "full scan of outbox_jobs"
+    slots = plans.Hot("plan_probe_limit_scan", {}, "outbox_limit_slots", "outbox_limit_slots_pkey")
+    accesses = plans.explain(seeded.conn(backend), slots.statement, slots.params)
+    assert plans.check(accesses, slots, backend) == "full scan of outbox_limit_slots"
 
 
 def test_every_dialect_covers_the_same_hot_operations() -> None:
