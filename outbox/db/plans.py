@@ -58,7 +58,8 @@ _FENCE: dict[str, Any] = {
 _CLAIM: dict[str, Any] = {"queue": "default", "limit": 100, "worker": "w:plan", "lease_ms": 30_000}
 _HELD_ONE: dict[str, Any] = {"id": 1, "holder": SEED_WORKER, "attempts": 1}
 # A limited key of the seed (k00000000 … k{n/100 - 1}), a slot (job 5 under key 5) and a
-# ticket (job 10 under key 10) it holds; now is any time, the plan does not depend on it.
+# ticket (job 10 under key 10). :now and :since lie before every seeded time, so a window
+# reaches back over all of a key's starts: the widest read a key's statements make.
 _LIMIT: dict[str, Any] = {"key": "k00000005", "now": 1_700_000_000_000}
 _LSLOT: dict[str, Any] = {
     **_LIMIT,
