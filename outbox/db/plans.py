@@ -19,7 +19,9 @@ PostgreSQL name and ``index_name()`` translates.
 ``seed()`` fills the tables with one set-based ``INSERT … SELECT`` per table (named SQL in
 ``plans.sql``), then refreshes the planner's statistics. Its rows are shaped like a busy
 system's: old handed-off key rows, a backlog of pending intents with some quarantined, a
-queue of due, delayed and held jobs (some leases expired), and a few dead letters.
+queue of due, delayed and held jobs at mixed priorities (some leases expired, some
+cancelled), a few dead letters and paused queues, and global limits in use: thousands of
+limited keys with a window of starts, running slots and waiting jobs each.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ from outbox.db.connection import Connection
 
 Kind = Literal["index", "full index", "full scan", "other"]
 BIG_TABLES = ("outbox_keys", "outbox_messages", "outbox_jobs")
+# The limits' tables (outbox.db.limits): seeded smaller than the big three (n starts, n/10
+# slots and waits, n/100 keys) but never to be read whole either: every statement there
+# runs inside an admission, for one key.
+LIMIT_TABLES = ("outbox_limits", "outbox_limit_starts", "outbox_limit_slots", "outbox_limit_waits")
+# Tables of a handful of rows (an operator pauses a few queues): read by key or whole,
+# whichever the planner likes; a statement on them only has to read them.
+SMALL_TABLES = ("outbox_paused_queues",)
 ALL = ("sqlite", "postgresql", "mysql")
 
 # The worker every held seed job belongs to, and a few of its jobs (ids 1, 21, 41: every
@@ -47,6 +56,20 @@ _FENCE: dict[str, Any] = {
     "pairs": [(i, 1) for i in _HELD],
 }
 _CLAIM: dict[str, Any] = {"queue": "default", "limit": 100, "worker": "w:plan", "lease_ms": 30_000}
+_HELD_ONE: dict[str, Any] = {"id": 1, "holder": SEED_WORKER, "attempts": 1}
+# A limited key of the seed (k00000000 … k{n/100 - 1}), a slot (job 5 under key 5) and a
+# ticket (job 10 under key 10). :now and :since lie before every seeded time, so a window
+# reaches back over all of a key's starts: the widest read a key's statements make.
+_LIMIT: dict[str, Any] = {"key": "k00000005", "now": 1_700_000_000_000}
+_LSLOT: dict[str, Any] = {
+    **_LIMIT,
+    "job_id": 5,
+    "attempts": 1,
+    "holder": SEED_WORKER,
+    "lease_ms": 30_000,
+}
+_LTICKET: dict[str, Any] = {"key": "k00000010", "job_id": 10}
+_LWINDOW: dict[str, Any] = {**_LIMIT, "since": 1_699_999_940_000, "skip": 9}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +95,9 @@ class Hot:
     backlog, and a table scan is cheaper than one index probe per row (SQLite's partial
     indexes do not cover the column their predicate names; PostgreSQL prices an
     index-only scan of most of a table above a sequential one). No other big table may
-    be read in full there either.
+    be read in full there either. On a table of ``SMALL_TABLES`` any read passes (the
+    planner reads 20 rows whole or by key as it likes); no big or limits table may be
+    read in full by such a statement either.
     """
 
     statement: str
@@ -103,6 +128,7 @@ _IDS = {"ids": list(range(101, 201))}  # intents that exist at any seed size
 _PG, _LITE, _MY = ("postgresql",), ("sqlite",), ("mysql",)
 _NOT_PG = ("sqlite", "mysql")
 _WALK: tuple[Kind, ...] = ("index", "full index")
+_PAUSED = "outbox_paused_queues_pkey"
 
 # fmt: off
 HOT: tuple[Hot, ...] = (
@@ -134,6 +160,42 @@ HOT: tuple[Hot, ...] = (
     _h("queue_counts", {}, "outbox_jobs", "outbox_jobs_claim", "status: queue counts", kinds=_WALK, counted_in_full=("sqlite", "postgresql")),
     _h("failed_list", {"limit": 50}, "outbox_messages", "outbox_messages_failed", "outbox failed", kinds=_WALK),
     _h("record_lookup", _KEY, "outbox_keys", "outbox_keys_pkey", "record: key lookup"),
+    # queue control (outbox.queue.control): the claim's pause check, cancel, snooze, pause.
+    # MariaDB reads the pause check at plan time as a const table (a lookup by the whole
+    # primary key, the only way it makes a table const): its EXPLAIN says "no matching
+    # row in const table" without naming it, so there is no row to check there. INSERTs
+    # are planned on PostgreSQL only (their ON CONFLICT arbiter index); SQLite and
+    # MariaDB do not plan an INSERT … VALUES.
+    _h("job_claim", _CLAIM, "outbox_paused_queues", _PAUSED, "worker claim: pause check", ("sqlite", "postgresql")),
+    _h("job_ack_claim", {**_FENCE, **_CLAIM}, "outbox_paused_queues", _PAUSED, "ack+claim: pause check", _PG),
+    _h("job_cancel_requested", _FENCE, "outbox_jobs", "outbox_jobs_pkey", "heartbeat: cancel flags"),
+    _h("job_snooze", {**_HELD_ONE, "delay_ms": 1000, "max_snoozes": 100}, "outbox_jobs", "outbox_jobs_pkey", "snooze"),
+    _h("job_held_state", _HELD_ONE, "outbox_jobs", "outbox_jobs_pkey", "snooze/cancel: why unchanged"),
+    _h("job_cancel_take", {"message_id": "m" + "0" * 33 + "42"}, "outbox_jobs", "outbox_jobs_message_id_key", "cancel: waiting job"),
+    _h("job_cancel_flag", {"message_id": "m" + "0" * 33 + "41"}, "outbox_jobs", "outbox_jobs_message_id_key", "cancel: held job"),
+    _h("queue_pause", {"queue": "default"}, "outbox_paused_queues", _PAUSED, "pause", _PG),
+    _h("queue_resume", {"queue": "paused-01"}, "outbox_paused_queues", _PAUSED, "resume"),
+    _h("queue_paused_list", {}, "outbox_paused_queues", _PAUSED, "paused queues", kinds=_WALK),
+    # global limits (outbox.db.limits): each reaches one key's rows, or one job's
+    _h("limit_lock", _LIMIT, "outbox_limits", "outbox_limits_pkey", "limit: lock key"),
+    _h("limit_key_add", _LIMIT, "outbox_limits", "outbox_limits_pkey", "limit: add key", _PG),
+    _h("limit_slot_clear_expired", _LIMIT, "outbox_limit_slots", "outbox_limit_slots_pkey", "limit slot: clear expired"),
+    _h("limit_slot_count", _LIMIT, "outbox_limit_slots", "outbox_limit_slots_pkey", "limit slot: count"),
+    _h("limit_slot_take", _LSLOT, "outbox_limit_slots", "outbox_limit_slots_pkey", "limit slot: take", _PG),
+    _h("limit_slot_free", _LSLOT, "outbox_limit_slots", "outbox_limit_slots_pkey", "limit slot: free"),
+    _h("limit_slot_renew", _LSLOT, "outbox_limit_slots", "outbox_limit_slots_pkey", "limit slot: renew"),
+    _h("limit_start_prune", _LWINDOW, "outbox_limit_starts", "outbox_limit_starts_key", "limit start: prune"),
+    _h("limit_start_count", _LWINDOW, "outbox_limit_starts", "outbox_limit_starts_key", "limit start: count", kinds=_WALK),
+    _h("limit_start_nth_oldest", _LWINDOW, "outbox_limit_starts", "outbox_limit_starts_key", "limit start: nth oldest", kinds=_WALK),
+    _h("limit_start_nth_latest", _LWINDOW, "outbox_limit_starts", "outbox_limit_starts_key", "limit start: nth latest", kinds=_WALK),
+    _h("limit_start_ticket", _LTICKET, "outbox_limit_starts", "outbox_limit_starts_job", "limit start: ticket"),
+    _h("limit_start_drop_ticket", _LTICKET, "outbox_limit_starts", "outbox_limit_starts_job", "limit start: drop ticket"),
+    _h("limit_wait_first", _LIMIT, "outbox_limit_waits", "outbox_limit_waits_pkey", "limit wait: first", kinds=_WALK),
+    _h("limit_wait_drop", {**_LIMIT, "job_id": 20_005}, "outbox_limit_waits", "outbox_limit_waits_pkey|outbox_limit_waits_job", "limit wait: drop"),
+    _h("limit_wait_drop_job", {"job_id": 20_005}, "outbox_limit_waits", "outbox_limit_waits_job|outbox_limit_waits_pkey", "limit wait: drop job"),
+    _h("limit_wake", {**_LIMIT, "job_id": 3}, "outbox_jobs", "outbox_jobs_pkey", "limit wake"),
+    _h("limit_job_wait", {**_HELD_ONE, "until": 1_700_000_060_000}, "outbox_jobs", "outbox_jobs_pkey", "limit: job waits"),
+    _h("limit_job_return", _HELD_ONE, "outbox_jobs", "outbox_jobs_pkey", "limit: job returned"),
 )
 # fmt: on
 
@@ -144,6 +206,11 @@ _NAMES: dict[str, dict[str, str]] = {
         "outbox_messages_pkey": "INTEGER PRIMARY KEY",
         "outbox_keys_pkey": "sqlite_autoindex_outbox_keys_1",
         "outbox_messages_key_digest_key": "sqlite_autoindex_outbox_messages_2",
+        "outbox_jobs_message_id_key": "sqlite_autoindex_outbox_jobs_1",
+        "outbox_paused_queues_pkey": "sqlite_autoindex_outbox_paused_queues_1",
+        "outbox_limits_pkey": "sqlite_autoindex_outbox_limits_1",
+        "outbox_limit_slots_pkey": "sqlite_autoindex_outbox_limit_slots_1",
+        "outbox_limit_waits_pkey": "sqlite_autoindex_outbox_limit_waits_1",
     },
     "mysql": {
         "outbox_jobs_pkey": "PRIMARY",
@@ -153,6 +220,11 @@ _NAMES: dict[str, dict[str, str]] = {
         "outbox_messages_pending": "outbox_messages_state_id",
         "outbox_messages_failed": "outbox_messages_state_id",
         "outbox_messages_not_pending": "outbox_messages_state_id",
+        "outbox_jobs_message_id_key": "message_id",
+        "outbox_paused_queues_pkey": "PRIMARY",
+        "outbox_limits_pkey": "PRIMARY",
+        "outbox_limit_slots_pkey": "PRIMARY",
+        "outbox_limit_waits_pkey": "PRIMARY",
     },
 }
 
@@ -163,9 +235,20 @@ def index_name(dialect: str, index: str) -> str:
 
 
 def seed(conn: Connection, n: int) -> None:
-    """2n key rows, n intents, n jobs and n/100 dead letters, one INSERT each; then
+    """2n key rows, n intents, n jobs and n/100 dead letters; 20 paused queues; n/100
+    limited keys with n starts, n/10 slots and n/10 waiting jobs: one INSERT each; then
     fresh statistics. The tables must be empty (ids start at 1)."""
-    for name in ("plan_seed_keys", "plan_seed_messages", "plan_seed_jobs", "plan_seed_dead"):
+    for name in (
+        "plan_seed_keys",
+        "plan_seed_messages",
+        "plan_seed_jobs",
+        "plan_seed_dead",
+        "plan_seed_paused",
+        "plan_seed_limits",
+        "plan_seed_limit_starts",
+        "plan_seed_limit_slots",
+        "plan_seed_limit_waits",
+    ):
         conn.execute(name, {"n": n})
     conn.execute("plan_analyze")
 
@@ -206,17 +289,17 @@ def _aliases(sql: str) -> dict[str, str]:
 
 def check(accesses: list[Access], hot: Hot, dialect: str) -> str | None:
     """Why the plan breaks ``hot``'s rule, or None: the expected index is used on its
-    table with an allowed kind, and no big table is read in full."""
+    table with an allowed kind, and no big or limits table is read in full."""
     full = [
         a
         for a in accesses
-        if a.table in BIG_TABLES
+        if a.table in BIG_TABLES + LIMIT_TABLES
         and a.kind == "full scan"
         and not (dialect in hot.counted_in_full and a.table == hot.table)
     ]
     if full:
         return f"full scan of {', '.join(sorted({a.table for a in full}))}"
-    if dialect in hot.counted_in_full:
+    if dialect in hot.counted_in_full or hot.table in SMALL_TABLES:
         return None if any(a.table == hot.table for a in accesses) else f"{hot.table} not read"
     wanted = {index_name(dialect, i) for i in hot.index.split("|")}
     if not any(a.table == hot.table and a.index in wanted and a.kind in hot.kinds for a in accesses):
@@ -239,7 +322,11 @@ def _pg_accesses(node: dict[str, Any]) -> list[Access]:
     }
     relation = node.get("Relation Name")
     node_type = str(node["Node Type"])
-    if relation and node_type in kind_of:
+    arbiters = node.get("Conflict Arbiter Indexes") or []
+    if relation and arbiters:
+        # INSERT … ON CONFLICT probes its arbiter index for each row it inserts.
+        out.append(Access(relation, "index", str(arbiters[0]), "ON CONFLICT arbiter"))
+    elif relation and node_type in kind_of:
         index = node.get("Index Name")
         if node_type == "Bitmap Heap Scan":
             index = _bitmap_index(node)

@@ -2,8 +2,9 @@
 
 The statements and their indexes are one table, ``outbox.db.plans.HOT``: a new hot
 statement is one more row there. Each backend's database is filled once for this module
-(``plans.seed``: one set-based INSERT per table, 200,000 intents, 200,000 jobs and
-400,000 key rows) and every row of the table is planned against it. A planner
+(``plans.seed``: one set-based INSERT per table, 200,000 intents, 200,000 jobs,
+400,000 key rows, and 200,000 rate-limit starts, 20,000 slots and 20,000 waiting jobs
+over 2,000 limited keys) and every row of the table is planned against it. A planner
 regression, a dropped index or a statement rewritten so that it scans fails here.
 """
 
@@ -74,11 +75,33 @@ def test_the_big_tables_hold_at_least_200k_rows(seeded: Seeded, backend: str) ->
 
 
 @pytest.mark.parametrize("backend", backends.BACKENDS)
+def test_the_limit_tables_hold_their_seeded_rows(seeded: Seeded, backend: str) -> None:
+    """Thousands of keys, a window of starts, running slots and waiting jobs each: a
+    statement that reads the limits of every key instead of one shows in its plan."""
+    conn = seeded.conn(backend)
+    sizes = {
+        "outbox_limits": ROWS // 100,
+        "outbox_limit_starts": ROWS,
+        "outbox_limit_slots": ROWS // 10,
+        "outbox_limit_waits": ROWS // 10,
+    }
+    for table, n in sizes.items():
+        (row,) = conn.execute_sql(f"SELECT count(*) FROM {table}")
+        assert int(row[0]) == n, table
+    (row,) = conn.execute_sql("SELECT count(DISTINCT priority) FROM outbox_jobs")
+    assert int(row[0]) == 10
+
+
+@pytest.mark.parametrize("backend", backends.BACKENDS)
 def test_a_statement_that_scans_is_caught(seeded: Seeded, backend: str) -> None:
-    """The check is not blind: a read by a column no index leads with is a full scan."""
+    """The check is not blind: a read by a column no index leads with is a full scan,
+    of a big table or of a limits table."""
     hot = plans.Hot("plan_probe_scan", {}, "outbox_jobs", "outbox_jobs_claim")
     accesses = plans.explain(seeded.conn(backend), hot.statement, hot.params)
     assert plans.check(accesses, hot, backend) == "full scan of outbox_jobs"
+    slots = plans.Hot("plan_probe_limit_scan", {}, "outbox_limit_slots", "outbox_limit_slots_pkey")
+    accesses = plans.explain(seeded.conn(backend), slots.statement, slots.params)
+    assert plans.check(accesses, slots, backend) == "full scan of outbox_limit_slots"
 
 
 def test_every_dialect_covers_the_same_hot_operations() -> None:
@@ -98,6 +121,28 @@ def test_every_dialect_covers_the_same_hot_operations() -> None:
         "status:",
         "outbox failed",
         "record: key lookup",
+        "heartbeat: cancel flags",
+        "snooze",
+        "cancel: waiting job",
+        "cancel: held job",
+        "resume",
+        "paused queues",
+        "limit: lock key",
+        "limit slot: clear expired",
+        "limit slot: count",
+        "limit slot: free",
+        "limit slot: renew",
+        "limit start: prune",
+        "limit start: count",
+        "limit start: nth oldest",
+        "limit start: nth latest",
+        "limit start: ticket",
+        "limit start: drop ticket",
+        "limit wait: first",
+        "limit wait: drop",
+        "limit wake",
+        "limit: job waits",
+        "limit: job returned",
     )
     for dialect in plans.ALL:
         whats = [h.what for h in plans.HOT if dialect in h.dialects]

@@ -21,17 +21,18 @@ FROM generate_series(CAST(:n AS integer) + 1, 2 * CAST(:n AS integer)) AS g,
 
 -- name: plan_seed_jobs
 -- n jobs of keys 1..n: every 10th in queue 'other', every 2nd delayed an hour, every
--- 20th held by 'w:seed' (every 40th with its lease expired).
+-- 20th held by 'w:seed' (every 40th with its lease expired, every 200th cancelled by an
+-- operator), priorities 0 to 9 in runs of three.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, available_at, reserved_at, reserved_by,
-     lease_expires_at, created_at)
+     lease_expires_at, created_at, priority, cancel_requested_at)
 SELECT 'm' || lpad(g::text, 35, '0'), CASE WHEN g % 10 = 0 THEN 'other' ELSE 'default' END,
     't.noop', '{"n": 1}', CASE WHEN g % 20 = 1 THEN 1 ELSE 0 END,
     c.now_ms + CASE WHEN g % 2 = 0 THEN 3600000 ELSE -(CAST(:n AS integer) - g) END,
     CASE WHEN g % 20 = 1 THEN c.now_ms END,
     CASE WHEN g % 20 = 1 THEN 'w:seed' END,
     CASE WHEN g % 40 = 1 THEN c.now_ms - 1000 WHEN g % 20 = 1 THEN c.now_ms + 30000 END,
-    c.now_ms - (CAST(:n AS integer) - g)
+    c.now_ms - (CAST(:n AS integer) - g), (g / 3) % 10, CASE WHEN g % 200 = 1 THEN c.now_ms END
 FROM generate_series(1, CAST(:n AS integer)) AS g, (SELECT {now_ms} AS now_ms) AS c;
 
 -- name: plan_seed_dead
@@ -42,10 +43,50 @@ SELECT 'd' || lpad(g::text, 35, '0'), CASE WHEN g % 10 = 0 THEN 'other' ELSE 'de
     't.noop', '{"n": 1}', 3, 'ValueError', c.now_ms
 FROM generate_series(1, CAST(:n AS integer) / 100) AS g, (SELECT {now_ms} AS now_ms) AS c;
 
+-- name: plan_seed_paused
+-- A few paused queues (an operator pauses a handful, never thousands); 'default' runs.
+INSERT INTO outbox_paused_queues (queue, paused_at)
+SELECT 'paused-' || lpad(g::text, 2, '0'), c.now_ms
+FROM generate_series(1, 20) AS g, (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_limits
+-- n / 100 limited keys (a concurrency_key per account, say): k00000000, k00000001, ...
+INSERT INTO outbox_limits (limit_key, created_at)
+SELECT 'k' || lpad(g::text, 8, '0'), c.now_ms
+FROM generate_series(0, CAST(:n AS integer) / 100 - 1) AS g, (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_limit_starts
+-- n starts over the n / 100 keys (100 each), one every 10 ms back from now; every 10th
+-- a ticket of job g an hour ahead.
+INSERT INTO outbox_limit_starts (limit_key, started_at, job_id)
+SELECT 'k' || lpad((g % (CAST(:n AS integer) / 100))::text, 8, '0'),
+    CASE WHEN g % 10 = 0 THEN c.now_ms + 3600000 ELSE c.now_ms - (CAST(:n AS integer) - g) * 10 END,
+    CASE WHEN g % 10 = 0 THEN g END
+FROM generate_series(1, CAST(:n AS integer)) AS g, (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_limit_slots
+-- n / 10 running jobs' slots (10 a key), held by 'w:seed'; every 5th lease expired.
+INSERT INTO outbox_limit_slots (limit_key, job_id, attempts, holder, expires_at)
+SELECT 'k' || lpad((g % (CAST(:n AS integer) / 100))::text, 8, '0'), g, 1, 'w:seed',
+    CASE WHEN g % 5 = 0 THEN c.now_ms - 1000 ELSE c.now_ms + 30000 END
+FROM generate_series(1, CAST(:n AS integer) / 10) AS g, (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_limit_waits
+-- n / 10 jobs waiting for a slot (10 a key), the jobs after the slots' holders.
+INSERT INTO outbox_limit_waits (limit_key, job_id)
+SELECT 'k' || lpad((g % (CAST(:n AS integer) / 100))::text, 8, '0'), CAST(:n AS integer) / 10 + g
+FROM generate_series(1, CAST(:n AS integer) / 10) AS g;
+
 -- name: plan_analyze
 -- Fresh statistics and visibility map after the bulk load, as autovacuum leaves them.
-VACUUM ANALYZE outbox_keys, outbox_messages, outbox_jobs, outbox_failed_jobs;
+VACUUM ANALYZE outbox_keys, outbox_messages, outbox_jobs, outbox_failed_jobs,
+    outbox_paused_queues, outbox_limits, outbox_limit_starts, outbox_limit_slots,
+    outbox_limit_waits;
 
 -- name: plan_probe_scan
 -- A read no index serves (the plan tests prove they would catch a full scan).
 SELECT count(*) FROM outbox_jobs WHERE last_error = 'x';
+
+-- name: plan_probe_limit_scan
+-- The same for the limits' tables: no index holds a slot's holder.
+SELECT count(*) FROM outbox_limit_slots WHERE holder = 'x';

@@ -22,17 +22,18 @@ FROM (WITH RECURSIVE s(g) AS (SELECT :n + 1 UNION ALL SELECT g + 1 FROM s WHERE 
 
 -- name: plan_seed_jobs
 -- n jobs of keys 1..n: every 10th in queue 'other', every 2nd delayed an hour, every
--- 20th held by 'w:seed' (every 40th with its lease expired).
+-- 20th held by 'w:seed' (every 40th with its lease expired, every 200th cancelled by an
+-- operator), priorities 0 to 9 in runs of three.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, available_at, reserved_at, reserved_by,
-     lease_expires_at, created_at)
+     lease_expires_at, created_at, priority, cancel_requested_at)
 SELECT printf('m%035d', g), CASE WHEN g % 10 = 0 THEN 'other' ELSE 'default' END,
     't.noop', '{"n": 1}', CASE WHEN g % 20 = 1 THEN 1 ELSE 0 END,
     c.now_ms + CASE WHEN g % 2 = 0 THEN 3600000 ELSE -(:n - g) END,
     CASE WHEN g % 20 = 1 THEN c.now_ms END,
     CASE WHEN g % 20 = 1 THEN 'w:seed' END,
     CASE WHEN g % 40 = 1 THEN c.now_ms - 1000 WHEN g % 20 = 1 THEN c.now_ms + 30000 END,
-    c.now_ms - (:n - g)
+    c.now_ms - (:n - g), (g / 3) % 10, CASE WHEN g % 200 = 1 THEN c.now_ms END
 FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n) SELECT g FROM s) AS s,
     (SELECT {now_ms} AS now_ms) AS c;
 
@@ -45,6 +46,44 @@ SELECT printf('d%035d', g), CASE WHEN g % 10 = 0 THEN 'other' ELSE 'default' END
 FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n / 100) SELECT g FROM s) AS s,
     (SELECT {now_ms} AS now_ms) AS c;
 
+-- name: plan_seed_paused
+-- A few paused queues (an operator pauses a handful, never thousands); 'default' runs.
+INSERT INTO outbox_paused_queues (queue, paused_at)
+SELECT printf('paused-%02d', g), c.now_ms
+FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < 20) SELECT g FROM s) AS s,
+    (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_limits
+-- n / 100 limited keys (a concurrency_key per account, say): k00000000, k00000001, ...
+INSERT INTO outbox_limits (limit_key, created_at)
+SELECT printf('k%08d', g - 1), c.now_ms
+FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n / 100) SELECT g FROM s) AS s,
+    (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_limit_starts
+-- n starts over the n / 100 keys (100 each), one every 10 ms back from now; every 10th
+-- a ticket of job g an hour ahead.
+INSERT INTO outbox_limit_starts (limit_key, started_at, job_id)
+SELECT printf('k%08d', g % (:n / 100)),
+    CASE WHEN g % 10 = 0 THEN c.now_ms + 3600000 ELSE c.now_ms - (:n - g) * 10 END,
+    CASE WHEN g % 10 = 0 THEN g END
+FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n) SELECT g FROM s) AS s,
+    (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_limit_slots
+-- n / 10 running jobs' slots (10 a key), held by 'w:seed'; every 5th lease expired.
+INSERT INTO outbox_limit_slots (limit_key, job_id, attempts, holder, expires_at)
+SELECT printf('k%08d', g % (:n / 100)), g, 1, 'w:seed',
+    CASE WHEN g % 5 = 0 THEN c.now_ms - 1000 ELSE c.now_ms + 30000 END
+FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n / 10) SELECT g FROM s) AS s,
+    (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_limit_waits
+-- n / 10 jobs waiting for a slot (10 a key), the jobs after the slots' holders.
+INSERT INTO outbox_limit_waits (limit_key, job_id)
+SELECT printf('k%08d', g % (:n / 100)), :n / 10 + g
+FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n / 10) SELECT g FROM s) AS s;
+
 -- name: plan_analyze
 -- Fresh statistics and visibility map after the bulk load, as autovacuum leaves them.
 ANALYZE;
@@ -52,3 +91,7 @@ ANALYZE;
 -- name: plan_probe_scan
 -- A read no index serves (the plan tests prove they would catch a full scan).
 SELECT count(*) FROM outbox_jobs WHERE last_error = 'x';
+
+-- name: plan_probe_limit_scan
+-- The same for the limits' tables: no index holds a slot's holder.
+SELECT count(*) FROM outbox_limit_slots WHERE holder = 'x';
