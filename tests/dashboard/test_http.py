@@ -15,6 +15,7 @@ from outbox.queue import control
 from tests.dashboard import seed
 from tests.dashboard.client import HTML, Answer, bearer, get, post
 from tests.dashboard.conftest import TOKEN, Site
+from tests.fixtures.processes import wait_until
 
 ACTIONS = ["/dead-letters/retry", "/dead-letters/forget", "/quarantined/retry"]
 
@@ -403,3 +404,10 @@ def test_ready_and_delayed_jobs_page_by_priority_then_due_time(site: Site) -> No
             path = found.group(1).replace("&amp;", "&") if found else None
         assert seen == expected, state
         assert shown == sorted(priorities), state
+
+    def counted() -> object:
+        return orjson.loads(get(site.readonly.url + "/api/status").body)["queues"].get(queue)
+
+    # Counted one claim-index range per priority: every priority's jobs are in the count.
+    wait_until(lambda: counted() is not None, what="the overview's next read")
+    assert counted() == {"ready": 60, "delayed": 60, "reserved": 0, "dead": 0}

@@ -54,9 +54,13 @@ ORDER BY lease_expires_at, id
 LIMIT :limit;
 
 -- name: dashboard_queue_counts
--- One queue's ready, delayed and dead jobs, each counted up to :cap: ranges of the claim
--- index (queue, available_at) and of the dead letters' (queue, id) index. MariaDB lets no
--- derived table see an outer one, so each count reads the clock itself.
+-- One queue's ready, delayed and dead jobs, each counted up to :cap: the claim index
+-- (queue, priority, available_at, id), read from the queue's first entry and stopped at
+-- :cap matches (the clock's bound follows the priority, so it does not start the range:
+-- the delayed count reads past due entries; PostgreSQL and SQLite probe each priority
+-- instead; here the index also holds held rows, so each entry is checked in the row
+-- anyway), and the dead letters' (queue, id) index. MariaDB lets no derived table see an
+-- outer one, so each count reads the clock itself.
 SELECT
     (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_jobs
         WHERE queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT {now_ms})
