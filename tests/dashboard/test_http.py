@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 
 import orjson
+import pytest
 
+from outbox.dashboard.store import Cursor
 from outbox.queue import control
 from tests.dashboard import seed
 from tests.dashboard.client import HTML, Answer, bearer, get, post
@@ -411,3 +413,13 @@ def test_ready_and_delayed_jobs_page_by_priority_then_due_time(site: Site) -> No
     # Counted one claim-index range per priority: every priority's jobs are in the count.
     wait_until(lambda: counted() is not None, what="the overview's next read")
     assert counted() == {"ready": 60, "delayed": 60, "reserved": 0, "dead": 0}
+
+
+def test_a_page_cursor_carries_the_priority_and_older_links_mean_priority_0() -> None:
+    assert Cursor.decode(Cursor(1_796_000_000_000, 42, 7).encode()) == Cursor(
+        1_796_000_000_000, 42, 7)
+    assert Cursor(5, 1, 3).encode() == "3:5.1"
+    assert Cursor.decode("5.1") == Cursor(5, 1, 0)  # a link made before priorities
+    for bad in ("10:5.1", "-1:5.1", "a:5.1", ":5.1", "1:2:3.4", "3:5", "3:5.x"):
+        with pytest.raises(ValueError, match="is not a page cursor"):
+            Cursor.decode(bad)
