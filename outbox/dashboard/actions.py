@@ -1,9 +1,11 @@
-"""The actions: retry and forget dead letters, retry quarantined intents, sign in and out.
+"""The actions: retry and forget dead letters, retry quarantined intents, pause and
+resume a queue, sign in and out.
 
 Each one checks who asks (``auth.require_actor``: 401/403, never a redirect) and every
-id in the form before it changes anything, then calls the same admin function as the
-CLI. A form carries either ``one`` (a row's own button) or any number of ``id`` (the
-ticked rows); dead letters also take ``all=1``.
+id or queue name it is given before it changes anything, then calls the same admin
+function as the CLI (``outbox queue pause/resume`` for a queue). A form carries
+either ``one`` (a row's own button) or any number of ``id`` (the ticked rows); dead
+letters also take ``all=1``; pause and resume name the queue in the path.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from starlette.responses import RedirectResponse, Response
 from outbox.dashboard import auth
 from outbox.dashboard.web import Dashboard, Problem, base, read_form
 from outbox.db.connection import Connection
-from outbox.errors import MessageNotFound, RetryRefused
+from outbox.errors import InvalidJob, MessageNotFound, RetryRefused
 from outbox.queue import admin as queue_admin
+from outbox.queue import control
 from outbox.relay import admin as relay_admin
 
 MAX_IDS = 500
@@ -89,6 +92,40 @@ async def retry_quarantined(dash: Dashboard, request: Request) -> Response:
         note += "; refused: " + "; ".join(refused[:3]) + (" ..." if len(refused) > 3 else "")
     return dash.done(request, who, form, note,
                      {"action": "retry_quarantined", "requeued": n, "refused": len(refused)})
+
+
+def _queue_name(request: Request) -> str:
+    """The queue in the path, checked as ``outbox queue pause`` checks it (400 if bad)."""
+    try:
+        return control.check_queue_name(request.path_params["queue"])
+    except InvalidJob as exc:
+        raise Problem(400, str(exc)) from None
+
+
+async def pause_queue(dash: Dashboard, request: Request) -> Response:
+    """Stop workers claiming from the queue; running jobs finish. Pausing twice is fine."""
+    who, form = await _actor(dash, request)
+    name = _queue_name(request)
+
+    def run(conn: Connection) -> None:
+        control.pause(conn, name)
+
+    await dash.backend.call(run)
+    return dash.done(request, who, form, f"paused queue {name}",
+                     {"action": "pause_queue", "queue": name})
+
+
+async def resume_queue(dash: Dashboard, request: Request) -> Response:
+    who, form = await _actor(dash, request)
+    name = _queue_name(request)
+
+    def run(conn: Connection) -> bool:
+        return control.resume(conn, name)
+
+    resumed = await dash.backend.call(run)
+    note = f"resumed queue {name}" if resumed else f"queue {name} was not paused"
+    return dash.done(request, who, form, note,
+                     {"action": "resume_queue", "queue": name, "resumed": resumed})
 
 
 async def login(dash: Dashboard, request: Request) -> Response:

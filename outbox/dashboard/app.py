@@ -107,6 +107,8 @@ def _routes(dash: Dashboard) -> list[Route | Mount]:
         Route("/live", bind(pages.live), methods=get),
         Route("/api/status", bind(pages.api_status), methods=get),
         Route("/queues/{queue}", bind(pages.queue), methods=get),
+        Route("/queues/{queue}/pause", bind(actions.pause_queue), methods=post),
+        Route("/queues/{queue}/resume", bind(actions.resume_queue), methods=post),
         Route("/jobs/{message_id}", bind(pages.job), methods=get),
         Route("/dead-letters", bind(pages.dead_letters), methods=get),
         Route("/dead-letters/retry", bind(actions.retry_dead), methods=post),

@@ -5,7 +5,8 @@ its own taken from a small idle list (a connection is never shared by two thread
 once). The overview's counts are read once per ``ttl_s`` however many browsers poll
 it: ten open tabs cost the database what one does.
 
-The chart's hour is read with the counts: it comes from ``outbox_throughput``, at most a
+The paused queues are read with the counts (a table of one row per paused queue).
+The chart's hour is read with them too: it comes from ``outbox_throughput``, at most a
 row per minute, queue and worker however many jobs ran, so it costs the same with a
 million jobs as with ten.
 """
@@ -23,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from outbox.dashboard import store
 from outbox.db.connection import Connection, Database
+from outbox.queue import control
 
 T = TypeVar("T")
 IDLE_CONNECTIONS = 4
@@ -33,6 +35,7 @@ log = structlog.get_logger("outbox.dashboard")
 class Overview:
     counts: store.Counts
     throughput: store.Throughput
+    paused: frozenset[str] = frozenset()  # queue control: one row per paused queue
 
     @property
     def minutes(self) -> list[store.Minute]:
@@ -96,4 +99,4 @@ class Backend:
 
 
 def _read_overview(conn: Connection) -> Overview:
-    return Overview(store.counts(conn), store.throughput(conn))
+    return Overview(store.counts(conn), store.throughput(conn), frozenset(control.paused(conn)))

@@ -1,5 +1,5 @@
-"""The pages: overview (live), queue, job, dead letters, quarantined intents, schedules,
-sign-in.
+"""The pages: overview (live), queue (with its paused state), job, dead letters,
+quarantined intents, schedules, sign-in.
 
 Every read goes through ``outbox.queue.admin``, ``outbox.relay.admin`` or
 ``outbox.dashboard.store``. Payloads and exception messages appear only for a signed-in
@@ -20,6 +20,7 @@ from outbox.dashboard.backend import Overview
 from outbox.dashboard.web import Dashboard, Problem
 from outbox.db.connection import Connection
 from outbox.queue import admin as queue_admin
+from outbox.queue import control
 from outbox.queue.throughput import FLUSH_EVERY_S
 from outbox.relay import admin as relay_admin
 
@@ -29,23 +30,26 @@ PAGE_SIZE = 50
 
 @dataclass(frozen=True, slots=True)
 class QueueRow:
-    """One row of the overview's queue table. Per-queue state that is not a count (queue
-    control's ``paused``) belongs here, filled in ``queue_rows``, shown in ``_live.html``."""
+    """One row of the overview's queue table: its counts, its hour, and whether queue
+    control paused it (no worker claims from it until it is resumed)."""
 
     name: str
     counts: store.QueueCounts
     hour: store.Minute  # what workers settled in the chart's hour
+    paused: bool = False
 
 
 def queue_rows(view: Overview) -> list[QueueRow]:
-    """Every queue with jobs or dead letters, and every queue that ran jobs this hour."""
+    """Every queue with jobs or dead letters, every queue that ran jobs this hour, and
+    every paused queue (one paused before its first job still shows, to be resumed)."""
     per_queue = view.throughput.per_queue
-    names = sorted(set(view.counts.queues) | set(per_queue))
+    names = sorted(set(view.counts.queues) | set(per_queue) | view.paused)
     return [
         QueueRow(
             name,
             view.counts.queues.get(name, store.QueueCounts()),
             per_queue.get(name, store.Minute(0)),
+            name in view.paused,
         )
         for name in names
     ]
@@ -82,6 +86,7 @@ async def api_status(dash: Dashboard, request: Request) -> Response:
     dash.viewer(request)  # a wrong bearer token is refused here too
     view = await dash.backend.call_overview()
     data = view.counts.as_dict()
+    data["paused"] = sorted(view.paused)
     data["throughput"] = [asdict(m) for m in view.minutes]
     data["throughput_per_queue"] = {
         name: {k: v for k, v in asdict(m).items() if k != "start_ms"}
@@ -103,17 +108,19 @@ async def queue(dash: Dashboard, request: Request) -> Response:
     store.check_job_name(job_name)
     queue_admin.check_queue(name)
 
-    def read(conn: Connection) -> tuple[store.JobPage, int]:
+    def read(conn: Connection) -> tuple[store.JobPage, int, bool]:
         page = store.job_page(conn, name, state, job_name=job_name,
                               cursor=cursor, limit=PAGE_SIZE)
-        return page, conn.driver.clock_now()
+        # Read now, not from the overview's cache: the page's button must match the state.
+        return page, conn.driver.clock_now(), name in control.paused(conn)
 
-    page, now = await dash.backend.call(read)
+    page, now, paused = await dash.backend.call(read)
     view = await dash.backend.call_overview()
     counts = view.counts.queues.get(name, store.QueueCounts())
     return dash.render(
         request, "queue.html", title=f"Queue {name}", queue=name, state=state,
         job_name=job_name or "", page=page, counts=counts, now_ms=now,
+        paused=paused,
         first_page=request.query_params.get("after") is None,
     )
 

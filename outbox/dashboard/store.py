@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from outbox.db.connection import Connection, Row
 from outbox.errors import InvalidJob
-from outbox.job import NAME_PATTERN
+from outbox.job import MAX_PRIORITY, MIN_PRIORITY, NAME_PATTERN
 from outbox.queue import admin
 
 JobState = Literal["ready", "delayed", "reserved"]
@@ -39,27 +39,33 @@ class Job:
     lease_expires_at: int | None
     created_at: int
     last_error: str | None
+    priority: int
 
 
 @dataclass(frozen=True, slots=True)
 class Cursor:
-    """Where the next page starts: after this sort value and row id."""
+    """Where the next page starts: after this priority, sort value and row id, the order
+    of the claim index (held jobs sort by lease expiry; their cursor's priority is 0)."""
 
     after_at: int = -1
     after_id: int = 0
+    priority: int = MIN_PRIORITY
 
     def encode(self) -> str:
-        return f"{self.after_at}.{self.after_id}"
+        return f"{self.priority}:{self.after_at}.{self.after_id}"
 
     @classmethod
     def decode(cls, text: str | None) -> Cursor:
-        """``"AT.ID"`` from a link; ``ValueError`` for anything else."""
+        """``"PRIORITY:AT.ID"`` from a link (``"AT.ID"``, a link made before priorities,
+        means priority 0); ``ValueError`` for anything else."""
         if not text:
             return cls()
-        at, sep, row_id = text.partition(".")
-        if not sep or not at.lstrip("-").isdigit() or not row_id.isdigit():
-            raise ValueError(f"{text!r} is not a page cursor (AT.ID)")
-        return cls(int(at), int(row_id))
+        priority, colon, rest = text.rpartition(":")
+        at, sep, row_id = rest.partition(".")
+        known = priority.isdigit() and MIN_PRIORITY <= int(priority) <= MAX_PRIORITY
+        if not sep or not at.lstrip("-").isdigit() or not row_id.isdigit() or (colon and not known):
+            raise ValueError(f"{text!r} is not a page cursor (PRIORITY:AT.ID)")
+        return cls(int(at), int(row_id), int(priority) if colon else MIN_PRIORITY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,23 +181,43 @@ def job_page(
     cursor: Cursor = Cursor(),
     limit: int = 50,
 ) -> JobPage:
-    """One page of a queue's jobs in one state, in the order a worker meets them."""
+    """One page of a queue's jobs in one state, in the order a worker meets them: ready
+    and delayed jobs by (priority, available_at, id), the claim index's order, held jobs
+    by lease expiry."""
     if state not in JOB_STATES:
         raise ValueError(f"state must be one of {', '.join(JOB_STATES)}")
-    params = {
+    cursor = cursor or Cursor()
+    params: dict[str, Any] = {
         "queue": admin.check_queue(queue),
         "job_name": check_job_name(job_name),
-        "after_at": (cursor or Cursor()).after_at,
-        "after_id": (cursor or Cursor()).after_id,
-        "limit": admin.check_limit(limit) + 1,
+        "after_at": cursor.after_at,
+        "after_id": cursor.after_id,
     }
-    rows = _read(conn, f"dashboard_jobs_{state}", params)
-    jobs = [Job(*row[:11]) for row in rows[:limit]]
+    wanted = admin.check_limit(limit) + 1
+    if state == "reserved":
+        rows = _read(conn, "dashboard_jobs_reserved", {**params, "limit": wanted})
+    else:
+        rows = _by_priority(conn, f"dashboard_jobs_{state}", params, cursor.priority, wanted)
+    jobs = [Job(*row[:12]) for row in rows[:limit]]
     if len(rows) <= limit:
         return JobPage(jobs, None)
-    last = rows[limit - 1]
-    sort_value = last[8] if state == "reserved" else last[5]
-    return JobPage(jobs, Cursor(int(sort_value), int(last[11])))
+    last = jobs[-1]
+    if state == "reserved":
+        return JobPage(jobs, Cursor(int(last.lease_expires_at or 0), int(rows[limit - 1][12])))
+    return JobPage(jobs, Cursor(last.available_at, int(rows[limit - 1][12]), last.priority))
+
+
+def _by_priority(conn: Connection, name: str, params: dict[str, Any], first: int,
+                 wanted: int) -> list[Row]:
+    """Up to ``wanted`` rows, one exact index range per priority from ``first`` on (the
+    statement says why); the cursor's position applies to its own priority only."""
+    rows: list[Row] = []
+    for priority in range(first, MAX_PRIORITY + 1):
+        rows += _read(conn, name, {**params, "priority": priority, "limit": wanted - len(rows)})
+        if len(rows) >= wanted:
+            break
+        params = {**params, "after_at": -1, "after_id": 0}
+    return rows
 
 
 def job(conn: Connection, message_id: str) -> Job | None:

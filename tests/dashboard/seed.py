@@ -60,10 +60,16 @@ def _ph(url: str) -> str:
     return "?" if backend_of(url) == "sqlite" else "%s"
 
 
-def push_jobs(url: str, queue: str, names: list[str], *, delay: float = 0) -> list[str]:
+def push_jobs(
+    url: str, queue: str, names: list[str], *, delay: float = 0, priorities: list[int] | None = None
+) -> list[str]:
     app = raw_connect(url)
+    each = priorities or [0] * len(names)
     try:
-        ids = [push(app, Job(n, {"secret": PAYLOAD_MARKER}, queue=queue), delay) for n in names]
+        ids = [
+            push(app, Job(n, {"secret": PAYLOAD_MARKER}, queue=queue, priority=p), delay)
+            for n, p in zip(names, each, strict=True)
+        ]
         app.commit()
         return ids
     finally:
@@ -188,6 +194,20 @@ def is_dead(url: str, message_id: str) -> bool:
 
 def is_queued(url: str, message_id: str) -> bool:
     return bool(scalar(url, "SELECT count(*) FROM outbox_jobs WHERE message_id = ?", message_id))
+
+
+def is_paused(url: str, queue: str) -> bool:
+    return bool(scalar(url, "SELECT count(*) FROM outbox_paused_queues WHERE queue = ?", queue))
+
+
+def paused_queues(url: str) -> list[str]:
+    app = raw_connect(url)
+    try:
+        cur = app.cursor()
+        cur.execute("SELECT queue FROM outbox_paused_queues ORDER BY queue")
+        return [str(r[0]) for r in cur.fetchall()]
+    finally:
+        app.close()
 
 
 def intent_state(url: str, message_id: str) -> str | None:

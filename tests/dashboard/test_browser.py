@@ -205,3 +205,32 @@ def test_retry_a_quarantined_intent_from_its_job_page(page: Any, site: Site) -> 
     expect(page.locator(".flash")).to_contain_text("returned 1 of 1")
     expect(page.locator("h2", has_text="Intent")).to_have_text("Intent · pending")
     assert seed.intent_state(site.db_url, message_id) == "pending"
+
+
+def test_pause_a_queue_from_the_overview_and_resume_it_from_its_page(
+    page: Any, site: Site, screenshots: Path
+) -> None:
+    queue = seed.unique("pausable")
+    seed.push_jobs(site.db_url, queue, ["p.a", "p.b"], priorities=[0, 3])
+    errors = _watch_errors(page)
+    _sign_in(page, site)
+    row = page.locator(f"tr[data-queue='{queue}']")
+    expect(row.locator("[data-state]")).to_have_text("running")
+    row.locator("button[data-action=pause]").click()  # its confirmation is accepted
+    expect(page.locator(".flash")).to_contain_text(f"paused queue {queue}")
+    expect(row).to_have_attribute("data-paused", "yes")
+    expect(row.locator(".badge.paused")).to_have_text("paused")
+    assert seed.is_paused(site.db_url, queue)
+    page.screenshot(path=str(screenshots / f"{site.backend}-overview-paused.png"), full_page=True)
+    row.locator("a", has_text=queue).click()
+    expect(page.locator("#queue-state .badge.paused")).to_be_visible()
+    expect(page.locator("td[data-priority]")).to_have_text(["0", "3"])
+    page.screenshot(path=str(screenshots / f"{site.backend}-queue-paused.png"), full_page=True)
+    page.locator("button[data-action=resume]").click()
+    expect(page.locator(".flash")).to_contain_text(f"resumed queue {queue}")
+    expect(page.locator("#queue-state")).to_have_text("running")
+    expect(page.locator("button[data-action=pause]")).to_be_visible()
+    assert not seed.is_paused(site.db_url, queue)
+    page.goto(site.readonly.url + f"/queues/{queue}")  # read-only: nothing to press
+    expect(page.locator("button[data-action]")).to_have_count(0)
+    assert errors == []

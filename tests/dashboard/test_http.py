@@ -10,10 +10,14 @@ from __future__ import annotations
 import re
 
 import orjson
+import pytest
 
+from outbox.dashboard.store import Cursor
+from outbox.queue import control
 from tests.dashboard import seed
 from tests.dashboard.client import HTML, Answer, bearer, get, post
 from tests.dashboard.conftest import TOKEN, Site
+from tests.fixtures.processes import wait_until
 
 ACTIONS = ["/dead-letters/retry", "/dead-letters/forget", "/quarantined/retry"]
 
@@ -291,3 +295,131 @@ def test_the_queue_page_pages_through_every_job_once(site: Site) -> None:
     assert seen == ids
     only_b = get(site.readonly.url + f"/queues/{queue}?state=ready&job=p.b", headers=HTML).body
     assert re.findall(r'<a href="/jobs/([0-9a-f-]{36})">', only_b) == ids[1::2]
+
+
+def _pause_paths(queue: str) -> list[str]:
+    return [f"/queues/{queue}/pause", f"/queues/{queue}/resume"]
+
+
+def test_bearer_scripts_pause_and_resume_a_queue_and_the_pages_show_it(site: Site) -> None:
+    url, queue, empty = site.write.url, seed.unique("pausable"), seed.unique("quiet")
+    seed.push_jobs(site.db_url, queue, ["p.a"])
+    answer = post(url + f"/queues/{queue}/pause", form={}, headers=bearer(TOKEN))
+    assert answer.status == 200, answer.body
+    assert orjson.loads(answer.body) == {"action": "pause_queue", "queue": queue}
+    assert post(url + f"/queues/{empty}/pause", form={}, headers=bearer(TOKEN)).status == 200
+    assert seed.is_paused(site.db_url, queue) and seed.is_paused(site.db_url, empty)
+    overview = get(url + "/", headers=HTML).body
+    for name in (queue, empty):  # a paused queue without a job still has its row
+        assert f'data-queue="{name}" data-paused="yes"' in overview, name
+    assert orjson.loads(get(url + "/api/status").body)["paused"] >= sorted([queue, empty])
+    page = get(url + f"/queues/{queue}", headers=HTML).body
+    assert re.search(r'id="queue-state"><span class="badge paused"', page)
+    answer = post(url + f"/queues/{queue}/resume", form={}, headers=bearer(TOKEN))
+    assert orjson.loads(answer.body) == {"action": "resume_queue", "queue": queue,
+                                         "resumed": True}
+    assert not seed.is_paused(site.db_url, queue)
+    answer = post(url + f"/queues/{queue}/resume", form={}, headers=bearer(TOKEN))
+    assert orjson.loads(answer.body)["resumed"] is False  # it was not paused
+    assert f'data-queue="{queue}" data-paused="no"' in get(url + "/", headers=HTML).body
+    post(url + f"/queues/{empty}/resume", form={}, headers=bearer(TOKEN))
+    assert empty not in seed.paused_queues(site.db_url)
+
+
+def test_a_session_pauses_a_queue_only_with_its_csrf_token(site: Site) -> None:
+    cookie, csrf = _sign_in(site)
+    queue = seed.unique("pausable")
+    seed.push_jobs(site.db_url, queue, ["p.a"])
+    headers = {**HTML, "Cookie": cookie}
+    page = get(site.write.url + f"/queues/{queue}", headers=headers).body
+    assert f'action="/queues/{queue}/pause"' in page and 'data-action="pause"' in page
+    for forged in ({}, {"csrf": "forged-token-value"}):
+        answer = post(site.write.url + f"/queues/{queue}/pause", form=forged, headers=headers)
+        assert answer.status == 403 and "CSRF" in answer.body
+        assert not answer.header("location")
+    assert not seed.is_paused(site.db_url, queue)
+    done = post(site.write.url + f"/queues/{queue}/pause",
+                form={"csrf": csrf, "next": f"/queues/{queue}"}, headers=headers)
+    assert done.status == 303 and done.header("location") == f"/queues/{queue}"
+    assert seed.is_paused(site.db_url, queue)
+    headers = {**HTML, "Cookie": _cookie(done)}  # the session now carries the note
+    page = get(site.write.url + f"/queues/{queue}", headers=headers).body
+    assert f"paused queue {queue}" in page and 'data-action="resume"' in page
+    done = post(site.write.url + f"/queues/{queue}/resume",
+                form={"csrf": csrf, "next": "/"}, headers=headers)
+    assert done.status == 303 and not seed.is_paused(site.db_url, queue)
+
+
+def test_pause_and_resume_are_refused_without_the_token_and_change_nothing(site: Site) -> None:
+    running, held = seed.unique("running"), seed.unique("held")
+    seed.push_jobs(site.db_url, running, ["p.a"])
+    control.pause(site.db_url, held)  # resume must leave it paused
+    before = seed.paused_queues(site.db_url)
+    wrong = [{}, HTML, bearer("not-the-token-at-all"), {"Authorization": f"Basic {TOKEN}"}]
+    for path in _pause_paths(running) + _pause_paths(held):
+        for headers in wrong:
+            answer = post(site.write.url + path, form={"csrf": "x"}, headers=headers)
+            assert answer.status == 401, (path, headers, answer.status)
+            assert not answer.header("location")
+        for headers in ({}, HTML, bearer(TOKEN)):
+            answer = post(site.readonly.url + path, form={}, headers=headers)
+            assert answer.status == 403 and "read-only" in answer.body, (path, headers)
+            assert not answer.header("location")
+    assert seed.paused_queues(site.db_url) == before
+    assert held in before and running not in before
+    page = get(site.readonly.url + f"/queues/{held}", headers=HTML).body
+    assert "badge paused" in page and "data-action=" not in page  # no button to press
+    assert "data-action=" not in get(site.readonly.url + "/", headers=HTML).body
+    control.resume(site.db_url, held)
+
+
+def test_pausing_an_invalid_queue_name_is_named_and_changes_nothing(site: Site) -> None:
+    before = seed.paused_queues(site.db_url)
+    for name, got in [("bad%20queue", "'bad queue'"), ("q" * 201, "a 201-byte string"),
+                      ("%C3%A9t%C3%A9", "'été'")]:
+        for action in ("pause", "resume"):
+            answer = post(site.write.url + f"/queues/{name}/{action}", form={},
+                          headers=bearer(TOKEN))
+            assert answer.status == 400, (name, action, answer.body)
+            error = orjson.loads(answer.body)["error"]
+            assert error.startswith("queue name must be 1-200 characters"), error
+            assert f"(got {got})" in error, error
+    assert seed.paused_queues(site.db_url) == before
+
+
+def test_ready_and_delayed_jobs_page_by_priority_then_due_time(site: Site) -> None:
+    """The order of the claim index, (priority, available_at, id), across page breaks."""
+    queue = seed.unique("urgent")
+    priorities = [(i * 7) % 10 for i in range(60)]
+    for state, delay in (("ready", 0.0), ("delayed", 3600.0)):
+        ids = seed.push_jobs(site.db_url, queue, ["p.a"] * 60, delay=delay,
+                             priorities=priorities)
+        expected = [i for _, _, i in sorted(zip(priorities, range(60), ids, strict=True))]
+        seen: list[str] = []
+        shown: list[int] = []
+        path: str | None = f"/queues/{queue}?state={state}"
+        while path is not None:
+            body = get(site.readonly.url + path, headers=HTML).body
+            seen += re.findall(r'<td class="mono"><a href="/jobs/([0-9a-f-]{36})">', body)
+            shown += [int(p) for p in re.findall(r"<td class=\"num\" data-priority>(\d)<", body)]
+            found = re.search(r'<a rel="next" href="([^"]+)">', body)
+            path = found.group(1).replace("&amp;", "&") if found else None
+        assert seen == expected, state
+        assert shown == sorted(priorities), state
+
+    def counted() -> object:
+        return orjson.loads(get(site.readonly.url + "/api/status").body)["queues"].get(queue)
+
+    # Counted one claim-index range per priority: every priority's jobs are in the count.
+    wait_until(lambda: counted() is not None, what="the overview's next read")
+    assert counted() == {"ready": 60, "delayed": 60, "reserved": 0, "dead": 0}
+
+
+def test_a_page_cursor_carries_the_priority_and_older_links_mean_priority_0() -> None:
+    assert Cursor.decode(Cursor(1_796_000_000_000, 42, 7).encode()) == Cursor(
+        1_796_000_000_000, 42, 7)
+    assert Cursor(5, 1, 3).encode() == "3:5.1"
+    assert Cursor.decode("5.1") == Cursor(5, 1, 0)  # a link made before priorities
+    for bad in ("10:5.1", "-1:5.1", "a:5.1", ":5.1", "1:2:3.4", "3:5", "3:5.x"):
+        with pytest.raises(ValueError, match="is not a page cursor"):
+            Cursor.decode(bad)

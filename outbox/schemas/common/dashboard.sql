@@ -4,7 +4,7 @@
 -- name: dashboard_job
 -- One queued job by message id (unique index), no payload.
 SELECT message_id, queue, job_name, attempts, max_attempts, available_at, reserved_at,
-       reserved_by, lease_expires_at, created_at, last_error
+       reserved_by, lease_expires_at, created_at, last_error, priority
 FROM outbox_jobs
 WHERE message_id = :message_id;
 

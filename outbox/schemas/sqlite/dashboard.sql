@@ -2,15 +2,21 @@
 -- only the dead letters, which stay few; none reads a payload unless it says so.
 
 -- name: dashboard_jobs_ready
--- Due, unheld jobs of one queue, next due first: the claim index (outbox_jobs_claim).
+-- Due, unheld jobs of one queue at ONE priority, next due first: an exact range of the
+-- claim index (queue, priority, available_at, id). store.job_page walks the priorities
+-- in order (0 first, as a worker claims), so a page follows the index's order
+-- (priority, available_at, id) without sorting. Asked for every priority at once, the
+-- bound available_at <= now could not start each priority's range: a page of priority 1
+-- would read past every delayed job of priority 0.
 -- The clock is a subquery so PostgreSQL reads it once and bounds the index range by it
 -- (inline, clock_timestamp() is volatile: a filter over every row of the queue).
--- Keyset paging on (available_at, id): page N costs what page 1 costs (the >= bound
--- starts the index range at the cursor; the OR only breaks ties).
+-- Keyset paging on (available_at, id) within the priority: page N costs what page 1
+-- costs (the >= bound starts the index range at the cursor; the OR only breaks ties).
 SELECT message_id, queue, job_name, attempts, max_attempts, available_at, reserved_at,
-       reserved_by, lease_expires_at, created_at, last_error, id
+       reserved_by, lease_expires_at, created_at, last_error, priority, id
 FROM outbox_jobs
-WHERE queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT {now_ms})
+WHERE queue = :queue AND priority = :priority AND reserved_by IS NULL
+  AND available_at <= (SELECT {now_ms})
   AND (:job_name IS NULL OR job_name = :job_name)
   AND available_at >= :after_at
   AND (available_at > :after_at OR (available_at = :after_at AND id > :after_id))
@@ -18,13 +24,15 @@ ORDER BY available_at, id
 LIMIT :limit;
 
 -- name: dashboard_jobs_delayed
--- Unheld jobs not yet due, soonest first: the claim index again.
--- Keyset paging on (available_at, id): page N costs what page 1 costs (the >= bound
--- starts the index range at the cursor; the OR only breaks ties).
+-- Unheld jobs not yet due at ONE priority, soonest first: the claim index again, one
+-- exact range per priority (see dashboard_jobs_ready: the ready jobs, which sort first
+-- in each priority, are never read).
+-- Keyset paging on (available_at, id) within the priority, as above.
 SELECT message_id, queue, job_name, attempts, max_attempts, available_at, reserved_at,
-       reserved_by, lease_expires_at, created_at, last_error, id
+       reserved_by, lease_expires_at, created_at, last_error, priority, id
 FROM outbox_jobs
-WHERE queue = :queue AND reserved_by IS NULL AND available_at > (SELECT {now_ms})
+WHERE queue = :queue AND priority = :priority AND reserved_by IS NULL
+  AND available_at > (SELECT {now_ms})
   AND (:job_name IS NULL OR job_name = :job_name)
   AND available_at >= :after_at
   AND (available_at > :after_at OR (available_at = :after_at AND id > :after_id))
@@ -36,7 +44,7 @@ LIMIT :limit;
 -- Keyset paging on (lease_expires_at, id): page N costs what page 1 costs (the >= bound
 -- starts the index range at the cursor; the OR only breaks ties).
 SELECT message_id, queue, job_name, attempts, max_attempts, available_at, reserved_at,
-       reserved_by, lease_expires_at, created_at, last_error, id
+       reserved_by, lease_expires_at, created_at, last_error, priority, id
 FROM outbox_jobs
 WHERE queue = :queue AND reserved_by IS NOT NULL
   AND (:job_name IS NULL OR job_name = :job_name)
@@ -46,14 +54,22 @@ ORDER BY lease_expires_at, id
 LIMIT :limit;
 
 -- name: dashboard_queue_counts
--- One queue's ready, delayed and dead jobs, each counted up to :cap: ranges of the claim
--- index (queue, available_at) and of the dead letters' (queue, id) index.
+-- One queue's ready, delayed and dead jobs, each counted up to :cap. The claim index is
+-- (queue, priority, available_at, id): the ready and delayed jobs of one priority are one
+-- range of it, so each count joins the ten priorities to it (SQLite searches the index by
+-- queue, priority and the clock's bound for each, and stops at :cap rows) instead of
+-- reading every entry of the queue past the clock's bound. The dead letters: a range of
+-- their (queue, id) index.
 SELECT
-    (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_jobs
-        WHERE queue = :queue AND reserved_by IS NULL AND available_at <= clock.ms
+    (SELECT count(*) FROM (SELECT 1 AS one
+        FROM (VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)) AS p
+        JOIN outbox_jobs j ON j.queue = :queue AND j.priority = p.column1
+             AND j.reserved_by IS NULL AND j.available_at <= clock.ms
         LIMIT :cap) AS r),
-    (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_jobs
-        WHERE queue = :queue AND reserved_by IS NULL AND available_at > clock.ms
+    (SELECT count(*) FROM (SELECT 1 AS one
+        FROM (VALUES (0), (1), (2), (3), (4), (5), (6), (7), (8), (9)) AS p
+        JOIN outbox_jobs j ON j.queue = :queue AND j.priority = p.column1
+             AND j.reserved_by IS NULL AND j.available_at > clock.ms
         LIMIT :cap) AS d),
     (SELECT count(*) FROM (SELECT 1 AS one FROM outbox_failed_jobs
         WHERE queue = :queue LIMIT :cap) AS x)
