@@ -22,6 +22,7 @@ import uvicorn
 from outbox.dashboard import create_app
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
+from outbox.queue import control
 from outbox.queue.throughput import DEAD, RETRIED, SUCCEEDED, Tally
 from tests.dashboard import seed
 from tests.dashboard.conftest import CHROMIUM, free_port
@@ -87,6 +88,7 @@ def main(out: Path) -> None:
             migrate(conn)
         _history(url)
         _now(url)
+        control.pause(url, "webhooks")  # an operator paused one queue: its state shows
         server = uvicorn.Server(uvicorn.Config(create_app(url), host="127.0.0.1",
                                                port=free_port(), log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
