@@ -106,11 +106,7 @@ async def pause_queue(dash: Dashboard, request: Request) -> Response:
     """Stop workers claiming from the queue; running jobs finish. Pausing twice is fine."""
     who, form = await _actor(dash, request)
     name = _queue_name(request)
-
-    def run(conn: Connection) -> None:
-        control.pause(conn, name)
-
-    await dash.backend.call(run)
+    await dash.backend.call(lambda conn: control.pause(conn, name))
     return dash.done(request, who, form, f"paused queue {name}",
                      {"action": "pause_queue", "queue": name})
 
@@ -118,11 +114,7 @@ async def pause_queue(dash: Dashboard, request: Request) -> Response:
 async def resume_queue(dash: Dashboard, request: Request) -> Response:
     who, form = await _actor(dash, request)
     name = _queue_name(request)
-
-    def run(conn: Connection) -> bool:
-        return control.resume(conn, name)
-
-    resumed = await dash.backend.call(run)
+    resumed = await dash.backend.call(lambda conn: control.resume(conn, name))
     note = f"resumed queue {name}" if resumed else f"queue {name} was not paused"
     return dash.done(request, who, form, note,
                      {"action": "resume_queue", "queue": name, "resumed": resumed})

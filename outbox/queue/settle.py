@@ -254,9 +254,9 @@ class Settler:
         if not jobs:
             return set()
         try:
-            driver = self._driver()
-            driver.job_heartbeat(self._fence(jobs), self.lease_ms)
-            return driver.job_cancel_requested(self._fence(jobs))
+            driver, fence = self._driver(), self._fence(jobs)
+            driver.job_heartbeat(fence, self.lease_ms)
+            return driver.job_cancel_requested(fence)
         except DatabaseError as exc:
             self._trouble("heartbeat", exc)
             return set()

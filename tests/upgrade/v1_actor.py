@@ -1,6 +1,7 @@
-"""Drives the version-1 package (commit ee0df54) against a database: run as a script with
-``PYTHONPATH`` holding that package first (so ``import outbox`` is version 1), then this
-repository (for ``tests.fixtures``).
+"""Drives an earlier release's package (version 1, commit ee0df54; the previous release,
+commit 34b8ded) against a database: run as a script with ``PYTHONPATH`` holding that
+package first (so ``import outbox`` is that version), then this repository (for
+``tests.fixtures``). ``populate`` writes version-1 states.
 
     python v1_actor.py URL migrate
     python v1_actor.py URL populate          rows in every v1 state (prints a JSON summary)
@@ -54,8 +55,11 @@ def job_for(key: str) -> Job:
 
 def main(url: str, what: str, *args: str) -> dict[str, Any]:
     db = Database(url)
-    if what == "migrate":
-        from outbox.schemas import migrate
+    if what == "migrate":  # version 1 kept the runner in outbox.schemas
+        try:
+            from outbox.db.migrate import migrate
+        except ImportError:
+            from outbox.schemas import migrate  # type: ignore[attr-defined,no-redef]
 
         with db.connect() as c:
             return {"applied": migrate(c)}

@@ -82,11 +82,3 @@ FROM generate_series(1, CAST(:n AS integer) / 10) AS g;
 VACUUM ANALYZE outbox_keys, outbox_messages, outbox_jobs, outbox_failed_jobs,
     outbox_paused_queues, outbox_limits, outbox_limit_starts, outbox_limit_slots,
     outbox_limit_waits;
-
--- name: plan_probe_scan
--- A read no index serves (the plan tests prove they would catch a full scan).
-SELECT count(*) FROM outbox_jobs WHERE last_error = 'x';
-
--- name: plan_probe_limit_scan
--- The same for the limits' tables: no index holds a slot's holder.
-SELECT count(*) FROM outbox_limit_slots WHERE holder = 'x';

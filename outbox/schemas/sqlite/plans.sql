@@ -87,11 +87,3 @@ FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :
 -- name: plan_analyze
 -- Fresh statistics and visibility map after the bulk load, as autovacuum leaves them.
 ANALYZE;
-
--- name: plan_probe_scan
--- A read no index serves (the plan tests prove they would catch a full scan).
-SELECT count(*) FROM outbox_jobs WHERE last_error = 'x';
-
--- name: plan_probe_limit_scan
--- The same for the limits' tables: no index holds a slot's holder.
-SELECT count(*) FROM outbox_limit_slots WHERE holder = 'x';
