@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,7 +45,9 @@ def worker(nats: str, concurrency: int, prefetch: int) -> Callable[[], dict[str,
     w = JetStreamWorker(parse_url(nats), registry(), config)
 
     def work() -> dict[str, Any]:
-        return {"count": w.run().succeeded}
+        cpu = time.process_time()
+        succeeded = w.run().succeeded
+        return {"count": succeeded, "cpu_s": time.process_time() - cpu}
 
     return work
 
