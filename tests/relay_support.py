@@ -94,6 +94,29 @@ def outbox_rows(conn: Connection) -> dict[str, tuple[Any, ...]]:
     return out
 
 
+def plant_corruptions(conn: Connection, db_url: str) -> dict[str, str]:
+    """Plant one corruption of each kind; return message id → expected reason."""
+    ids = record_many(db_url, [f"bad{i}" for i in range(7)])
+    payload_fp = sha256_hex("v1\ntests.echo\nq1\n\n\n{not json")
+    set_column(conn, ids[0], "payload", "{not json")
+    set_column(conn, ids[1], "payload", '{"key":"bad1","note":"changed"}')
+    set_column(conn, ids[2], "job_name", "tests.other")
+    set_column(conn, ids[3], "job_name", "bad name!")
+    set_column(conn, ids[4], "fingerprint", "0" * 64)
+    set_column(conn, ids[5], "queue", "q 2")
+    set_column(conn, ids[6], "payload", "{not json")
+    set_column(conn, ids[6], "fingerprint", payload_fp)  # re-sealed, still not JSON
+    return {
+        ids[0]: "invalid_json",
+        ids[1]: "fingerprint_mismatch",
+        ids[2]: "fingerprint_mismatch",
+        ids[3]: "invalid_name",
+        ids[4]: "fingerprint_mismatch",
+        ids[5]: "invalid_queue",
+        ids[6]: "invalid_json",
+    }
+
+
 def queued_ids(conn: Connection) -> list[str]:
     return [r[0] for r in conn.execute_sql("SELECT message_id FROM outbox_jobs ORDER BY id")]
 

@@ -14,7 +14,7 @@ import click
 
 from outbox.cli import tables
 from outbox.errors import ConfigurationError
-from outbox.jetstream import DEFAULT_DUPLICATE_WINDOW_S
+from outbox.jetstream import DEFAULT_DUPLICATE_WINDOW_S, MAX_IN_FLIGHT
 from outbox.jetstream.url import BrokerUrl, is_broker_url, parse_url
 
 if TYPE_CHECKING:
@@ -122,6 +122,15 @@ def target_options(fn: F) -> F:
                 show_default=True,
                 help="With nats://: seconds to wait for one batch's PubAcks.",
             ),
+            click.option(
+                "--in-flight",
+                type=click.IntRange(1, MAX_IN_FLIGHT),
+                default=2,
+                show_default=True,
+                help="With nats:// on PostgreSQL or MariaDB: batches in flight at once, each "
+                "in its own transaction (one is published while another awaits its PubAcks); "
+                "1 publishes batch after batch in id order. SQLite always uses 1.",
+            ),
         ]
     ):
         fn = option(fn)
@@ -136,6 +145,7 @@ def make_target(
     stream_max_bytes: int,
     replicas: int,
     publish_timeout: float,
+    in_flight: int,
     reconnect_max: float,
 ) -> JetStreamTarget | None:
     """The relay's target from its options (``None``: the SQL queue), connected."""
@@ -148,7 +158,7 @@ def make_target(
 
     streams = StreamSettings(duplicate_window, stream_max_msgs, stream_max_bytes, replicas)
     settings = JetStreamSettings(
-        streams, "require" if provisioning == "require" else "create", publish_timeout
+        streams, "require" if provisioning == "require" else "create", publish_timeout, in_flight
     )
     jet = JetStreamTarget(url, settings, reconnect_max=reconnect_max)
     jet.open()

@@ -76,6 +76,7 @@ def relay_command(
     stream_max_bytes: int,
     replicas: int,
     publish_timeout: float,
+    in_flight: int,
     metrics_port: int | None,
     metrics_bind: str,
 ) -> None:
@@ -108,7 +109,7 @@ def relay_command(
     database = cli.database()
     jet = broker.make_target(
         target, provisioning, duplicate_window, stream_max_msgs, stream_max_bytes, replicas,
-        publish_timeout, config.reconnect_max,
+        publish_timeout, in_flight, config.reconnect_max,
     )
     if not watch:
         preflight.ready(database)

@@ -320,14 +320,18 @@ class Driver(LimitOps):
         publish: Callable[[list[StoredIntent]], set[str]],
     ) -> HandoffResult:
         """Hand a batch off to a broker in one transaction: claim and lock the oldest
-        pending intents, quarantine those that do not verify, ``publish`` the rest (it
-        returns the message ids the broker acknowledged) and delete only those. Rows the
-        broker did not acknowledge stay pending; a crash before COMMIT re-publishes them,
-        which the broker's dedupe on the message id absorbs."""
+        pending intents, quarantine those that do not verify (in SQL, or with ``verify``
+        when ``p.verify_in_python``), ``publish`` the rest (it returns the message ids
+        the broker acknowledged) and delete only those. Rows the broker did not
+        acknowledge stay pending; a crash before COMMIT re-publishes them, which the
+        broker's dedupe on the message id absorbs."""
         started = time.perf_counter()
 
         def batch(c: Connection) -> Outcome:
-            claimed = [(i, verify(i)) for i in self.outbox_claim_in_tx(p)]
+            if p.verify_in_python:
+                claimed = [(i, verify(i)) for i in self.outbox_claim_in_tx(p)]
+            else:
+                claimed = self.outbox_claim_checked_in_tx(p)
             acked = publish([i for i, reason in claimed if reason is None])
             moved = [i.id for i, reason in claimed if reason is None and i.message_id in acked]
             if moved:
@@ -342,6 +346,12 @@ class Driver(LimitOps):
             return len(claimed), len(moved), failed
 
         return _timed(self._transact("relay batch", batch), started)
+
+    def outbox_claim_checked_in_tx(self, p: OutboxHandoff) -> list[tuple[StoredIntent, str | None]]:
+        """The oldest pending intents, locked, each with the reason it fails verification
+        in SQL (None: valid)."""
+        rows = self.conn.execute("relay_claim_checked", {"batch_size": p.batch_size})
+        return [(StoredIntent(*r[:-1]), r[-1]) for r in rows]
 
     def _notify_jobs_in_tx(self) -> None:
         """Wake idle workers at commit (LISTEN dialects only)."""

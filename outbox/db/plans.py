@@ -135,6 +135,7 @@ HOT: tuple[Hot, ...] = (
     _h("relay_handoff", {"batch_size": 500, "notify": True}, "outbox_messages", "outbox_messages_pending", "relay claim, relay move (one statement)", _PG),
     _h("relay_claim", {"batch_size": 500}, "outbox_messages", "outbox_messages_pending", "relay claim", _NOT_PG, _WALK),
     _h("relay_claim_rows", {"batch_size": 500}, "outbox_messages", "outbox_messages_pending", "relay claim (Python verify)", kinds=_WALK),
+    _h("relay_claim_checked", {"batch_size": 500}, "outbox_messages", "outbox_messages_pending", "relay claim (broker target)", kinds=_WALK),
     _h("relay_insert_jobs", _IDS, "outbox_messages", "outbox_messages_pending|outbox_messages_pkey", "relay move: insert"),
     _h("relay_delete_moved", _IDS, "outbox_messages", "outbox_messages_pending|outbox_messages_pkey", "relay move: delete"),
     _h("relay_mark_failed", {**_IDS, "reason": "invalid_json"}, "outbox_messages", "outbox_messages_pending|outbox_messages_pkey", "relay quarantine"),

@@ -3,7 +3,8 @@
 ``job_ack_claim`` acknowledges and claims in one round trip; ``outbox_handoff`` locks,
 verifies, copies and marks a whole batch in one statement (``relay_handoff``), falling
 back to the step-by-step batch with Python verification when a payload is not JSON
-(the ``::json`` cast raises instead of answering).
+(the ``::json`` cast raises instead of answering); a broker target's claim
+(``relay_claim_checked``) falls back the same way.
 """
 
 from __future__ import annotations
@@ -78,6 +79,29 @@ class PostgresqlDriver(Driver):
                 OutboxHandoff(p.batch_size, p.notify, verify_in_python=True), verify
             )
         return _timed(outcome, started)
+
+    def outbox_handoff_published(
+        self,
+        p: OutboxHandoff,
+        verify: Callable[[StoredIntent], str | None],
+        publish: Callable[[list[StoredIntent]], set[str]],
+    ) -> HandoffResult:
+        if p.verify_in_python:
+            return super().outbox_handoff_published(p, verify, publish)
+        try:
+            return super().outbox_handoff_published(p, verify, publish)
+        except _NeedsPythonVerify:  # raised by the claim, before anything was published
+            log.info("relay.verify_fallback", cause="payload_not_json")
+            python = OutboxHandoff(p.batch_size, p.notify, verify_in_python=True)
+            return super().outbox_handoff_published(python, verify, publish)
+
+    def outbox_claim_checked_in_tx(self, p: OutboxHandoff) -> list[tuple[StoredIntent, str | None]]:
+        try:
+            return super().outbox_claim_checked_in_tx(p)
+        except Exception as exc:
+            if error_code(exc) == INVALID_TEXT:
+                raise _NeedsPythonVerify() from exc
+            raise
 
 
 def _in_one_statement(conn: Connection, p: OutboxHandoff) -> Outcome:

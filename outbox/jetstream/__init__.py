@@ -8,6 +8,7 @@ hands intents off to JetStream (``outbox.relay.jetstream``) and workers consume 
   and a synchronous bridge;
 - ``names``: the fixed stream, subject and consumer names;
 - ``codec``: a job and a dead letter as JetStream messages;
+- ``publish``, ``wire``: a batch published at once, its PubAcks awaited together;
 - ``provision``: ``--provisioning create|require``;
 - ``admin``: ``outbox queue stats/failed/retry/forget --broker`` and ``status --target``.
 
@@ -17,3 +18,5 @@ least once beyond it; execution at least once, as on SQL.
 
 # JetStream's own default duplicate window; the relay's --duplicate-window default.
 DEFAULT_DUPLICATE_WINDOW_S = 120.0
+# The most relay batches in flight at once (``--in-flight``): each holds a connection.
+MAX_IN_FLIGHT = 8

@@ -25,6 +25,7 @@ watching relay backs off (``Relay.watch``) and ``outbox status --target`` shows 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,8 +34,8 @@ import structlog
 
 from outbox.db.driver import Driver
 from outbox.db.rows import HandoffResult, OutboxHandoff, StoredIntent
-from outbox.errors import BrokerError, TargetRefused
-from outbox.jetstream import codec, names, provision
+from outbox.errors import BrokerError, ConfigurationError, TargetRefused
+from outbox.jetstream import MAX_IN_FLIGHT, codec, names, provision
 from outbox.jetstream.connect import Broker, BrokerUrl
 from outbox.jetstream.publish import Acked, BatchPublisher, Outcome, PublishRefused
 from outbox.relay.verify import reason_for
@@ -49,11 +50,19 @@ class JetStreamSettings:
     - ``streams``: what ``create`` gives new streams (``provision.StreamSettings``).
     - ``provisioning`` ("create"): ``require`` never creates or changes a stream.
     - ``publish_timeout`` (10 s): the longest wait for one batch's PubAcks.
+    - ``in_flight`` (2): batches in flight at once, each in its own transaction on its
+      own connection (``outbox.relay.lanes``; 1 on SQLite): one is claimed and published
+      while another waits for its PubAcks. 1 publishes batch after batch, in id order.
     """
 
     streams: provision.StreamSettings = field(default_factory=provision.StreamSettings)
     provisioning: provision.Provisioning = "create"
     publish_timeout: float = 10.0
+    in_flight: int = 2
+
+    def __post_init__(self) -> None:
+        if isinstance(self.in_flight, bool) or not 1 <= self.in_flight <= MAX_IN_FLIGHT:
+            raise ConfigurationError(f"in_flight must be between 1 and {MAX_IN_FLIGHT}")
 
     def retry_horizon(self, reconnect_max: float) -> float:
         """The longest a running relay takes to re-publish a batch it lost."""
@@ -68,7 +77,10 @@ class _Refusal:
 
 
 class JetStreamTarget:
-    """Publishes each batch to its queues' streams and keeps only acknowledged rows out."""
+    """Publishes each batch to its queues' streams and keeps only acknowledged rows out.
+
+    Safe to call from several relay lanes at once: they share one connection to NATS,
+    whose event loop does all the publishing."""
 
     name = "nats"
 
@@ -88,18 +100,23 @@ class JetStreamTarget:
         self._broker: Broker | None = None
         self._publisher: BatchPublisher | None = None
         self._ready: set[str] = set()
-        self._refused: _Refusal | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def lanes(self) -> int:
+        return self.settings.in_flight
 
     def open(self) -> None:
         """Connect now (the CLI calls it so an unreachable broker fails at start)."""
         self._connected()
 
     def _connected(self) -> Broker:
-        if self._broker is not None and self._broker.nc.is_closed:
-            self._drop()
-        if self._broker is None:
-            self._broker = Broker(self.url)
-        return self._broker
+        with self._lock:
+            if self._broker is not None and self._broker.nc.is_closed:
+                self._drop_locked()
+            if self._broker is None:
+                self._broker = Broker(self.url)
+            return self._broker
 
     def prepare(self, queues: Iterable[str]) -> None:
         """Create or check these queues' streams now (a fleet's known queues at start)."""
@@ -108,17 +125,17 @@ class JetStreamTarget:
 
     def handoff(self, driver: Driver, batch: OutboxHandoff) -> HandoffResult:
         broker = self._connected()
-        self._refused = None
+        refused: list[_Refusal] = []
         try:
             result = driver.outbox_handoff_published(
-                batch, reason_for, lambda intents: self._publish(broker, intents)
+                batch, reason_for, lambda intents: self._publish(broker, intents, refused)
             )
         except BrokerError as exc:
             if exc.transient:
                 self._drop()
             raise
-        if self._refused is not None:
-            r = self._refused
+        if refused:
+            r = refused[0]
             why = (
                 f"is full (setting {r.limit}, discard new)"
                 if r.limit in ("max_msgs", "max_bytes")
@@ -132,7 +149,9 @@ class JetStreamTarget:
             )
         return result
 
-    def _publish(self, broker: Broker, intents: list[StoredIntent]) -> set[str]:
+    def _publish(
+        self, broker: Broker, intents: list[StoredIntent], refused: list[_Refusal]
+    ) -> set[str]:
         if not intents:
             return set()
         timeout = self.settings.publish_timeout
@@ -149,7 +168,7 @@ class JetStreamTarget:
             if isinstance(ack, Acked):
                 acked.add(intent.message_id)
             else:
-                self._note_failure(str(intent.queue), ack)
+                _note_failure(refused, str(intent.queue), ack)
         return acked
 
     async def _ensure(self, broker: Broker, queues: set[str]) -> None:
@@ -179,14 +198,11 @@ class JetStreamTarget:
             self._publisher = BatchPublisher(broker.nc)
         return await self._publisher.publish(messages, self.settings.publish_timeout)
 
-    def _note_failure(self, queue: str, refused: PublishRefused) -> None:
-        """The row stays pending; remember why, for ``TargetRefused``."""
-        if self._refused is None:
-            limit = refused.full or f"error {refused.err_code or refused.code}"
-            self._refused = _Refusal(names.stream(queue), limit)
-        self._refused.count += 1
-
     def _drop(self) -> None:
+        with self._lock:
+            self._drop_locked()
+
+    def _drop_locked(self) -> None:
         if self._broker is not None:
             self._broker.close()
         self._broker = None
@@ -195,3 +211,11 @@ class JetStreamTarget:
 
     def close(self) -> None:
         self._drop()
+
+
+def _note_failure(refused: list[_Refusal], queue: str, outcome: PublishRefused) -> None:
+    """The row stays pending; remember why (the batch's first refusal), for ``TargetRefused``."""
+    if not refused:
+        limit = outcome.full or f"error {outcome.err_code or outcome.code}"
+        refused.append(_Refusal(names.stream(queue), limit))
+    refused[0].count += 1

@@ -30,6 +30,7 @@ from outbox.config import settings
 from outbox.db.connection import Database, LazyConnection
 from outbox.db.rows import HandoffResult, OutboxHandoff
 from outbox.errors import BrokerError, ConfigurationError, DatabaseError, TargetRefused
+from outbox.relay.lanes import Lanes
 from outbox.relay.listen import ListenWaiter, PollWaiter, Waiter
 from outbox.relay.target import SqlQueueTarget, Target
 
@@ -113,20 +114,30 @@ class Relay:
         self.config = config or RelayConfig()
         self.target: Target = target or SqlQueueTarget()
         self._conn = LazyConnection(database)
+        self._lane_conns: list[LazyConnection] = []
 
     def run_once(self, batch_size: int | None = None) -> HandoffResult:
         """Hand off one batch (at most ``batch_size``, default the config's)."""
+        return self._once(self._conn, batch_size)
+
+    def _once(self, conn: LazyConnection, batch_size: int | None) -> HandoffResult:
         size = self.config.batch_size if batch_size is None else batch_size
         notify = self.config.notify and self.database.dialect.supports_listen
         batch = OutboxHandoff(size, notify, self.config.verify_in_python)
         try:
-            result = self.target.handoff(self._conn.get().driver, batch)
+            result = self.target.handoff(conn.get().driver, batch)
         except DatabaseError:
-            self._conn.drop()
+            conn.drop()
             raise
         _log_batch(result)
         metrics.relay_batch(result)
         return result
+
+    @property
+    def lanes(self) -> int:
+        """Batches in flight at once: the target's wish where row locks let batches run
+        side by side (``FOR UPDATE SKIP LOCKED``); SQLite's one writer makes it 1."""
+        return self.target.lanes if self.database.dialect.supports_skip_locked else 1
 
     def run(
         self,
@@ -142,6 +153,8 @@ class Relay:
         """
         if limit is not None and limit < 0:
             raise ConfigurationError("limit must be >= 0")
+        if self.lanes > 1:
+            return self._in_lanes(RunTotals(), limit=limit, progress=progress, until_short=False)
         totals = RunTotals()
         while limit is None or totals.claimed < limit:
             left = self.config.batch_size if limit is None else limit - totals.claimed
@@ -190,6 +203,10 @@ class Relay:
                         progress(batch)
                 if batch.claimed >= self.config.batch_size:
                     idle.reset()
+                    if self.lanes > 1:  # a backlog: keep several batches in flight
+                        totals = self._in_lanes(
+                            totals, progress=progress, until_short=True, stop=stop
+                        )
                     continue
                 waiter.wait(stop, idle.reset() if batch.claimed else idle.next())
         finally:
@@ -202,9 +219,27 @@ class Relay:
             return ListenWaiter(self.database, self.config.reconnect_max)
         return PollWaiter()
 
+    def _in_lanes(
+        self,
+        totals: RunTotals,
+        *,
+        limit: int | None = None,
+        progress: Callable[[HandoffResult], None] | None = None,
+        until_short: bool,
+        stop: threading.Event | None = None,
+    ) -> RunTotals:
+        while len(self._lane_conns) < self.lanes - 1:
+            self._lane_conns.append(LazyConnection(self.database))
+        lanes = Lanes([self._conn, *self._lane_conns], self._once, self.config.batch_size)
+        return lanes.drain(
+            totals, limit=limit, progress=progress, until_short=until_short, stop=stop
+        )
+
     def close(self) -> None:
-        """Close the relay's connection (it reopens on next use) and its target's."""
+        """Close the relay's connections (they reopen on next use) and its target's."""
         self._conn.drop()
+        for conn in self._lane_conns:
+            conn.drop()
         self.target.close()
 
     def __enter__(self) -> Relay:

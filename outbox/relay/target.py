@@ -35,6 +35,11 @@ class Target(Protocol):
 
     name: str
 
+    @property
+    def lanes(self) -> int:
+        """Batches it wants in flight at once (``outbox.relay.lanes``)."""
+        ...
+
     def handoff(self, driver: Driver, batch: OutboxHandoff) -> HandoffResult:
         """Hand off up to ``batch.batch_size`` pending intents through ``driver``; one
         transaction, retried by the driver on a confirmed deadlock or BUSY; anything
@@ -50,6 +55,7 @@ class SqlQueueTarget:
     """The SQL queue table (``outbox_jobs``) in the relay's own database."""
 
     name = "sql"
+    lanes = 1  # one statement per batch: nothing to wait for that a second batch could hide
 
     def handoff(self, driver: Driver, batch: OutboxHandoff) -> HandoffResult:
         return driver.outbox_handoff(batch, reason_for)

@@ -65,6 +65,20 @@ def test_one_shot_relay_to_nats_hands_off_everything_per_batch_and_exits_0(
     assert support.stream_ids(nats_url, names.stream(queue)) == {i: 1 for i in ids}
 
 
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"], indirect=True)
+def test_one_shot_relay_with_batches_in_flight_hands_off_everything_once(
+    database: Database, db_url: str, nats_url: str
+) -> None:
+    queue = support.queue_name()
+    ids = support.record_jobs(db_url, queue, 21)
+    code, out, err = process(
+        db_url, "relay", "--target", nats_url, "--batch-size", "4", "--in-flight", "3"
+    )
+    assert code == 0, err
+    assert "relayed 21 intents: 21 handed off, 0 quarantined, in 6 batches" in out
+    assert support.stream_ids(nats_url, names.stream(queue)) == {i: 1 for i in ids}
+
+
 def test_an_unreachable_broker_is_one_line_and_exit_1_without_the_password(url: str) -> None:
     support.record_jobs(url, "q", 2)
     code, out, err = process(url, "relay", "--target", "nats://ops:hunter2@127.0.0.1:1")
@@ -90,6 +104,12 @@ def test_require_names_the_missing_stream_and_changes_nothing(url: str, nats_url
         (["--target", "ftp://h"], 2, "accepted: sql or nats://"),
         (["--target", "nats://h:port"], 2, "not a number"),
         (["--target", "NATS_URL", "--duplicate-window", "5"], 1, "retry horizon"),
+        (
+            ["--target", "NATS_URL", "--in-flight", "0"],
+            2,
+            "'--in-flight' (env var: 'OUTBOX_RELAY_IN_FLIGHT'): 0 is not in the range 1<=x<=8",
+        ),
+        (["--target", "NATS_URL", "--in-flight", "9"], 2, "9 is not in the range 1<=x<=8"),
     ],
 )
 def test_bad_relay_targets_are_refused_in_one_line(

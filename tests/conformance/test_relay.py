@@ -24,10 +24,10 @@ from tests.relay_support import (
     db_now_ms,
     outbox_rows,
     placeholder,
+    plant_corruptions,
     queued_ids,
     record_many,
     set_column,
-    sha256_hex,
 )
 
 
@@ -106,35 +106,12 @@ def test_relay_hands_off_future_intents_early_but_keeps_their_time(
     assert [j.message_id for j in claimed] == [now]
 
 
-def _corrupt(conn: Connection, db_url: str) -> dict[str, str]:
-    """Plant one corruption of each kind; return message id → expected reason."""
-    ids = record_many(db_url, [f"bad{i}" for i in range(7)])
-    payload_fp = sha256_hex("v1\ntests.echo\nq1\n\n\n{not json")
-    set_column(conn, ids[0], "payload", "{not json")
-    set_column(conn, ids[1], "payload", '{"key":"bad1","note":"changed"}')
-    set_column(conn, ids[2], "job_name", "tests.other")
-    set_column(conn, ids[3], "job_name", "bad name!")
-    set_column(conn, ids[4], "fingerprint", "0" * 64)
-    set_column(conn, ids[5], "queue", "q 2")
-    set_column(conn, ids[6], "payload", "{not json")
-    set_column(conn, ids[6], "fingerprint", payload_fp)  # re-sealed, still not JSON
-    return {
-        ids[0]: "invalid_json",
-        ids[1]: "fingerprint_mismatch",
-        ids[2]: "fingerprint_mismatch",
-        ids[3]: "invalid_name",
-        ids[4]: "fingerprint_mismatch",
-        ids[5]: "invalid_queue",
-        ids[6]: "invalid_json",
-    }
-
-
 @pytest.mark.parametrize("in_python", [False, True], ids=["sql", "python"])
 def test_relay_quarantines_corrupt_rows_and_hands_off_their_peers(
     database: Database, db_url: str, conn: Connection, in_python: bool
 ) -> None:
     good_before = record_many(db_url, ["g1", "g2"])
-    expected = _corrupt(conn, db_url)
+    expected = plant_corruptions(conn, db_url)
     good_after = record_many(db_url, ["g3"])
     with captured_logs() as logs:
         batch = _once(database, batch_size=50, verify_in_python=in_python)

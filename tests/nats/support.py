@@ -50,11 +50,13 @@ def target(
     provisioning: str = "create",
     streams: StreamSettings | None = None,
     publish_timeout: float = 5.0,
+    in_flight: int = 2,
 ) -> JetStreamTarget:
     settings = JetStreamSettings(
         streams or StreamSettings(),
         provisioning,  # type: ignore[arg-type]
         publish_timeout,
+        in_flight,
     )
     return JetStreamTarget(parse_url(url), settings, reconnect_max=5.0)
 

@@ -1,27 +1,44 @@
+-- fragment: intent_reason
+-- Why a stored intent fails verification, or NULL when it verifies. The reason codes
+-- and their order match outbox.relay.verify.reason_for. The fingerprint is compared
+-- byte for byte: the column's collation ignores case.
+CASE
+    WHEN payload IS NULL OR NOT JSON_VALID(payload) THEN 'invalid_json'
+    WHEN CHAR_LENGTH(job_name) NOT BETWEEN 1 AND {max_name_chars}
+        OR job_name REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_name'
+    WHEN CHAR_LENGTH(queue) NOT BETWEEN 1 AND {max_name_chars}
+        OR queue REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_queue'
+    WHEN max_attempts NOT BETWEEN 1 AND {max_attempts_limit} THEN 'invalid_max_attempts'
+    WHEN available_at < 0 THEN 'invalid_available_at'
+    WHEN LENGTH(payload) > {max_payload_bytes} THEN 'payload_too_large'
+    WHEN fingerprint IS NULL OR CAST(fingerprint AS BINARY) <> CAST(SHA2(CONCAT(
+            IF(priority = 0, '{fingerprint_version_default_priority}', '{fingerprint_version}'),
+            CHAR(10 USING utf8mb4), job_name, CHAR(10 USING utf8mb4), queue,
+            CHAR(10 USING utf8mb4), COALESCE(CAST(max_attempts AS CHAR), ''),
+            CHAR(10 USING utf8mb4), COALESCE(CAST(available_at AS CHAR), ''),
+            CHAR(10 USING utf8mb4),
+            IF(priority = 0, '', CONCAT(CAST(priority AS CHAR), CHAR(10 USING utf8mb4))),
+            payload), 256) AS BINARY)
+        THEN 'fingerprint_mismatch'
+END;
+
 -- name: relay_claim
 -- Lock the oldest pending rows and verify each in SQL; the reason is NULL for a valid
 -- row. The reason codes and their order match outbox.relay.verify.reason_for.
--- The fingerprint is compared byte for byte: the column's collation ignores case.
 SELECT id, message_id,
-    CASE
-        WHEN payload IS NULL OR NOT JSON_VALID(payload) THEN 'invalid_json'
-        WHEN CHAR_LENGTH(job_name) NOT BETWEEN 1 AND {max_name_chars}
-            OR job_name REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_name'
-        WHEN CHAR_LENGTH(queue) NOT BETWEEN 1 AND {max_name_chars}
-            OR queue REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_queue'
-        WHEN max_attempts NOT BETWEEN 1 AND {max_attempts_limit} THEN 'invalid_max_attempts'
-        WHEN available_at < 0 THEN 'invalid_available_at'
-        WHEN LENGTH(payload) > {max_payload_bytes} THEN 'payload_too_large'
-        WHEN fingerprint IS NULL OR CAST(fingerprint AS BINARY) <> CAST(SHA2(CONCAT(
-                IF(priority = 0, '{fingerprint_version_default_priority}', '{fingerprint_version}'),
-                CHAR(10 USING utf8mb4), job_name, CHAR(10 USING utf8mb4), queue,
-                CHAR(10 USING utf8mb4), COALESCE(CAST(max_attempts AS CHAR), ''),
-                CHAR(10 USING utf8mb4), COALESCE(CAST(available_at AS CHAR), ''),
-                CHAR(10 USING utf8mb4),
-                IF(priority = 0, '', CONCAT(CAST(priority AS CHAR), CHAR(10 USING utf8mb4))),
-                payload), 256) AS BINARY)
-            THEN 'fingerprint_mismatch'
-    END AS reason
+    {fragment:intent_reason} AS reason
+FROM outbox_messages
+WHERE state = 'pending'
+ORDER BY id
+LIMIT :batch_size
+FOR UPDATE SKIP LOCKED;
+
+-- name: relay_claim_checked
+-- A broker target's claim: the oldest pending rows, locked, with every column the
+-- message needs and the reason each fails verification (NULL: valid). The payload
+-- leaves the database only for the broker.
+SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
+    priority, {fragment:intent_reason} AS reason
 FROM outbox_messages
 WHERE state = 'pending'
 ORDER BY id

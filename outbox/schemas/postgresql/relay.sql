@@ -1,13 +1,36 @@
+-- fragment: intent_reason
+-- Why a stored intent fails verification, or NULL when it verifies. The reason codes
+-- and their order match outbox.relay.verify.reason_for. PostgreSQL 15 has no JSON
+-- validity test that cannot raise: a payload that is not JSON makes the ::json cast
+-- fail with SQLSTATE 22P02, and the relay verifies that batch in Python instead.
+CASE
+    WHEN payload IS NULL OR json_typeof(payload::json) IS NULL THEN 'invalid_json'
+    WHEN char_length(job_name) NOT BETWEEN 1 AND {max_name_chars}
+        OR job_name ~ '[^A-Za-z0-9_.:-]' THEN 'invalid_name'
+    WHEN char_length(queue) NOT BETWEEN 1 AND {max_name_chars}
+        OR queue ~ '[^A-Za-z0-9_.:-]' THEN 'invalid_queue'
+    WHEN max_attempts NOT BETWEEN 1 AND {max_attempts_limit} THEN 'invalid_max_attempts'
+    WHEN available_at < 0 THEN 'invalid_available_at'
+    WHEN octet_length(payload) > {max_payload_bytes} THEN 'payload_too_large'
+    WHEN fingerprint IS NULL OR encode(sha256(convert_to(CASE WHEN priority = 0
+        THEN concat_ws(E'\n', '{fingerprint_version_default_priority}', job_name, queue,
+            coalesce(max_attempts::text, ''), coalesce(available_at::text, ''),
+            payload)
+        ELSE concat_ws(E'\n', '{fingerprint_version}', job_name, queue,
+            coalesce(max_attempts::text, ''), coalesce(available_at::text, ''),
+            priority::text, payload)
+        END, 'UTF8')), 'hex')
+        <> fingerprint THEN 'fingerprint_mismatch'
+END;
+
 -- name: relay_handoff
 -- One whole batch in one statement (one round trip): lock the oldest pending rows,
 -- verify each in SQL, move the valid ones into the queue (insert there, delete here:
 -- their key rows stay in outbox_keys), mark the others failed (with a reason code),
 -- and, when :notify is true and anything was handed off, NOTIFY idle workers
 -- (delivered at commit).
--- The reason codes and their order match outbox.relay.verify.reason_for.
--- PostgreSQL 15 has no JSON validity test that cannot raise: a payload that is not
--- JSON makes the ::json cast fail with SQLSTATE 22P02 and the relay verifies that
--- batch in Python instead (relay_claim_rows).
+-- The reasons are the intent_reason fragment's; a payload that is not JSON makes this
+-- statement fail and the relay verifies that batch in Python instead (relay_claim_rows).
 -- A queue row that already holds a claimed message_id is a double handoff: the unique
 -- index fails the statement on purpose.
 WITH claimed AS MATERIALIZED (
@@ -20,25 +43,7 @@ WITH claimed AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), checked AS MATERIALIZED (
     SELECT c.*,
-        CASE
-            WHEN c.payload IS NULL OR json_typeof(c.payload::json) IS NULL THEN 'invalid_json'
-            WHEN char_length(c.job_name) NOT BETWEEN 1 AND {max_name_chars}
-                OR c.job_name ~ '[^A-Za-z0-9_.:-]' THEN 'invalid_name'
-            WHEN char_length(c.queue) NOT BETWEEN 1 AND {max_name_chars}
-                OR c.queue ~ '[^A-Za-z0-9_.:-]' THEN 'invalid_queue'
-            WHEN c.max_attempts NOT BETWEEN 1 AND {max_attempts_limit} THEN 'invalid_max_attempts'
-            WHEN c.available_at < 0 THEN 'invalid_available_at'
-            WHEN octet_length(c.payload) > {max_payload_bytes} THEN 'payload_too_large'
-            WHEN c.fingerprint IS NULL OR encode(sha256(convert_to(CASE WHEN c.priority = 0
-                THEN concat_ws(E'\n', '{fingerprint_version_default_priority}', c.job_name, c.queue,
-                    coalesce(c.max_attempts::text, ''), coalesce(c.available_at::text, ''),
-                    c.payload)
-                ELSE concat_ws(E'\n', '{fingerprint_version}', c.job_name, c.queue,
-                    coalesce(c.max_attempts::text, ''), coalesce(c.available_at::text, ''),
-                    c.priority::text, c.payload)
-                END, 'UTF8')), 'hex')
-                <> c.fingerprint THEN 'fingerprint_mismatch'
-        END AS reason
+        {fragment:intent_reason} AS reason
     FROM claimed c
 ), clock AS MATERIALIZED (
     SELECT {now_ms} AS now_ms
@@ -76,6 +81,18 @@ SELECT
     (SELECT count(*) FROM (SELECT pg_notify('outbox_jobs', '') FROM ins
                            WHERE :notify LIMIT 1) AS woken),
     (SELECT count(*) FROM moved);
+
+-- name: relay_claim_checked
+-- A broker target's claim: the oldest pending rows, locked, with every column the
+-- message needs and the reason each fails verification (NULL: valid). The payload
+-- leaves the database only for the broker.
+SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
+    priority, {fragment:intent_reason} AS reason
+FROM outbox_messages
+WHERE state = 'pending'
+ORDER BY id
+LIMIT :batch_size
+FOR UPDATE SKIP LOCKED;
 
 -- name: relay_claim_rows
 -- The Python verifier's claim: the oldest pending rows, locked, with every column the

@@ -1,33 +1,48 @@
+-- fragment: intent_reason
+-- Why a stored intent fails verification, or NULL when it verifies. The reason codes
+-- and their order match outbox.relay.verify.reason_for. typeof() guards come first
+-- because SQLite columns accept any type.
+CASE
+    WHEN typeof(payload) <> 'text' OR NOT json_valid(payload) THEN 'invalid_json'
+    WHEN typeof(job_name) <> 'text' OR length(job_name) NOT BETWEEN 1 AND {max_name_chars}
+        OR job_name REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_name'
+    WHEN typeof(queue) <> 'text' OR length(queue) NOT BETWEEN 1 AND {max_name_chars}
+        OR queue REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_queue'
+    WHEN typeof(max_attempts) NOT IN ('integer', 'null')
+        OR max_attempts NOT BETWEEN 1 AND {max_attempts_limit} THEN 'invalid_max_attempts'
+    WHEN typeof(available_at) NOT IN ('integer', 'null')
+        OR available_at < 0 THEN 'invalid_available_at'
+    WHEN length(CAST(payload AS BLOB)) > {max_payload_bytes} THEN 'payload_too_large'
+    WHEN typeof(fingerprint) <> 'text' OR outbox_sha256(
+            CASE WHEN priority = 0 THEN '{fingerprint_version_default_priority}'
+                ELSE '{fingerprint_version}' END
+            || char(10) || job_name || char(10) || queue || char(10)
+            || coalesce(CAST(max_attempts AS TEXT), '') || char(10)
+            || coalesce(CAST(available_at AS TEXT), '') || char(10)
+            || CASE WHEN priority = 0 THEN '' ELSE CAST(priority AS TEXT) || char(10) END
+            || payload)
+        <> fingerprint THEN 'fingerprint_mismatch'
+END;
+
 -- name: relay_claim
 -- The oldest pending rows, verified in SQL; the reason is NULL for a valid row. No row
 -- locks: the relay's BEGIN IMMEDIATE holds SQLite's single writer lock for the batch.
--- typeof() guards come first because SQLite columns accept any type.
 -- INDEXED BY: with a backlog, SQLite's planner prefers walking the table in rowid order
 -- and skipping what is not pending; quarantined rows collect at the low ids, so that walk
 -- grows with them. The partial index holds pending rows only.
--- The reason codes and their order match outbox.relay.verify.reason_for.
 SELECT id, message_id,
-    CASE
-        WHEN typeof(payload) <> 'text' OR NOT json_valid(payload) THEN 'invalid_json'
-        WHEN typeof(job_name) <> 'text' OR length(job_name) NOT BETWEEN 1 AND {max_name_chars}
-            OR job_name REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_name'
-        WHEN typeof(queue) <> 'text' OR length(queue) NOT BETWEEN 1 AND {max_name_chars}
-            OR queue REGEXP '[^A-Za-z0-9_.:-]' THEN 'invalid_queue'
-        WHEN typeof(max_attempts) NOT IN ('integer', 'null')
-            OR max_attempts NOT BETWEEN 1 AND {max_attempts_limit} THEN 'invalid_max_attempts'
-        WHEN typeof(available_at) NOT IN ('integer', 'null')
-            OR available_at < 0 THEN 'invalid_available_at'
-        WHEN length(CAST(payload AS BLOB)) > {max_payload_bytes} THEN 'payload_too_large'
-        WHEN typeof(fingerprint) <> 'text' OR outbox_sha256(
-                CASE WHEN priority = 0 THEN '{fingerprint_version_default_priority}'
-                    ELSE '{fingerprint_version}' END
-                || char(10) || job_name || char(10) || queue || char(10)
-                || coalesce(CAST(max_attempts AS TEXT), '') || char(10)
-                || coalesce(CAST(available_at AS TEXT), '') || char(10)
-                || CASE WHEN priority = 0 THEN '' ELSE CAST(priority AS TEXT) || char(10) END
-                || payload)
-            <> fingerprint THEN 'fingerprint_mismatch'
-    END AS reason
+    {fragment:intent_reason} AS reason
+FROM outbox_messages INDEXED BY outbox_messages_pending
+WHERE state = 'pending'
+ORDER BY id
+LIMIT :batch_size;
+
+-- name: relay_claim_checked
+-- A broker target's claim: the oldest pending rows, locked, with every column the
+-- message needs and the reason each fails verification (NULL: valid). The payload
+-- leaves the database only for the broker.
+SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
+    priority, {fragment:intent_reason} AS reason
 FROM outbox_messages INDEXED BY outbox_messages_pending
 WHERE state = 'pending'
 ORDER BY id

@@ -1,0 +1,86 @@
+"""Several batches in flight at once, one per connection, for a target that waits.
+
+A broker target spends most of a batch waiting: for the PubAcks, while the batch's
+transaction stays open. With lanes, one relay keeps that many batches going side by
+side, each on a connection and a thread of its own, so one batch is claimed and
+published while another waits for its acknowledgements. Each batch is still one
+transaction that deletes only what its own PubAcks confirmed, so what a crash leaves
+and what the duplicate window absorbs is unchanged; only the order of batches across
+lanes is not fixed. Lanes need row locks (``FOR UPDATE SKIP LOCKED``) so that batches
+claim disjoint rows; ``Relay.lanes`` is 1 on SQLite.
+
+A lane stops at an empty batch (``until_short``: at any short one), when ``stop`` is
+set, when ``limit`` intents have been claimed, or when another lane failed; the first
+failure is raised once every lane has finished its batch in flight.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from outbox.db.connection import LazyConnection
+from outbox.db.rows import HandoffResult
+
+if TYPE_CHECKING:
+    from outbox.relay.service import RunTotals
+
+Once = Callable[[LazyConnection, int], HandoffResult]
+
+
+class Lanes:
+    def __init__(self, conns: list[LazyConnection], once: Once, batch_size: int) -> None:
+        self.conns, self.once, self.batch_size = conns, once, batch_size
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+        self._failures: list[BaseException] = []
+        self._reserved = 0
+
+    def drain(
+        self,
+        totals: RunTotals,
+        *,
+        limit: int | None,
+        progress: Callable[[HandoffResult], None] | None,
+        until_short: bool,
+        stop: threading.Event | None,
+    ) -> RunTotals:
+        """Hand off on every lane until each stops; what they did, added to ``totals``."""
+        done = [totals]
+
+        def lane(conn: LazyConnection) -> None:
+            while not self._halt.is_set() and not (stop is not None and stop.is_set()):
+                with self._lock:
+                    size = self.batch_size
+                    if limit is not None:
+                        size = min(size, limit - self._reserved)
+                    if size <= 0:
+                        return
+                    self._reserved += size
+                try:
+                    batch = self.once(conn, size)
+                except BaseException as exc:
+                    self._failures.append(exc)
+                    self._halt.set()
+                    return
+                with self._lock:
+                    self._reserved -= size - batch.claimed
+                    if batch.claimed:
+                        done[0] = done[0].add(batch)
+                        if progress is not None:
+                            progress(batch)
+                if batch.claimed == 0 or (until_short and batch.claimed < size):
+                    return
+
+        threads = [
+            threading.Thread(target=lane, args=(c,), name=f"outbox-relay-lane-{i}", daemon=True)
+            for i, c in enumerate(self.conns)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if self._failures:
+            raise self._failures[0]
+        return done[0]
