@@ -25,6 +25,9 @@ from bench.s_relay import _preload
 NAME = "nats"
 NATS = os.environ.get("OUTBOX_BENCH_NATS", "nats://127.0.0.1:4222")
 BATCH = 500
+CPU_WORKERS = "— workers' CPU"
+CPU_SERVER = "— nats-server's CPU (their start-up included)"
+PER_CPU_S = "— jobs per worker CPU-second"
 
 
 def _drop_streams() -> None:
@@ -52,14 +55,20 @@ def _sql_relay_case(url: str, n: int, label: str) -> Case:
     return Case(label, measure, unit="rows/s")
 
 
-def _nats_relay_case(url: str, n: int) -> Case:
+def _nats_relay_case(url: str, n: int, in_flight: int | None = None) -> Case:
+    """The relay to JetStream at its defaults, or with ``in_flight`` batches at once."""
+
     def measure() -> float:
         _preload(url, n)
         _drop_streams()
-        o = procs.run_one("bench.w_nats:relay", url=url, batch=BATCH, nats=NATS)
+        extra = {} if in_flight is None else {"in_flight": in_flight}
+        o = procs.run_one("bench.w_nats:relay", url=url, batch=BATCH, nats=NATS, **extra)
         return rate(o.total(), o.elapsed_s)
 
-    return Case(f"relay → JetStream, batch {BATCH}", measure, unit="rows/s")
+    label = f"relay → JetStream, batch {BATCH}"
+    if in_flight is not None:
+        label += f", {in_flight} in flight (diagnostic)"
+    return Case(label, measure, unit="rows/s")
 
 
 def _fill(url: str, n: int) -> None:
@@ -69,18 +78,46 @@ def _fill(url: str, n: int) -> None:
     procs.run_one("bench.w_nats:relay", url=url, batch=BATCH, nats=NATS)
 
 
+def _nats_server_cpu() -> float:
+    """CPU seconds the bench's nats-server has used so far (0 when it is not local)."""
+    import psutil
+
+    port = NATS.rsplit(":", 1)[-1]
+    for p in psutil.process_iter(["name", "cmdline"]):
+        if p.info["name"] == "nats-server" and port in " ".join(p.info["cmdline"] or ()):
+            t = p.cpu_times()
+            return float(t.user + t.system)
+    return 0.0
+
+
 def _drain_case(url: str, n: int, workers: int) -> Case:
-    def measure() -> float:
+    """Jobs/s, beside the CPU it took: the workers' (cores busy) and nats-server's, and
+    jobs per worker CPU-second, which stays level when processes scale with cores."""
+
+    def measure() -> dict[str, float]:
         _fill(url, n)
         specs = [
             procs.Spec("bench.w_nats:worker", {"nats": NATS, "concurrency": 8, "prefetch": 64})
             for _ in range(workers)
         ]
+        server = _nats_server_cpu()
         o = procs.run(specs)
-        return rate(o.total(), o.elapsed_s)
+        server = _nats_server_cpu() - server
+        cpu = o.total("cpu_s")
+        return {
+            "": rate(o.total(), o.elapsed_s),
+            CPU_WORKERS: cpu / o.elapsed_s,
+            CPU_SERVER: server / o.elapsed_s,
+            PER_CPU_S: o.total() / cpu if cpu else 0.0,
+        }
 
     label = f"JetStream drain, {workers} worker process{'es' if workers > 1 else ''}"
-    return Case(label, measure, unit="jobs/s")
+    metrics = {
+        CPU_WORKERS: ("cores", False),
+        CPU_SERVER: ("cores", False),
+        PER_CPU_S: ("jobs/CPU-s", True),
+    }
+    return Case(label, measure, unit="jobs/s", metrics=metrics)
 
 
 def _latency_case(url: str, samples: int, gap: float) -> Case:
@@ -160,6 +197,7 @@ def plan(ctx: Ctx) -> Plan:
     p.cases = [
         _sql_relay_case(url, n, sql_label),
         _nats_relay_case(url, n),
+        _nats_relay_case(url, n, in_flight=1),
         _drain_case(url, n, 1),
         _drain_case(url, n, 4),
         _latency_case(url, 100 if not ctx.quick else 30, 0.05),
@@ -188,7 +226,8 @@ def plan(ctx: Ctx) -> Plan:
         ),
     ]
     p.notes.append(
-        f"nats: {n:,} intents per relay/drain sample; NATS at {NATS}; "
+        f"nats: {n:,} intents per relay/drain sample; NATS at {NATS}; the relay to "
+        "JetStream at its defaults (2 batches in flight), and with 1 to show what lanes add; "
         "drain workers: concurrency 8, prefetch 64 each; latency: relay (LISTEN) "
         "and worker in one process beside the producer"
     )

@@ -9,16 +9,21 @@ from typing import Any
 from bench.data import QUEUE
 
 
-def relay(url: str, batch: int, nats: str) -> Callable[[], dict[str, Any]]:
-    """The relay with the JetStream target, connected and its stream ready before GO."""
+def relay(
+    url: str, batch: int, nats: str, in_flight: int | None = None
+) -> Callable[[], dict[str, Any]]:
+    """The relay with the JetStream target (its defaults, or ``in_flight`` batches at
+    once), connected and its stream ready before GO."""
     from outbox.db.connection import Database
     from outbox.jetstream.connect import parse_url
     from outbox.relay import Relay, RelayConfig
-    from outbox.relay.jetstream import JetStreamTarget
+    from outbox.relay.jetstream import JetStreamSettings, JetStreamTarget
 
-    target = JetStreamTarget(parse_url(nats))
+    settings = JetStreamSettings() if in_flight is None else JetStreamSettings(in_flight=in_flight)
+    target = JetStreamTarget(parse_url(nats), settings)
     target.prepare([QUEUE])
     r = Relay(Database(url), RelayConfig(batch_size=batch), target=target)
+    r._conn.get()  # connected before GO, as the SQL relay beside it (a lane opens its own)
 
     def work() -> dict[str, Any]:
         totals = r.run()
