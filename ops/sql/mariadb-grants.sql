@@ -86,9 +86,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_limit_waits TO outbox_worker;
 
 -- operator: reads everything; returns quarantined intents to pending (retry, which may
 -- re-seal a key's fingerprint), prunes the keys of handed-off intents (and version-1
--- tombstones) and the chart's old minutes, requeues / forgets dead letters, removes and
--- clears jobs, pauses and resumes queues, cancels jobs (a waiting one to the dead
--- letters, a held one flagged). It cannot record an intent or change a job otherwise.
+-- tombstones), the chart's old minutes and idle limit keys, requeues / forgets dead
+-- letters, removes and clears jobs, pauses and resumes queues, cancels jobs (a waiting
+-- one to the dead letters, a held one flagged). It cannot record an intent or change a job otherwise.
 GRANT SELECT, DELETE ON outbox_keys TO outbox_operator;
 GRANT UPDATE (fingerprint) ON outbox_keys TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_messages TO outbox_operator;
@@ -101,3 +101,7 @@ GRANT SELECT, INSERT, DELETE ON outbox_paused_queues TO outbox_operator;
 GRANT INSERT ON outbox_failed_jobs TO outbox_operator;
 GRANT SELECT ON outbox_schema_version TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_throughput TO outbox_operator;
+GRANT SELECT, DELETE ON outbox_limits TO outbox_operator;
+GRANT SELECT, DELETE ON outbox_limit_slots TO outbox_operator;
+GRANT SELECT, DELETE ON outbox_limit_starts TO outbox_operator;
+GRANT SELECT, DELETE ON outbox_limit_waits TO outbox_operator;

@@ -99,7 +99,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_limits, outbox_limit_slots,
 
 -- operator: reads everything; returns quarantined intents to pending (retry, which may
 -- re-seal a key's fingerprint), prunes the keys of handed-off intents (and version-1
--- tombstones) and the chart's old minutes, requeues / forgets dead letters, removes and
+-- tombstones), the chart's old minutes and idle limit keys, requeues / forgets dead letters, removes and
 -- clears jobs, pauses and resumes queues, cancels jobs (a waiting one to the dead
 -- letters, a held one flagged). It cannot record an intent or change a job otherwise.
 GRANT SELECT ON outbox_keys, outbox_messages, outbox_jobs, outbox_failed_jobs,
@@ -114,3 +114,5 @@ GRANT DELETE ON outbox_messages TO outbox_operator;
 GRANT INSERT, DELETE ON outbox_jobs TO outbox_operator;
 GRANT DELETE ON outbox_failed_jobs TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_throughput TO outbox_operator;
+GRANT SELECT, DELETE ON outbox_limits, outbox_limit_slots, outbox_limit_starts,
+    outbox_limit_waits TO outbox_operator;

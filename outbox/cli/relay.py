@@ -20,7 +20,7 @@ from outbox.cli.params import MESSAGE_ID
 from outbox.cli.serving import metrics_options
 from outbox.config import settings
 from outbox.metrics import serving
-from outbox.queue import throughput
+from outbox.queue import limits, throughput
 from outbox.relay import Relay, RelayConfig, RunTotals, admin
 from outbox.relay.service import MAX_BATCH_SIZE
 
@@ -328,7 +328,8 @@ def prune_command(cli: CliContext, days: int, limit: int) -> None:
     Oldest first, in small batches so no lock is held for long; `prune 0` takes all
     published so far. Pending and quarantined intents are never pruned. Pruning ends
     deduplication for those keys: recording one of them again creates a new job.
-    It also deletes the dashboard chart's per-minute counts older than a day.
+    It also deletes the dashboard chart's per-minute counts older than a day, and the
+    global limits' bookkeeping of keys idle for over an hour.
     """
     with cli.connect() as conn:
         if sys.stderr.isatty():
@@ -338,9 +339,12 @@ def prune_command(cli: CliContext, days: int, limit: int) -> None:
         else:
             deleted = admin.prune(conn, days, limit)
         minutes = throughput.prune(conn.driver)
+        keys = limits.prune(conn.driver)
     click.echo(f"pruned {deleted} published tombstones older than {days} days")
     if minutes:
         click.echo(f"pruned {minutes} per-minute chart rows older than a day")
+    if keys:
+        click.echo(f"pruned {keys} idle limit keys")
 
 
 commands: list[click.Command] = [

@@ -66,6 +66,28 @@ class LimitOps:
 
         return self.conn.transact(renew, operation="limit heartbeat")
 
+    def limit_prune(self, older_ms: int, batch: int = 1000) -> int:
+        """Delete what no admission will read again: starts and tickets older than
+        ``older_ms``, slots expired that long ago, waits of jobs gone, then the key rows
+        left with nothing under them (created over ``older_ms`` ago); how many key rows
+        went. In batches of ``batch``, each its own short transaction."""
+        params = {"older_ms": older_ms, "batch": batch}
+
+        def batches(name: str) -> int:
+            total = 0
+            while True:
+                n = self.conn.transact(
+                    lambda c: c.execute_count(name, params), operation="prune limits"
+                )
+                total += n
+                if n < batch:
+                    return total
+
+        batches("limit_prune_starts")
+        batches("limit_prune_slots")
+        self.conn.transact(lambda c: c.execute_count("limit_prune_waits"), operation="prune limits")
+        return batches("limit_prune_keys")
+
 
 class _Admission:
     """One admission transaction over a batch of asks.

@@ -7,6 +7,8 @@ carries them. ``outbox.queue.gate`` enforces them across every worker.
 A rate is ``"N/s"``, ``"N/m"`` or ``"N/h"``: at most N starts in any sliding window of a
 second, minute or hour. When ``concurrency_key`` is given, both limits hold per value of
 the key (``concurrency_key(payload)``, a str or an int); otherwise per job name.
+
+``prune`` (run by ``outbox prune``) deletes the bookkeeping of keys no longer in use.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outbox.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from outbox.db.driver import Driver
 
 WINDOW_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000}
 MAX_RATE = 1_000_000
@@ -57,3 +62,9 @@ class Limits:
 
     def __bool__(self) -> bool:
         return self.concurrency is not None or self.rate is not None
+
+
+def prune(driver: Driver) -> int:
+    """Delete limit bookkeeping older than the longest window (an hour) that no admission
+    will read again, and the keys left idle; how many keys went."""
+    return driver.limit_prune(max(WINDOW_MS.values()))

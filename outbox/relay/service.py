@@ -14,6 +14,10 @@ backoff; ``run`` and ``run_once`` instead raise it to the caller. A broker targe
 transient ``BrokerError``: ``watch`` logs it at most every 10 s and backs off (up to
 ``reconnect_max``, or ``max_poll_interval`` for a full stream), and the intents stay
 pending; a non-transient one (a stream missing under ``require``) ends ``watch``.
+
+A target that waits on a broker asks for several batches in flight (``Target.lanes``):
+where row locks allow, ``run`` and a ``watch`` that meets a backlog hand off on that many
+connections side by side (``outbox.relay.lanes``), each batch still one transaction.
 """
 
 from __future__ import annotations

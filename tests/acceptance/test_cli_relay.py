@@ -289,3 +289,25 @@ def test_prune_also_drops_the_dashboard_charts_minutes_older_than_a_day(
     assert [str(w) for (w,) in left] == ["w-new"]
     again = cli(db_url, "prune", "0")
     assert "chart rows" not in again.stdout  # nothing old left: no second line
+
+
+def test_prune_also_drops_global_limit_keys_idle_for_over_an_hour(
+    db_url: str, conn: Connection
+) -> None:
+    hour = 3_600_000
+    now = conn.driver.clock_now()
+    conn.execute_sql(
+        "INSERT INTO outbox_limits (limit_key, created_at) VALUES "
+        f"('idle', {now - 2 * hour}), ('fresh', {now}), ('busy', {now - 2 * hour})"
+    )
+    conn.execute_sql(
+        "INSERT INTO outbox_limit_starts (limit_key, started_at, job_id) "
+        f"VALUES ('busy', {now}, NULL)"
+    )
+    pruned = cli(db_url, "prune", "0")
+    assert pruned.exit_code == 0, pruned.output
+    assert "pruned 1 idle limit keys" in pruned.stdout
+    left = {str(k) for (k,) in conn.execute_sql("SELECT limit_key FROM outbox_limits")}
+    assert left == {"fresh", "busy"}
+    again = cli(db_url, "prune", "0")
+    assert "limit keys" not in again.stdout

@@ -10,7 +10,7 @@ from typing import Any
 from outbox import Job, Registry
 from outbox.db.connection import Connection, Database
 from outbox.db.rows import ClaimedJob, LimitAdmit, LimitAsk, LimitScope, LimitSlot
-from outbox.queue import JobContext, Worker, WorkerConfig, push
+from outbox.queue import JobContext, Worker, WorkerConfig, limits, push
 from outbox.queue.gate import KEY_ERROR
 from tests.fixtures import queue_ops as ops
 from tests.queue_support import count, seed_jobs
@@ -293,3 +293,42 @@ def test_a_running_job_keeps_its_slot_past_the_first_lease_through_heartbeats(
     finally:
         runner.join(30)
     assert worker.stats.succeeded == 1 and count(conn, "outbox_limit_slots") == 0
+
+
+def test_prune_deletes_only_what_no_admission_will_read_again(conn: Connection) -> None:
+    """Idle keys an hour old go with their spent starts and long-expired slots; a key in
+    use keeps its row, slots, starts and waits; a pruned key comes back at its next use."""
+    seed_jobs(conn, 6)
+    jobs = _claim(conn, 6)
+    busy, idle_rate, idle_slot = "busy", "idle-rate", "idle-slot"
+    _admit(conn, jobs[:2], LimitScope(busy, concurrency=1))  # one runs, one waits
+    _admit(conn, jobs[2:3], LimitScope(idle_rate, rate=5, window_ms=1_000))
+    _admit(conn, jobs[3:4], LimitScope(idle_slot, concurrency=3))
+    hour = 3_600_000
+    conn.execute_sql(f"UPDATE outbox_limits SET created_at = created_at - {2 * hour}")
+    conn.execute_sql(
+        f"UPDATE outbox_limit_starts SET started_at = started_at - {2 * hour} "
+        f"WHERE limit_key = '{idle_rate}'"
+    )
+    conn.execute_sql(
+        f"UPDATE outbox_limit_slots SET expires_at = expires_at - {2 * hour} "
+        f"WHERE limit_key = '{idle_slot}'"
+    )
+    before = {t: count(conn, t) for t in ("outbox_limit_slots", "outbox_limit_waits")}
+    assert before == {"outbox_limit_slots": 2, "outbox_limit_waits": 1}
+    assert limits.prune(conn.driver) == 2
+    keys = {r[0] for r in conn.execute_sql("SELECT limit_key FROM outbox_limits")}
+    assert keys == {busy}
+    assert count(conn, "outbox_limit_slots") == 1 and count(conn, "outbox_limit_waits") == 1
+    assert count(conn, "outbox_limit_starts") == 0
+    assert limits.prune(conn.driver) == 0  # nothing left to prune; the busy key stays
+    # a waiter whose job left the queue is dropped, while the running slot keeps its key
+    conn.execute_sql(f"DELETE FROM outbox_jobs WHERE id = {jobs[1].id}")
+    assert limits.prune(conn.driver) == 0 and count(conn, "outbox_limit_waits") == 0
+    assert count(conn, "outbox_limits") == 1
+    conn.driver.limit_release(W1, [LimitSlot(busy, jobs[0])])
+    assert limits.prune(conn.driver) == 1 and count(conn, "outbox_limits") == 0
+    # a pruned key is created again by its next admission
+    verdicts = _admit(conn, jobs[4:6], LimitScope(idle_slot, concurrency=1))
+    assert [v.admitted for v in verdicts] == [True, False]
+    assert count(conn, "outbox_limits") == 1

@@ -95,3 +95,9 @@ UPDATE outbox_jobs
 SET reserved_by = NULL, reserved_at = NULL, lease_expires_at = NULL,
     attempts = attempts - 1
 WHERE id = :id AND reserved_by = :holder AND attempts = :attempts;
+
+-- name: limit_prune_waits
+-- outbox prune: waits of jobs no longer in the queue (removed or dead-lettered while they
+-- waited); a freed slot skips such waiters, this clears them.
+DELETE FROM outbox_limit_waits
+WHERE NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.id = outbox_limit_waits.job_id);
