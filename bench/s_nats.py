@@ -30,13 +30,13 @@ CPU_SERVER = "— nats-server's CPU (their start-up included)"
 PER_CPU_S = "— jobs per worker CPU-second"
 
 
-def _drop_streams() -> None:
+def _drop_streams(nats: str = NATS) -> None:
     import nats as nats_client
 
     from outbox.jetstream import names
 
     async def drop() -> None:
-        nc = await nats_client.connect(NATS)
+        nc = await nats_client.connect(nats.removeprefix("nats://").split(","))
         js = nc.jetstream()
         for s in (names.stream(QUEUE), names.dead_stream(QUEUE)):
             with contextlib.suppress(Exception):
@@ -68,6 +68,52 @@ def _nats_relay_case(url: str, n: int, in_flight: int | None = None) -> Case:
     label = f"relay → JetStream, batch {BATCH}"
     if in_flight is not None:
         label += f", {in_flight} in flight (diagnostic)"
+    return Case(label, measure, unit="rows/s")
+
+
+class _Cluster:
+    """Three throwaway JetStream servers with routes (``tests.nats.servers``), started at
+    the first sample that needs them and stopped after the scenario."""
+
+    def __init__(self) -> None:
+        self.cluster: Any = None
+        self._dir: Any = None
+
+    def url(self) -> str:
+        if self.cluster is None:
+            import tempfile
+            from pathlib import Path
+
+            from tests.nats.servers import NatsCluster
+
+            self._dir = tempfile.TemporaryDirectory(prefix="outbox-bench-nats-")
+            self.cluster = NatsCluster(Path(self._dir.name))
+            self.cluster.start()
+        return str(self.cluster.url)
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+            self._dir.cleanup()
+            self.cluster = None
+
+
+def _cluster_relay_case(url: str, n: int, cluster: _Cluster, in_flight: int | None) -> Case:
+    """The relay to a 3-node cluster, replicas 3: each PubAck waits for a quorum to store
+    the message, the wait that batches in flight are meant to hide."""
+
+    def measure() -> float:
+        nats = cluster.url()
+        _preload(url, n)
+        _drop_streams(nats)
+        extra = {} if in_flight is None else {"in_flight": in_flight}
+        o = procs.run_one(
+            "bench.w_nats:relay", url=url, batch=BATCH, nats=nats, replicas=3, **extra
+        )
+        return rate(o.total(), o.elapsed_s)
+
+    label = f"relay → JetStream 3-node cluster, replicas 3, batch {BATCH}"
+    label += f", {in_flight} in flight (diagnostic)" if in_flight is not None else ""
     return Case(label, measure, unit="rows/s")
 
 
@@ -193,11 +239,14 @@ def plan(ctx: Ctx) -> Plan:
     n = ctx.size(50_000, 10_000)
     url = servers.fresh(ctx.backend, "outbox_bench_nats")
     sql_label = f"relay → SQL queue, batch {BATCH}"
+    cluster = _Cluster()
     p = Plan()
     p.cases = [
         _sql_relay_case(url, n, sql_label),
         _nats_relay_case(url, n),
         _nats_relay_case(url, n, in_flight=1),
+        _cluster_relay_case(url, n, cluster, None),
+        _cluster_relay_case(url, n, cluster, 1),
         _drain_case(url, n, 1),
         _drain_case(url, n, 4),
         _latency_case(url, 100 if not ctx.quick else 30, 0.05),
@@ -232,4 +281,5 @@ def plan(ctx: Ctx) -> Plan:
         "and worker in one process beside the producer"
     )
     p.after.append(_drop_streams)
+    p.after.append(cluster.stop)
     return p

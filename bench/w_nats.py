@@ -10,16 +10,20 @@ from bench.data import QUEUE
 
 
 def relay(
-    url: str, batch: int, nats: str, in_flight: int | None = None
+    url: str, batch: int, nats: str, in_flight: int | None = None, replicas: int = 1
 ) -> Callable[[], dict[str, Any]]:
     """The relay with the JetStream target (its defaults, or ``in_flight`` batches at
-    once), connected and its stream ready before GO."""
+    once; new streams with ``replicas``), connected and its stream ready before GO."""
     from outbox.db.connection import Database
     from outbox.jetstream.connect import parse_url
+    from outbox.jetstream.provision import StreamSettings
     from outbox.relay import Relay, RelayConfig
     from outbox.relay.jetstream import JetStreamSettings, JetStreamTarget
 
-    settings = JetStreamSettings() if in_flight is None else JetStreamSettings(in_flight=in_flight)
+    streams = StreamSettings(replicas=replicas)
+    settings = JetStreamSettings(streams)
+    if in_flight is not None:
+        settings = JetStreamSettings(streams, in_flight=in_flight)
     target = JetStreamTarget(parse_url(nats), settings)
     target.prepare([QUEUE])
     r = Relay(Database(url), RelayConfig(batch_size=batch), target=target)
