@@ -332,3 +332,17 @@ def test_prune_deletes_only_what_no_admission_will_read_again(conn: Connection) 
     verdicts = _admit(conn, jobs[4:6], LimitScope(idle_slot, concurrency=1))
     assert [v.admitted for v in verdicts] == [True, False]
     assert count(conn, "outbox_limits") == 1
+
+
+def test_prune_works_in_batches_until_nothing_is_left(conn: Connection) -> None:
+    old = ops.now_ms(conn) - 2 * 3_600_000
+    for i in range(5):
+        conn.execute_sql(
+            f"INSERT INTO outbox_limits (limit_key, created_at) VALUES ('k{i}', {old})"
+        )
+        conn.execute_sql(
+            "INSERT INTO outbox_limit_starts (limit_key, started_at, job_id) "
+            f"VALUES ('k{i}', {old}, NULL)"
+        )
+    assert conn.driver.limit_prune(3_600_000, batch=2) == 5
+    assert count(conn, "outbox_limits") == 0 and count(conn, "outbox_limit_starts") == 0
