@@ -30,6 +30,7 @@ from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
@@ -76,7 +77,9 @@ def _meta(msg: Msg) -> tuple[int, int, float]:
 class Lane:
     """Fetches, runs and settles the jobs of one queue, at most ``cap`` at a time."""
 
-    def __init__(self, worker: JetStreamWorker, js: JetStreamContext, queue: str, cap: int):
+    def __init__(
+        self, worker: JetStreamWorker, nc: Client, js: JetStreamContext, queue: str, cap: int
+    ) -> None:
         self.w, self.js, self.queue, self.cap = worker, js, queue, cap
         config = worker.config
         self.window = cap + (config.prefetch if config.prefetch is not None else cap)
@@ -94,8 +97,9 @@ class Lane:
         self._outcomes.loop = asyncio.get_running_loop()
         self._outcomes.drain = self._drain
         self._ended_empty = False
+        self._closed = False  # fetching is over: whatever still arrives is NAKed
         self.puller = Puller(
-            js._nc, names.stream(queue), names.CONSUMER, self._arrived, self._request_ended
+            nc, names.stream(queue), names.CONSUMER, self._arrived, self._request_ended
         )
 
     # -- fetching -----------------------------------------------------------------
@@ -175,7 +179,7 @@ class Lane:
         w = self.w
         while self.waiting and self.busy < self.cap:
             msg = self.waiting.popleft()
-            if w.stopping.is_set() or w.done():
+            if self._closed or w.stopping.is_set() or w.done():
                 w.stats.released += 1
                 self._send(msg.nak)
             else:
@@ -334,6 +338,7 @@ class Lane:
     async def _finish(self) -> None:
         """NAK what has not started; give running jobs ``grace`` (a second signal ends
         the wait); then wait for dead-lettering still in flight."""
+        self._closed = True
         if self.w.stopping.is_set():  # a thread yet to take its job NAKs it
             self._pool_stopping.set()
         while self.waiting:

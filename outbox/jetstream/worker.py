@@ -1,15 +1,17 @@
 """The worker on JetStream: the same ``Registry``, handlers and ``ctx`` as on SQL.
 
 Each queue has one durable pull consumer (``names.CONSUMER``) shared by every worker
-process, so JetStream spreads its messages over them. One asyncio loop runs all queues;
-async handlers run on it, sync ones on a thread pool (the ``Runner`` of
-``outbox.queue.execute`` calls both, exactly as the SQL worker does).
+process, so JetStream spreads its messages over them. One asyncio loop runs all queues,
+each a ``Lane`` (``outbox.jetstream.lane`` draws its flow and what it pays per burst
+rather than per job) fed by its own pull requests (``outbox.jetstream.pull``); async
+handlers run on the loop, sync ones on long-lived threads (the ``Runner`` of ``outbox.queue.execute``
+calls both, exactly as the SQL worker does).
 
 A message's life, per delivery::
 
     fetched ─► waiting for a slot ─► running ─┬─ returned ─────────────► ack (leaves the stream)
-       │        (cap per queue)      │ in-    ├─ raised, attempts left ─► NAK with the
-       │                             │ progress│                           handler's backoff
+       │        (cap per queue;      │ in-    ├─ raised, attempts left ─► NAK with the
+       │         stop: NAKed)        │ progress│                           handler's backoff
        │                             │ ack every├─ PermanentFailure, or
        │                             │ lease/3  │  the last attempt ─────► copy to the dead-
        │                             ▼          │                         letter stream, then
@@ -42,6 +44,7 @@ import time
 from typing import cast
 
 import structlog
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import APIError
@@ -166,7 +169,7 @@ class JetStreamWorker:
         try:
             js = nc.jetstream()
             log.info("worker.started", broker=self.url.shown, queues=list(caps))
-            await asyncio.gather(*(self._queue(js, q, caps[q]) for q in caps))
+            await asyncio.gather(*(self._queue(nc, js, q, caps[q]) for q in caps))
         finally:
             with contextlib.suppress(Exception):
                 await nc.flush(timeout=2)  # the last acks out, then close
@@ -212,10 +215,10 @@ class JetStreamWorker:
             log.warning("worker.consumer_kept", queue=queue, error=exc.description or "")
         return True
 
-    async def _queue(self, js: JetStreamContext, queue: str, cap: int) -> None:
+    async def _queue(self, nc: Client, js: JetStreamContext, queue: str, cap: int) -> None:
         if not await self._consumer(js, queue):
             return
-        lane = Lane(self, js, queue, cap)
+        lane = Lane(self, nc, js, queue, cap)
         self._lanes.append(lane)
         if self.stopping.is_set():
             lane.room.set()
