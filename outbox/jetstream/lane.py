@@ -96,7 +96,8 @@ class Lane:
         self._outcomes = _Outcomes()
         self._outcomes.loop = asyncio.get_running_loop()
         self._outcomes.drain = self._drain
-        self._ended_empty = False
+        self._ended_empty = False  # a held-open request found nothing
+        self._linger = False  # the last no_wait request found nothing: hold the next open
         self._closed = False  # fetching is over: whatever still arrives is NAKed
         self.puller = Puller(
             nc, names.stream(queue), names.CONSUMER, self._arrived, self._request_ended
@@ -138,7 +139,7 @@ class Lane:
                     continue
                 self._ended_empty = False
                 try:
-                    await self.puller.request(want, wait)
+                    await self.puller.request(want, wait, no_wait=not self._linger)
                 except Exception as exc:  # the connection is reconnecting: wait, try again
                     log.warning("worker.fetch_failed", queue=self.queue, error=type(exc).__name__)
                     await w.pause(config.sleep)
@@ -168,8 +169,11 @@ class Lane:
         self._pump()
 
     def _request_ended(self) -> None:
-        if self.puller.got == 0 and not self.puller.failed:
-            self._ended_empty = True
+        p = self.puller
+        if p.got == 0 and not p.failed:
+            self._ended_empty, self._linger = p.lingered, True
+        else:
+            self._linger = False
         self.room.set()
 
     # -- starting -----------------------------------------------------------------

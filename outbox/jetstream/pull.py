@@ -9,9 +9,11 @@ same one ``fetch`` sends.
 
 One request is open at a time. It ends when its last message arrives, or with a status
 (404 nothing now, 408 expired, 409 and others: the consumer cannot serve it, said in
-``failed``). A request that never ends (its server restarted) is given up
-``_SLACK`` seconds after it should have expired; a late status from it may then end
-the next one early, which costs one more request, never a message.
+``failed``). As ``fetch`` does, a worker asks with ``no_wait`` (what is there now) and
+only after an empty answer with a request held open until it expires. A request that
+never ends (its server restarted) is given up ``_SLACK`` seconds after it should have
+expired; a late status from it may then end the next one early, which costs one more
+request, never a message.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Puller:
         self.open = 0  # messages the open request may still deliver
         self.got = 0  # job messages the open (or last) request delivered
         self.failed = ""  # why the last request ended, when the consumer refused it
+        self.lingered = False  # the last request waited (expires), not no_wait
         self.deadline = 0.0
 
     async def start(self) -> None:
@@ -64,13 +67,18 @@ class Puller:
             self.open = 0  # its answer was lost (a reconnect): ask again
         return self.open > 0
 
-    async def request(self, batch: int, expires: float) -> None:
-        """Ask for up to ``batch`` messages, held open ``expires`` seconds."""
-        body = orjson.dumps({"batch": batch, "expires": int(expires * 1e9)})
-        self.open, self.got, self.failed = batch, 0, ""
-        self.deadline = time.monotonic() + expires + _SLACK
+    async def request(self, batch: int, expires: float, *, no_wait: bool = False) -> None:
+        """Ask for up to ``batch`` messages: held open ``expires`` seconds, or with
+        ``no_wait`` answered at once with what is there (404 when that is short)."""
+        ask: dict[str, object] = {"batch": batch}
+        if no_wait:
+            ask["no_wait"] = True  # the server ignores no_wait beside expires
+        else:
+            ask["expires"] = int(expires * 1e9)
+        self.open, self.got, self.failed, self.lingered = batch, 0, "", not no_wait
+        self.deadline = time.monotonic() + (0.0 if no_wait else expires) + _SLACK
         try:
-            await self._nc.publish(self._subject, body, reply=self._inbox)
+            await self._nc.publish(self._subject, orjson.dumps(ask), reply=self._inbox)
         except Exception:
             self.open = 0
             raise

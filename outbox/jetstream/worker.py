@@ -4,8 +4,8 @@ Each queue has one durable pull consumer (``names.CONSUMER``) shared by every wo
 process, so JetStream spreads its messages over them. One asyncio loop runs all queues,
 each a ``Lane`` (``outbox.jetstream.lane`` draws its flow and what it pays per burst
 rather than per job) fed by its own pull requests (``outbox.jetstream.pull``); async
-handlers run on the loop, sync ones on long-lived threads (the ``Runner`` of ``outbox.queue.execute``
-calls both, exactly as the SQL worker does).
+handlers run on the loop, sync ones on long-lived threads (the ``Runner`` of
+``outbox.queue.execute`` calls both, exactly as the SQL worker does).
 
 A message's life, per delivery::
 
