@@ -21,6 +21,7 @@ bad name, a body that is not JSON) becomes a dead letter too, never a crash.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -38,6 +39,10 @@ MAX_ATTEMPTS = "Outbox-Max-Attempts"
 AVAILABLE_AT = "Outbox-Available-At"
 CREATED_AT = "Outbox-Created-At"
 FOREIGN_CLASS = "outbox.jetstream.ForeignMessage"
+
+
+# The canonical form, as the outbox writes ids: a match is a UUID without building one.
+_CANONICAL_UUID = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 
 
 class ForeignMessage(Exception):
@@ -77,10 +82,11 @@ def decode_job(
     """The job a message carries; ``ForeignMessage`` when it is not one of ours."""
     h = headers or {}
     message_id, job_name = h.get(MESSAGE_ID, ""), h.get(JOB, "")
-    try:
-        uuid.UUID(message_id)
-    except ValueError:
-        raise ForeignMessage(f"header {MESSAGE_ID} is missing or not a UUID") from None
+    if not _CANONICAL_UUID.fullmatch(message_id):
+        try:  # any other form uuid.UUID takes is accepted, as before
+            uuid.UUID(message_id)
+        except ValueError:
+            raise ForeignMessage(f"header {MESSAGE_ID} is missing or not a UUID") from None
     if not NAME_PATTERN.fullmatch(job_name):
         raise ForeignMessage(f"header {JOB} is missing or not a job name")
     raw_max = h.get(MAX_ATTEMPTS, "")

@@ -4,7 +4,9 @@ a test counts real executions across processes, killed ones included."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import time
 from typing import Any
 
@@ -43,6 +45,44 @@ async def perm(payload: Any, ctx: Any) -> None:
 def slow(payload: Any, ctx: Any) -> None:
     _ledger(ctx, "start")
     time.sleep(float(payload["s"]))
+    _ledger(ctx)
+
+
+@registry.job("t.aslow", max_attempts=5, backoff=QUICK)
+async def aslow(payload: Any, ctx: Any) -> None:
+    _ledger(ctx, "start")
+    await asyncio.sleep(float(payload["s"]))
+    _ledger(ctx)
+
+
+# How many t.gauge / t.agauge jobs run at once in this process, and the most seen.
+gauge = {"now": 0, "most": 0}
+_gauge_lock = threading.Lock()
+
+
+def _gauge(step: int) -> None:
+    with _gauge_lock:
+        gauge["now"] += step
+        gauge["most"] = max(gauge["most"], gauge["now"])
+
+
+@registry.job("t.gauge", backoff=QUICK)
+def sync_gauge(payload: Any, ctx: Any) -> None:
+    _gauge(1)
+    try:
+        time.sleep(float(payload["s"]))
+    finally:
+        _gauge(-1)
+    _ledger(ctx)
+
+
+@registry.job("t.agauge", backoff=QUICK)
+async def async_gauge(payload: Any, ctx: Any) -> None:
+    _gauge(1)
+    try:
+        await asyncio.sleep(float(payload["s"]))
+    finally:
+        _gauge(-1)
     _ledger(ctx)
 
 

@@ -1,11 +1,13 @@
 """The worker on JetStream against a real nats-server: ack, NAK with backoff, dead
-letters and re-drive, foreign messages, a worker SIGKILLed mid-job, the refused
-transactional handler."""
+letters and re-drive, foreign messages, a worker SIGKILLed mid-job, graceful and hard
+stops, the per-queue cap over sync and async handlers, in-progress acks as the lease,
+the refused transactional handler."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -212,3 +214,66 @@ def test_in_progress_acks_hold_a_job_longer_than_the_ack_wait(
     stats = work(nats_url, queue, lease=1.0, concurrency=2)
     assert stats.succeeded == 1
     assert runs(ledger, "start") == {job_id: 1} and runs(ledger) == {job_id: 1}
+
+
+def test_sigterm_naks_fetched_jobs_that_have_not_started_so_another_worker_runs_them_now(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    ids = handed_off(db, nats_url, queue, 3, "t.slow", payload={"s": 1.5})
+    argv = cli_argv(
+        db[1], "worker", queue, "--app", "tests.nats.app:registry", "--broker", nats_url,
+        "--prefetch", "2",
+    )  # fmt: skip
+    proc = spawn(argv, {"NATS_TEST_LEDGER": str(ledger)})
+    try:  # one slot: one job runs, the other two wait fetched in the worker
+        wait_until(lambda: sum(runs(ledger, "start").values()) == 1, 30, "a job to start")
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert code == 0 and sum(runs(ledger).values()) == 1
+    # NAKed at once, not held until the 30 s ack wait: a worker that stops when
+    # nothing is deliverable finds both
+    stats = work(nats_url, queue, concurrency=2, lease=30.0, max_time=20)
+    assert stats.succeeded == 2
+    assert runs(ledger) == {i: 1 for i in ids}
+
+
+def test_a_second_signal_stops_at_once_and_the_running_job_comes_back(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    [job_id] = handed_off(db, nats_url, queue, 1, "t.aslow", payload={"s": 60})
+    argv = cli_argv(
+        db[1], "worker", queue, "--app", "tests.nats.app:registry", "--broker", nats_url,
+        "--lease", "1", "--grace", "60",
+    )  # fmt: skip
+    proc = spawn(argv, {"NATS_TEST_LEDGER": str(ledger)})
+    try:
+        wait_until(lambda: runs(ledger, "start")[job_id] == 1, 30, "the job to start")
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(15)  # well inside the 60 s grace
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert code == 1 and runs(ledger)[job_id] == 0
+    assert support.stream_count(nats_url, names.stream(queue)) == 1  # not acked: it comes back
+
+
+def test_the_queue_cap_holds_over_sync_and_async_handlers_together(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    ids = support.record_jobs(db[1], queue, 8, job="t.gauge", payload={"s": 0.2})
+    ids += support.record_jobs(db[1], queue, 8, job="t.agauge", payload={"s": 0.2}, prefix="a")
+    with support.relay(db[0], nats_url) as relay:
+        relay.run()
+    app.gauge.update(now=0, most=0)
+    stats = work(nats_url, queue, concurrency=3, prefetch=8)
+    assert stats.succeeded == 16 and stats.graceful
+    assert runs(ledger) == {i: 1 for i in ids}
+    assert app.gauge["most"] == 3

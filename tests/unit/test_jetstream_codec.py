@@ -54,9 +54,26 @@ def test_our_message_decodes_into_a_job() -> None:
 
 
 @pytest.mark.parametrize(
+    "message_id",
+    [
+        "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+        "0190A1B2-C3D4-7E5F-8A9B-0C1D2E3F4A5B",
+        "{0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b}",
+        "urn:uuid:0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+        "0190a1b2c3d47e5f8a9b0c1d2e3f4a5b",
+    ],
+)
+def test_every_form_of_uuid_is_a_message_id_as_uuid_reads_it(message_id: str) -> None:
+    job = codec.decode_job("q", 1, 1, _headers(**{codec.MESSAGE_ID: message_id}), b"{}")
+    assert job.message_id == message_id
+
+
+@pytest.mark.parametrize(
     ("headers", "body"),
     [
         (None, b"{}"),
+        (_headers(**{codec.MESSAGE_ID: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5"}), b"{}"),
+        (_headers(**{codec.MESSAGE_ID: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5g"}), b"{}"),
         (_headers(**{codec.JOB: "bad name!"}), b"{}"),
         (_headers(**{codec.MESSAGE_ID: "not-a-uuid"}), b"{}"),
         (_headers(**{codec.MAX_ATTEMPTS: "0"}), b"{}"),

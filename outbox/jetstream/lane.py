@@ -1,0 +1,386 @@
+"""One queue of the JetStream worker: its fetched messages, running jobs and their leases.
+
+Everything here runs on the worker's event loop except sync handlers, which run on
+``cap`` long-lived threads (``SyncPool``, as on SQL): a sync handler may block, so it
+never runs on the loop. The loop owns all the state, so the cap is a counter, not a
+semaphore, and a job costs no task of its own unless its handler is async::
+
+    puller callback ─► waiting ─► (a slot is free) start ─┬─ sync: the pool's inbox
+         (a batch per           │                          └─ async: one task
+          loop turn)            └─ stopping, or max_jobs/max_time reached: NAK at once
+    outcomes ─► settle: ack / NAK with backoff / dead letter; the slot starts the next
+
+The costs are paid per burst, not per job: outcomes of sync handlers come back on one
+queue whose first put of a burst wakes the loop (one ``call_soon_threadsafe`` for many
+jobs); acks and NAKs are queued and written by one task, so a burst leaves in one
+socket write; one ticker per queue sends the in-progress acks of every running message
+each lease/3 (the lease of a running job, as a task per job did before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from functools import partial
+from queue import Empty, SimpleQueue
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from outbox.db.rows import ClaimedJob, Failure
+from outbox.jetstream import codec, names
+from outbox.jetstream.pull import Puller
+from outbox.queue.execute import Kind, Outcome, SyncPool
+from outbox.queue.registry import Handler
+
+if TYPE_CHECKING:
+    from outbox.jetstream.worker import JetStreamWorker
+
+log = structlog.get_logger("outbox.worker")
+Send = Callable[[], Awaitable[None]]
+
+
+class _Outcomes(SimpleQueue[Any]):
+    """Outcomes from the pool's threads: the first put of a burst schedules one drain on
+    the loop; the drain disarms before it empties the queue, so no outcome is missed."""
+
+    loop: asyncio.AbstractEventLoop
+    drain: Callable[[], None]
+    armed = False
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        super().put(item)
+        if not self.armed:
+            self.armed = True
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the worker exited
+                self.loop.call_soon_threadsafe(self.drain)
+
+
+def _meta(msg: Msg) -> tuple[int, int, float]:
+    """Stream sequence, delivery count and the delivery time in UNIX ms, read from the
+    reply subject (``$JS.ACK.<stream>.<consumer>.<delivered>.<seq>.<cseq>.<ns>.<pending>``)
+    without building nats-py's ``Metadata``; other forms go through it."""
+    parts = (msg.reply or "").split(".")
+    if len(parts) == 9 and parts[1] == "ACK":
+        return int(parts[5]), int(parts[4]), int(parts[7]) / 1e6
+    meta = msg.metadata
+    return meta.sequence.stream, meta.num_delivered, meta.timestamp.timestamp() * 1000
+
+
+class Lane:
+    """Fetches, runs and settles the jobs of one queue, at most ``cap`` at a time."""
+
+    def __init__(
+        self, worker: JetStreamWorker, nc: Client, js: JetStreamContext, queue: str, cap: int
+    ) -> None:
+        self.w, self.js, self.queue, self.cap = worker, js, queue, cap
+        config = worker.config
+        self.window = cap + (config.prefetch if config.prefetch is not None else cap)
+        self.waiting: deque[Msg] = deque()
+        self.running: dict[int, tuple[Msg, ClaimedJob]] = {}  # id(job) → its message
+        self.busy = 0  # slots taken: len(running)
+        self.tasks: set[asyncio.Task[Any]] = set()  # async handlers, dead-lettering
+        self.room = asyncio.Event()  # set when a fetch may be due, or stop was asked
+        self.idle = asyncio.Event()
+        self._out: list[Send] = []
+        self._sender: asyncio.Task[None] | None = None
+        self._pool: SyncPool | None = None
+        self._pool_stopping = threading.Event()
+        self._outcomes = _Outcomes()
+        self._outcomes.loop = asyncio.get_running_loop()
+        self._outcomes.drain = self._drain
+        self._ended_empty = False  # a held-open request found nothing
+        self._linger = False  # the last no_wait request found nothing: hold the next open
+        self._closed = False  # fetching is over: whatever still arrives is NAKed
+        self.puller = Puller(
+            nc, names.stream(queue), names.CONSUMER, self._arrived, self._request_ended
+        )
+
+    # -- fetching -----------------------------------------------------------------
+
+    def _want(self) -> int:
+        """How many to ask for now: 0 while a request is open or the window is full
+        enough (refill by half windows while every slot has work, not per job)."""
+        if self.puller.busy(time.monotonic()):
+            return 0
+        held = len(self.waiting) + self.busy
+        want = self.window - held
+        if self.w.config.max_jobs is not None:
+            want = min(want, self.w.config.max_jobs - self.w.started)
+        if held >= self.cap and want < max(1, self.window // 2):
+            return 0
+        return max(0, want)
+
+    async def run(self) -> None:
+        """Fetch until stopped, done, or (``stop_when_empty``) nothing is left."""
+        w, config = self.w, self.w.config
+        wait = min(config.sleep, 0.25) if config.stop_when_empty else config.sleep
+        await self.puller.start()
+        beat = asyncio.create_task(self._beat())
+        try:
+            while not w.stopping.is_set() and not w.done():
+                if self.puller.failed:
+                    log.warning("worker.fetch_failed", queue=self.queue, error=self.puller.failed)
+                    self.puller.failed = ""
+                    await w.pause(config.sleep)
+                    continue
+                if config.stop_when_empty and self._ended_empty and not self._held():
+                    break
+                want = self._want()
+                if want <= 0:
+                    await self._wait_for_room()
+                    continue
+                self._ended_empty = False
+                try:
+                    await self.puller.request(want, wait, no_wait=not self._linger)
+                except Exception as exc:  # the connection is reconnecting: wait, try again
+                    log.warning("worker.fetch_failed", queue=self.queue, error=type(exc).__name__)
+                    await w.pause(config.sleep)
+            await self._finish()
+        finally:
+            beat.cancel()
+            await self._flush()
+            if self._pool is not None:
+                self._pool.close()
+            with contextlib.suppress(Exception):
+                await self.puller.stop()
+
+    def _held(self) -> int:
+        return len(self.waiting) + self.busy
+
+    async def _wait_for_room(self) -> None:
+        self.room.clear()
+        if self._want() > 0 or self.w.stopping.is_set():
+            return
+        left = self.puller.deadline - time.monotonic() if self.puller.open else None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(None if left is None else max(left, 0.01)):
+                await self.room.wait()
+
+    def _arrived(self, msg: Msg) -> None:
+        self.waiting.append(msg)
+        self._pump()
+
+    def _request_ended(self) -> None:
+        p = self.puller
+        if p.got == 0 and not p.failed:
+            self._ended_empty, self._linger = p.lingered, True
+        else:
+            self._linger = False
+        self.room.set()
+
+    # -- starting -----------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Start waiting messages while slots are free."""
+        w = self.w
+        while self.waiting and self.busy < self.cap:
+            msg = self.waiting.popleft()
+            if self._closed or w.stopping.is_set() or w.done():
+                w.stats.released += 1
+                self._send(msg.nak)
+            else:
+                w.started += 1
+                self._start(msg)
+
+    def _start(self, msg: Msg) -> None:
+        w, queue = self.w, self.queue
+        seq, delivered, sent_ms = _meta(msg)
+        try:
+            job = codec.decode_job(queue, seq, delivered, msg.headers, msg.data)
+        except codec.ForeignMessage as exc:
+            body = codec.foreign_body(queue, delivered, msg.headers, msg.data, str(exc))
+            log.warning("worker.foreign_message", queue=queue, seq=seq)
+            self._bury(msg, seq, body)
+            return
+        now_ms = time.time() * 1000
+        if job.available_at > now_ms:
+            self._send(partial(msg.nak, delay=(job.available_at - now_ms) / 1000))
+            return
+        if job.available_at > sent_ms + 1:
+            job.attempts = max(1, delivered - 1)  # the early delivery did not count
+        w.stats.claimed += 1
+        handler = w.registry.get(job.job_name)
+        limit = w.registry.max_attempts(job.job_name, job.max_attempts)
+        if handler is None:
+            w.stats.unknown += 1
+            failure = Failure(
+                "outbox.UnknownJob", f"no handler is registered for {job.job_name}", ""
+            )
+            self._settle(msg, Outcome(Kind.FAILED, job, failure))
+        elif job.attempts > limit:  # its worker died on the last attempt
+            why = f"attempt {job.attempts} of {limit}: earlier attempts never reported back"
+            self._settle(
+                msg, Outcome(Kind.PERMANENT, job, Failure("outbox.AttemptsExhausted", why, ""))
+            )
+        else:
+            self.busy += 1
+            self.idle.clear()
+            self.running[id(job)] = (msg, job)
+            if handler.is_async:
+                self._spawn(self._run_async(job, handler))
+            else:
+                self._sync_pool().inbox.put((job, handler))
+
+    def _sync_pool(self) -> SyncPool:
+        if self._pool is None:
+            self._pool = SyncPool(
+                self.queue,
+                self.cap,
+                self.w.runner,
+                self._outcomes,
+                self._pool_stopping,
+                lambda _job: None,
+            )
+        return self._pool
+
+    async def _run_async(self, job: ClaimedJob, handler: Handler) -> None:
+        outcome: Outcome | None = None
+        try:
+            outcome = await self.w.runner.run_async(job, handler)
+        finally:
+            if outcome is None:  # cancelled (a second signal): the ack wait returns it
+                self.running.pop(id(job), None)
+                self._freed()
+        self._finished(outcome)
+        self._pump()
+
+    # -- settling -----------------------------------------------------------------
+
+    def _drain(self) -> None:
+        self._outcomes.armed = False
+        while True:
+            try:
+                outcome = self._outcomes.get_nowait()
+            except Empty:
+                break
+            self._finished(outcome)
+        self._pump()
+
+    def _finished(self, outcome: Outcome) -> None:
+        msg, _ = self.running.pop(id(outcome.job))
+        self._freed()
+        self._settle(msg, outcome)
+
+    def _freed(self) -> None:
+        self.busy -= 1
+        if self.busy == 0:
+            self.idle.set()
+        if not self.room.is_set() and self._want() > 0:
+            self.room.set()
+
+    def _settle(self, msg: Msg, outcome: Outcome) -> None:
+        w, job = self.w, outcome.job
+        if outcome.kind is Kind.DONE:
+            w.stats.succeeded += 1
+            self._send(msg.ack)
+            return
+        if outcome.kind is Kind.UNSTARTED:  # taken by a thread after stop was asked
+            w.stats.released += 1
+            self._send(msg.nak)
+            return
+        limit = w.registry.max_attempts(job.job_name, job.max_attempts)
+        if outcome.kind is Kind.FAILED and job.attempts < limit:
+            w.stats.retried += 1
+            handler = w.registry.get(job.job_name)
+            backoff = handler.backoff if handler is not None else None
+            delay = backoff.delay(job.attempts) if backoff is not None else 5.0
+            self._send(partial(msg.nak, delay=delay))
+        else:
+            failure = outcome.failure or Failure("outbox.Unknown", "", "")
+            self._bury(msg, job.id, codec.dead_body(job, failure))
+
+    def _send(self, send: Send) -> None:
+        """Queue an ack/NAK; one task writes the queue out (one socket write a burst)."""
+        self._out.append(send)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        while self._out:
+            out, self._out = self._out, []
+            for send in out:
+                await _quietly(send())
+
+    def _bury(self, msg: Msg, seq: int, body: bytes) -> None:
+        self._spawn(self._bury_now(msg, seq, body))
+
+    async def _bury_now(self, msg: Msg, seq: int, body: bytes) -> None:
+        """Copy to the dead-letter stream, then terminate; if the copy fails the message
+        is left alone and comes back after the ack wait, so nothing is lost."""
+        queue = self.queue
+        dedupe = f"dead:{names.stream(queue)}:{seq}"
+        try:
+            await self.js.publish(names.dead_subject(queue), body, headers={codec.MSG_ID: dedupe})
+        except Exception as exc:
+            log.warning("worker.dead_letter_failed", queue=queue, error=type(exc).__name__)
+            return
+        self.w.stats.dead += 1
+        self._send(msg.term)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _beat(self) -> None:
+        """In-progress acks for every running message, each lease/3."""
+        while True:
+            await asyncio.sleep(self.w.config.lease / 3)
+            for msg, _ in list(self.running.values()):
+                await _quietly(msg.in_progress())
+
+    # -- stopping -----------------------------------------------------------------
+
+    async def _finish(self) -> None:
+        """NAK what has not started; give running jobs ``grace`` (a second signal ends
+        the wait); then wait for dead-lettering still in flight."""
+        self._closed = True
+        if self.w.stopping.is_set():  # a thread yet to take its job NAKs it
+            self._pool_stopping.set()
+        while self.waiting:
+            self.w.stats.released += 1
+            self._send(self.waiting.popleft().nak)
+        if self.busy or self.tasks:
+            deadline = self.w.config.grace
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(deadline):
+                    await _first(self._settled(), self.w.cancelled.wait())
+        if self.busy or self.tasks:
+            self.w.stats.graceful = False
+            self.cancel()
+
+    async def _settled(self) -> None:
+        await self.idle.wait()
+        while self.tasks:
+            await asyncio.wait(set(self.tasks))
+
+    def cancel(self) -> None:
+        """Cancel async handlers now (sync ones cannot be: the ack wait returns them)."""
+        for t in self.tasks:
+            t.cancel()
+
+
+async def _quietly(aw: Awaitable[None]) -> None:
+    """An ack/nak/progress that fails (connection lost) is not fatal: the message comes
+    back after the ack wait."""
+    try:
+        await aw
+    except Exception as exc:
+        log.debug("worker.ack_failed", error=type(exc).__name__)
+
+
+async def _first(*aws: Any) -> None:
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
