@@ -276,7 +276,7 @@ def plan(ctx: Ctx) -> Plan:
     ]
     p.notes.append(
         f"nats: {n:,} intents per relay/drain sample; NATS at {NATS}; the relay to "
-        "JetStream at its defaults (2 batches in flight), and with 1 to show what lanes add; "
+        "JetStream at its defaults (2 batches in flight), and with 1 to show what the second adds; "
         "drain workers: concurrency 8, prefetch 64 each; latency: relay (LISTEN) "
         "and worker in one process beside the producer"
     )

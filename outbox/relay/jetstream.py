@@ -51,7 +51,7 @@ class JetStreamSettings:
     - ``provisioning`` ("create"): ``require`` never creates or changes a stream.
     - ``publish_timeout`` (10 s): the longest wait for one batch's PubAcks.
     - ``in_flight`` (2): batches in flight at once, each in its own transaction on its
-      own connection (``outbox.relay.lanes``; 1 on SQLite): one is claimed and published
+      own connection (``outbox.relay.inflight``; 1 on SQLite): one is claimed and published
       while another waits for its PubAcks. 1 publishes batch after batch, in id order.
     """
 
@@ -79,7 +79,7 @@ class _Refusal:
 class JetStreamTarget:
     """Publishes each batch to its queues' streams and keeps only acknowledged rows out.
 
-    Safe to call from several relay lanes at once: they share one connection to NATS,
+    Safe to call for several batches in flight at once: they share one connection to NATS,
     whose event loop does all the publishing."""
 
     name = "nats"
@@ -103,7 +103,7 @@ class JetStreamTarget:
         self._lock = threading.Lock()
 
     @property
-    def lanes(self) -> int:
+    def in_flight(self) -> int:
         return self.settings.in_flight
 
     def open(self) -> None:

@@ -15,9 +15,9 @@ transient ``BrokerError``: ``watch`` logs it at most every 10 s and backs off (u
 ``reconnect_max``, or ``max_poll_interval`` for a full stream), and the intents stay
 pending; a non-transient one (a stream missing under ``require``) ends ``watch``.
 
-A target that waits on a broker asks for several batches in flight (``Target.lanes``):
+A target that waits on a broker asks for several batches in flight (``Target.in_flight``):
 where row locks allow, ``run`` and a ``watch`` that meets a backlog hand off on that many
-connections side by side (``outbox.relay.lanes``), each batch still one transaction.
+connections side by side (``outbox.relay.inflight``), each batch still one transaction.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from outbox.config import settings
 from outbox.db.connection import Database, LazyConnection
 from outbox.db.rows import HandoffResult, OutboxHandoff
 from outbox.errors import BrokerError, ConfigurationError, DatabaseError, TargetRefused
-from outbox.relay.lanes import Lanes
+from outbox.relay.inflight import InFlight
 from outbox.relay.listen import ListenWaiter, PollWaiter, Waiter
 from outbox.relay.target import SqlQueueTarget, Target
 
@@ -118,7 +118,7 @@ class Relay:
         self.config = config or RelayConfig()
         self.target: Target = target or SqlQueueTarget()
         self._conn = LazyConnection(database)
-        self._lane_conns: list[LazyConnection] = []
+        self._more_conns: list[LazyConnection] = []
 
     def run_once(self, batch_size: int | None = None) -> HandoffResult:
         """Hand off one batch (at most ``batch_size``, default the config's)."""
@@ -138,10 +138,10 @@ class Relay:
         return result
 
     @property
-    def lanes(self) -> int:
+    def in_flight(self) -> int:
         """Batches in flight at once: the target's wish where row locks let batches run
         side by side (``FOR UPDATE SKIP LOCKED``); SQLite's one writer makes it 1."""
-        return self.target.lanes if self.database.dialect.supports_skip_locked else 1
+        return self.target.in_flight if self.database.dialect.supports_skip_locked else 1
 
     def run(
         self,
@@ -157,8 +157,10 @@ class Relay:
         """
         if limit is not None and limit < 0:
             raise ConfigurationError("limit must be >= 0")
-        if self.lanes > 1:
-            return self._in_lanes(RunTotals(), limit=limit, progress=progress, until_short=False)
+        if self.in_flight > 1:
+            return self._in_flight_batches(
+                RunTotals(), limit=limit, progress=progress, until_short=False
+            )
         totals = RunTotals()
         while limit is None or totals.claimed < limit:
             left = self.config.batch_size if limit is None else limit - totals.claimed
@@ -207,8 +209,8 @@ class Relay:
                         progress(batch)
                 if batch.claimed >= self.config.batch_size:
                     idle.reset()
-                    if self.lanes > 1:  # a backlog: keep several batches in flight
-                        totals = self._in_lanes(
+                    if self.in_flight > 1:  # a backlog: keep several batches in flight
+                        totals = self._in_flight_batches(
                             totals, progress=progress, until_short=True, stop=stop
                         )
                     continue
@@ -223,7 +225,7 @@ class Relay:
             return ListenWaiter(self.database, self.config.reconnect_max)
         return PollWaiter()
 
-    def _in_lanes(
+    def _in_flight_batches(
         self,
         totals: RunTotals,
         *,
@@ -232,17 +234,17 @@ class Relay:
         until_short: bool,
         stop: threading.Event | None = None,
     ) -> RunTotals:
-        while len(self._lane_conns) < self.lanes - 1:
-            self._lane_conns.append(LazyConnection(self.database))
-        lanes = Lanes([self._conn, *self._lane_conns], self._once, self.config.batch_size)
-        return lanes.drain(
+        while len(self._more_conns) < self.in_flight - 1:
+            self._more_conns.append(LazyConnection(self.database))
+        batches = InFlight([self._conn, *self._more_conns], self._once, self.config.batch_size)
+        return batches.drain(
             totals, limit=limit, progress=progress, until_short=until_short, stop=stop
         )
 
     def close(self) -> None:
         """Close the relay's connections (they reopen on next use) and its target's."""
         self._conn.drop()
-        for conn in self._lane_conns:
+        for conn in self._more_conns:
             conn.drop()
         self.target.close()
 

@@ -36,8 +36,8 @@ class Target(Protocol):
     name: str
 
     @property
-    def lanes(self) -> int:
-        """Batches it wants in flight at once (``outbox.relay.lanes``)."""
+    def in_flight(self) -> int:
+        """Batches it wants in flight at once (``outbox.relay.inflight``)."""
         ...
 
     def handoff(self, driver: Driver, batch: OutboxHandoff) -> HandoffResult:
@@ -55,7 +55,7 @@ class SqlQueueTarget:
     """The SQL queue table (``outbox_jobs``) in the relay's own database."""
 
     name = "sql"
-    lanes = 1  # one statement per batch: nothing to wait for that a second batch could hide
+    in_flight = 1  # one statement per batch: nothing to wait for that a second batch could hide
 
     def handoff(self, driver: Driver, batch: OutboxHandoff) -> HandoffResult:
         return driver.outbox_handoff(batch, reason_for)

@@ -213,7 +213,7 @@ def test_a_message_id_with_a_line_break_cannot_inject_protocol(
 def test_batches_in_flight_side_by_side_hand_off_a_backlog_exactly_once(
     database: Database, db_url: str, nats_url: str
 ) -> None:
-    queue = support.queue_name("lanes")
+    queue = support.queue_name("inflight")
     ids = support.record_jobs(db_url, queue, 95)
     relay = Relay(
         database,
@@ -222,12 +222,12 @@ def test_batches_in_flight_side_by_side_hand_off_a_backlog_exactly_once(
     )
     with relay:
         # row locks let batches run side by side; SQLite has one writer
-        assert relay.lanes == (1 if database.dialect.name == "sqlite" else 3)
+        assert relay.in_flight == (1 if database.dialect.name == "sqlite" else 3)
         totals = relay.run()
         assert (totals.claimed, totals.handed_off, totals.batches) == (95, 95, 10)
         assert support.stream_ids(nats_url, names.stream(queue)) == {i: 1 for i in ids}
         more = support.record_jobs(db_url, queue, 40, prefix="more")
-        assert relay.run(limit=23).claimed == 23  # a limit holds across lanes
+        assert relay.run(limit=23).claimed == 23  # a limit holds across batches in flight
         assert relay.run().claimed == 17
         stop = threading.Event()
         late = support.record_jobs(db_url, queue, 35, prefix="late")

@@ -1,13 +1,13 @@
 """Several batches in flight at once, one per connection, for a target that waits.
 
-A broker target spends most of a batch waiting: for the PubAcks, while the batch's
-transaction stays open. With lanes, one relay keeps that many batches going side by
-side, each on a connection and a thread of its own, so one batch is claimed and
-published while another waits for its acknowledgements. Each batch is still one
-transaction that deletes only what its own PubAcks confirmed, so what a crash leaves
-and what the duplicate window absorbs is unchanged; only the order of batches across
-lanes is not fixed. Lanes need row locks (``FOR UPDATE SKIP LOCKED``) so that batches
-claim disjoint rows; ``Relay.lanes`` is 1 on SQLite.
+A broker target spends much of a batch waiting: for the PubAcks, while the batch's
+transaction stays open. With ``in_flight`` above 1, one relay keeps that many batches
+going side by side, each on a connection and a thread of its own (a *lane*), so one
+batch is claimed and published while another waits for its acknowledgements. Each batch
+is still one transaction that deletes only what its own PubAcks confirmed, so what a
+crash leaves and what the duplicate window absorbs is unchanged; only the order of
+batches across lanes is not fixed. This needs row locks (``FOR UPDATE SKIP LOCKED``) so
+that batches claim disjoint rows; ``Relay.in_flight`` is 1 on SQLite.
 
 A lane stops at an empty batch (``until_short``: at any short one), when ``stop`` is
 set, when ``limit`` intents have been claimed, or when another lane failed; the first
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 Once = Callable[[LazyConnection, int], HandoffResult]
 
 
-class Lanes:
+class InFlight:
     def __init__(self, conns: list[LazyConnection], once: Once, batch_size: int) -> None:
         self.conns, self.once, self.batch_size = conns, once, batch_size
         self._lock = threading.Lock()
