@@ -10,6 +10,16 @@ JSON exactly as the outbox stored it, and the rest rides in headers::
     Outbox-Max-Attempts   the recorded max_attempts, or empty (the registry decides)
     Outbox-Available-At   UNIX ms the job is due (0: now)
     Outbox-Created-At     UNIX ms the relay handed it off
+    Outbox-Snoozes        only on a snoozed job's message: how often it was snoozed
+    Outbox-Attempts-Before  only there too: attempts spent before this message, which
+                          decoding adds to JetStream's delivery count
+
+A handler's ``Snooze(seconds)`` re-publishes its job as a new message (same body and
+message id, due ``seconds`` later, ``Outbox-Snoozes`` one more, the attempts so far less
+the snoozed one) under ``Nats-Msg-Id`` ``<message id>:snooze:<sequence>`` of the message
+it replaces, then terminates that one: a worker that dies between the two publishes the
+same key again when the old message comes back, and JetStream drops the copy. A message
+without these headers decodes exactly as before.
 
 A dead letter is one message on ``outbox.dead.<queue>`` whose body is a JSON object with
 the job, its attempts and the exception's class, message and trace: the only place the
@@ -38,6 +48,8 @@ JOB = "Outbox-Job"
 MAX_ATTEMPTS = "Outbox-Max-Attempts"
 AVAILABLE_AT = "Outbox-Available-At"
 CREATED_AT = "Outbox-Created-At"
+SNOOZES = "Outbox-Snoozes"
+ATTEMPTS_BEFORE = "Outbox-Attempts-Before"
 FOREIGN_CLASS = "outbox.jetstream.ForeignMessage"
 
 
@@ -57,9 +69,12 @@ def job_headers(
     created_at_ms: int,
     *,
     msg_id: str | None = None,
+    snoozes: int = 0,
+    attempts_before: int = 0,
 ) -> dict[str, str]:
-    """The headers of one job message; ``msg_id`` only when re-driving (a new dedupe key)."""
-    return {
+    """The headers of one job message; ``msg_id`` only when re-driving or snoozing (a new
+    dedupe key), ``snoozes`` and ``attempts_before`` only when snoozing."""
+    headers = {
         MSG_ID: msg_id or message_id,
         MESSAGE_ID: message_id,
         JOB: job_name,
@@ -67,6 +82,17 @@ def job_headers(
         AVAILABLE_AT: str(available_at_ms),
         CREATED_AT: str(created_at_ms),
     }
+    if snoozes:
+        headers[SNOOZES] = str(snoozes)
+    if attempts_before:
+        headers[ATTEMPTS_BEFORE] = str(attempts_before)
+    return headers
+
+
+def snooze_count(headers: dict[str, str] | None) -> int:
+    """How often the job a message carries was snoozed (0 without the header)."""
+    h = headers or {}
+    return _int(h, SNOOZES) if SNOOZES in h else 0
 
 
 def _int(headers: dict[str, str], name: str) -> int:
@@ -79,7 +105,9 @@ def _int(headers: dict[str, str], name: str) -> int:
 def decode_job(
     queue: str, seq: int, attempt: int, headers: dict[str, str] | None, data: bytes
 ) -> ClaimedJob:
-    """The job a message carries; ``ForeignMessage`` when it is not one of ours."""
+    """The job a message carries; ``ForeignMessage`` when it is not one of ours. Its
+    attempt is ``attempt`` (the delivery count) plus the attempts spent before this
+    message (a snoozed job's)."""
     h = headers or {}
     message_id, job_name = h.get(MESSAGE_ID, ""), h.get(JOB, "")
     if not _CANONICAL_UUID.fullmatch(message_id):
@@ -93,6 +121,10 @@ def decode_job(
     max_attempts = None if raw_max == "" else _int(h, MAX_ATTEMPTS)
     if max_attempts is not None and not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
         raise ForeignMessage(f"header {MAX_ATTEMPTS} is out of range")
+    before = _int(h, ATTEMPTS_BEFORE) if ATTEMPTS_BEFORE in h else 0
+    if before > MAX_ATTEMPTS_LIMIT:
+        raise ForeignMessage(f"header {ATTEMPTS_BEFORE} is out of range")
+    snooze_count(h)  # a bad count is refused here, not when the job snoozes again
     try:
         payload = data.decode()
         orjson.loads(payload)
@@ -104,7 +136,7 @@ def decode_job(
         queue=queue,
         job_name=job_name,
         payload=payload,
-        attempts=attempt,
+        attempts=attempt + before,
         max_attempts=max_attempts,
         created_at=_int(h, CREATED_AT),
         available_at=_int(h, AVAILABLE_AT),

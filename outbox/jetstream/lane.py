@@ -8,13 +8,21 @@ semaphore, and a job costs no task of its own unless its handler is async::
     puller callback ─► waiting ─► (a slot is free) start ─┬─ sync: the pool's inbox
          (a batch per           │                          └─ async: one task
           loop turn)            └─ stopping, or max_jobs/max_time reached: NAK at once
-    outcomes ─► settle: ack / NAK with backoff / dead letter; the slot starts the next
+    outcomes ─► settle: ack / NAK with backoff / dead letter / snooze; the slot starts
+                the next
+
+A snooze publishes the job again, due later, and terminates its message (the format is
+in ``outbox.jetstream.codec``): a NAK would spend an attempt, as JetStream counts every
+delivery. A sync handler past its ``timeout`` is failed as on SQL (``JobTimeout``,
+retried or dead-lettered) and its slot is freed at once; its thread runs the handler to
+its end with the result ignored, and the next job waits for a free thread.
 
 The costs are paid per burst, not per job: outcomes of sync handlers come back on one
 queue whose first put of a burst wakes the loop (one ``call_soon_threadsafe`` for many
 jobs); acks and NAKs are queued and written by one task, so a burst leaves in one
-socket write; one ticker per queue sends the in-progress acks of every running message
-each lease/3 (the lease of a running job, as a task per job did before).
+socket write; one ticker per queue sends the in-progress acks of every message the lane
+holds, running or waiting for a slot, each lease/3 (without them a fetched job that
+waits past the ack wait would be redelivered to another worker and run twice).
 """
 
 from __future__ import annotations
@@ -37,7 +45,8 @@ from nats.js import JetStreamContext
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.jetstream import codec, names
 from outbox.jetstream.pull import Puller
-from outbox.queue.execute import Kind, Outcome, SyncPool
+from outbox.queue.control import MAX_SNOOZES, SNOOZE_LIMIT, snooze_delay_ms
+from outbox.queue.execute import JobTimeout, Kind, Outcome, SyncPool, failure_of
 from outbox.queue.registry import Handler
 
 if TYPE_CHECKING:
@@ -86,6 +95,8 @@ class Lane:
         self.waiting: deque[Msg] = deque()
         self.running: dict[int, tuple[Msg, ClaimedJob]] = {}  # id(job) → its message
         self.busy = 0  # slots taken: len(running)
+        self._timers: dict[int, asyncio.TimerHandle] = {}  # id(job) → its sync timeout
+        self._abandoned: set[int] = set()  # id(job) of sync jobs failed at their timeout
         self.tasks: set[asyncio.Task[Any]] = set()  # async handlers, dead-lettering
         self.room = asyncio.Event()  # set when a fetch may be due, or stop was asked
         self.idle = asyncio.Event()
@@ -204,8 +215,8 @@ class Lane:
         if job.available_at > now_ms:
             self._send(partial(msg.nak, delay=(job.available_at - now_ms) / 1000))
             return
-        if job.available_at > sent_ms + 1:
-            job.attempts = max(1, delivered - 1)  # the early delivery did not count
+        if job.available_at > sent_ms + 1 and delivered > 1:
+            job.attempts -= 1  # the early delivery did not count
         w.stats.claimed += 1
         handler = w.registry.get(job.job_name)
         limit = w.registry.max_attempts(job.job_name, job.max_attempts)
@@ -237,9 +248,35 @@ class Lane:
                 self.w.runner,
                 self._outcomes,
                 self._pool_stopping,
-                lambda _job: None,
+                self._began,
             )
         return self._pool
+
+    def _began(self, job: ClaimedJob) -> None:
+        """On a pool thread: a job whose handler has a ``timeout`` begins now."""
+        self._outcomes.loop.call_soon_threadsafe(self._arm, job, time.monotonic())
+
+    def _arm(self, job: ClaimedJob, began: float) -> None:
+        entry = self.running.get(id(job))
+        handler = self.w.registry.get(job.job_name)
+        if entry is None or entry[1] is not job or handler is None or handler.timeout is None:
+            return  # it finished before the loop heard it began
+        left = max(0.0, handler.timeout - (time.monotonic() - began))
+        loop = self._outcomes.loop
+        self._timers[id(job)] = loop.call_later(left, self._timed_out, job, handler.timeout)
+
+    def _timed_out(self, job: ClaimedJob, seconds: float) -> None:
+        """A sync handler past its timeout: the attempt fails now and frees its slot; the
+        outcome its thread reports later is ignored (as on SQL)."""
+        key = id(job)
+        del self._timers[key]
+        msg, _ = self.running.pop(key)
+        self._abandoned.add(key)
+        self.w.stats.timed_out += 1
+        self._freed()
+        exc = JobTimeout(f"the handler ran past its {seconds} s timeout")
+        self._settle(msg, Outcome(Kind.FAILED, job, failure_of(exc)))
+        self._pump()
 
     async def _run_async(self, job: ClaimedJob, handler: Handler) -> None:
         outcome: Outcome | None = None
@@ -265,7 +302,14 @@ class Lane:
         self._pump()
 
     def _finished(self, outcome: Outcome) -> None:
-        msg, _ = self.running.pop(id(outcome.job))
+        key = id(outcome.job)
+        if key in self._abandoned:  # failed at its timeout already
+            self._abandoned.discard(key)
+            return
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        msg, _ = self.running.pop(key)
         self._freed()
         self._settle(msg, outcome)
 
@@ -286,6 +330,9 @@ class Lane:
             w.stats.released += 1
             self._send(msg.nak)
             return
+        if outcome.kind is Kind.SNOOZED:
+            self._snooze(msg, job, outcome.snooze_s)
+            return
         limit = w.registry.max_attempts(job.job_name, job.max_attempts)
         if outcome.kind is Kind.FAILED and job.attempts < limit:
             w.stats.retried += 1
@@ -296,6 +343,43 @@ class Lane:
         else:
             failure = outcome.failure or Failure("outbox.Unknown", "", "")
             self._bury(msg, job.id, codec.dead_body(job, failure))
+
+    def _snooze(self, msg: Msg, job: ClaimedJob, seconds: float | None) -> None:
+        """``Snooze(seconds)`` as on SQL: a bad ``seconds`` is a failed attempt, the snooze
+        past ``MAX_SNOOZES`` a dead letter (``SnoozeLimit``); else the job comes back as
+        a new message, due later, its attempt given back."""
+        try:
+            delay_ms = snooze_delay_ms(seconds)
+        except Exception as exc:
+            self._settle(msg, Outcome(Kind.FAILED, job, failure_of(exc)))
+            return
+        n = codec.snooze_count(msg.headers) + 1
+        if n > MAX_SNOOZES:
+            why = f"the job was snoozed {MAX_SNOOZES} times, the most a job may be"
+            self._bury(msg, job.id, codec.dead_body(job, Failure(SNOOZE_LIMIT, why, "")))
+            return
+        self._spawn(self._snooze_now(msg, job, n, delay_ms))
+
+    async def _snooze_now(self, msg: Msg, job: ClaimedJob, n: int, delay_ms: int) -> None:
+        """Publish the job again, then terminate this message; if the publish fails this
+        one is left alone and comes back after the ack wait (as a retry), nothing lost."""
+        headers = codec.job_headers(
+            job.message_id,
+            job.job_name,
+            job.max_attempts,
+            int(time.time() * 1000) + delay_ms,
+            job.created_at,
+            msg_id=f"{job.message_id}:snooze:{job.id}",
+            snoozes=n,
+            attempts_before=job.attempts - 1,
+        )
+        try:
+            await self.js.publish(names.subject(self.queue), msg.data, headers=headers)
+        except Exception as exc:
+            log.warning("worker.snooze_failed", queue=self.queue, error=type(exc).__name__)
+            return
+        self.w.stats.snoozed += 1
+        self._send(msg.term)
 
     def _send(self, send: Send) -> None:
         """Queue an ack/NAK; one task writes the queue out (one socket write a burst)."""
@@ -331,10 +415,13 @@ class Lane:
         task.add_done_callback(self.tasks.discard)
 
     async def _beat(self) -> None:
-        """In-progress acks for every running message, each lease/3."""
+        """In-progress acks each lease/3 for every message held: running, and fetched but
+        waiting for a slot (its ack wait runs from the delivery, not from its start)."""
         while True:
             await asyncio.sleep(self.w.config.lease / 3)
-            for msg, _ in list(self.running.values()):
+            held = [msg for msg, _ in self.running.values()]
+            held += self.waiting
+            for msg in held:
                 await _quietly(msg.in_progress())
 
     # -- stopping -----------------------------------------------------------------

@@ -10,12 +10,17 @@ handlers run on the loop, sync ones on long-lived threads (the ``Runner`` of
 A message's life, per delivery::
 
     fetched ─► waiting for a slot ─► running ─┬─ returned ─────────────► ack (leaves the stream)
-       │        (cap per queue;      │ in-    ├─ raised, attempts left ─► NAK with the
-       │         stop: NAKed)        │ progress│                           handler's backoff
-       │                             │ ack every├─ PermanentFailure, or
-       │                             │ lease/3  │  the last attempt ─────► copy to the dead-
-       │                             ▼          │                         letter stream, then
-       │                    worker dies: JetStream redelivers after the   AckTerm
+       │        (cap per queue;      │ in-    ├─ raised, attempts left,
+       │         stop: NAKed;        │ progress│  or a sync handler past
+       │         in-progress ack     │ ack every│  its timeout ──────────► NAK with the
+       │         every lease/3)      │ lease/3  │                         handler's backoff
+       │                             │          ├─ PermanentFailure, or
+       │                             │          │  the last attempt ─────► copy to the dead-
+       │                             │          │                         letter stream, then
+       │                             │          │                         AckTerm
+       │                             │          └─ Snooze ───────────────► re-published, due
+       │                             ▼                                    later; AckTerm
+       │                    worker dies: JetStream redelivers after the
        │                    ack wait (the lease)
        └─ not ours (ForeignMessage) ─► dead-letter stream, AckTerm
 
@@ -25,6 +30,9 @@ with the time left, once, and that delivery is not counted. The consumer's own
 have: the per-job limit is the job's ``max_attempts`` (recorded, else the registry's),
 which one consumer-wide number cannot express, and the worker enforces it on every
 delivery (a job whose worker died on its last attempt is dead-lettered on arrival).
+A snoozed job is a new message that carries the attempts spent before it (its format in
+``outbox.jetstream.codec``, the flow in ``outbox.jetstream.lane``), so a snooze spends no
+attempt; the snooze past ``MAX_SNOOZES`` dead-letters the job (``SnoozeLimit``), as on SQL.
 
 A worker never creates a stream (the relay does, with the fleet's settings): it waits
 for a missing one, and refuses one set up wrongly.

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from outbox import Backoff, PermanentFailure, Registry
+from outbox import Backoff, PermanentFailure, Registry, Snooze
 
 registry = Registry()
 QUICK = Backoff(base=0.05, cap=0.1, jitter=False)
@@ -83,6 +83,31 @@ async def async_gauge(payload: Any, ctx: Any) -> None:
         await asyncio.sleep(float(payload["s"]))
     finally:
         _gauge(-1)
+    _ledger(ctx)
+
+
+# Runs of each t.plan job in this process: its payload's "plan" says what each run does.
+plan_runs: dict[str, int] = {}
+
+
+@registry.job("t.plan", max_attempts=5, backoff=QUICK)
+def plan(payload: Any, ctx: Any) -> None:
+    """Each run takes the next step of ``payload["plan"]``: "fail", "snooze" (for
+    ``payload["s"]`` seconds, default 0), else succeed; the ledger says which."""
+    run = plan_runs[ctx.message_id] = plan_runs.get(ctx.message_id, 0) + 1
+    step = payload["plan"][min(run, len(payload["plan"])) - 1]
+    _ledger(ctx, step)
+    if step == "fail":
+        raise RuntimeError("planned failure")
+    if step == "snooze":
+        raise Snooze(payload.get("s", 0))
+
+
+@registry.job("t.stuck", max_attempts=2, backoff=QUICK, timeout=0.3)
+def stuck(payload: Any, ctx: Any) -> None:
+    """Sleeps past its 0.3 s timeout (a sync handler cannot be interrupted)."""
+    _ledger(ctx, "start")
+    time.sleep(float(payload["s"]))
     _ledger(ctx)
 
 

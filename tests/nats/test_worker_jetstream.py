@@ -1,27 +1,32 @@
 """The worker on JetStream against a real nats-server: ack, NAK with backoff, dead
 letters and re-drive, foreign messages, a worker SIGKILLed mid-job, graceful and hard
-stops, the per-queue cap over sync and async handlers, in-progress acks as the lease,
-the refused transactional handler."""
+stops, the per-queue cap over sync and async handlers, in-progress acks as the lease
+(for jobs waiting for a slot too), snoozes and their cap, a sync handler's timeout, the
+refused transactional handler."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
 import time
+import uuid
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
 from outbox.errors import ConfigurationError
-from outbox.jetstream import admin, names
+from outbox.jetstream import admin, codec, names
 from outbox.jetstream.connect import Broker, parse_url
 from outbox.jetstream.worker import JetStreamWorker
-from outbox.queue.config import WorkerConfig
+from outbox.queue.config import WorkerConfig, WorkerStats
+from outbox.queue.control import MAX_SNOOZES, SNOOZE_LIMIT
 from tests.fault_harness import cli_argv, spawn
 from tests.fixtures.databases import sqlite_url
 from tests.fixtures.processes import wait_until
@@ -68,6 +73,31 @@ def work(nats_url: str, queue: str, **kw: Any) -> Any:
     # on a thread of its own: an earlier test may have left the main thread's loop running
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(worker.run).result()
+
+
+def work_until(nats_url: str, queue: str, done: Callable[[], bool], **kw: Any) -> WorkerStats:
+    """Run ``stop_when_empty`` workers one after another until ``done()`` (at most 10): a
+    job NAKed or snoozed for later is not deliverable when one checks for an empty
+    queue. The stats are summed."""
+    total = WorkerStats()
+    for _ in range(10):
+        stats = work(nats_url, queue, **kw)
+        for field in ("succeeded", "retried", "dead", "snoozed", "timed_out"):
+            setattr(total, field, getattr(total, field) + getattr(stats, field))
+        if done():
+            break
+    return total
+
+
+def dead_letters(nats_url: str, queue: str) -> list[codec.DeadLetter]:
+    with Broker(parse_url(nats_url)) as broker:
+        return [d for d in admin.failed(broker, 50) if d.queue == queue]
+
+
+def steps(ledger: Path, message_id: str) -> list[tuple[str, str]]:
+    """(attempt, what) of each ledger line of ``message_id``, in order."""
+    lines = [line.split() for line in ledger.read_text().splitlines()]
+    return [(p[1], p[3]) for p in lines if p[0] == message_id]
 
 
 def test_worker_runs_every_job_once_and_the_acks_empty_the_stream(
@@ -277,3 +307,64 @@ def test_the_queue_cap_holds_over_sync_and_async_handlers_together(
     assert stats.succeeded == 16 and stats.graceful
     assert runs(ledger) == {i: 1 for i in ids}
     assert app.gauge["most"] == 3
+
+
+def test_fetched_jobs_waiting_for_a_slot_keep_their_lease_so_none_runs_twice(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    ids = handed_off(db, nats_url, queue, 4, "t.slow", payload={"s": 1.5})
+    # one slot and one job fetched ahead: it waits 1.5 s, past the 1 s ack wait
+    settings = {"lease": 1.0, "concurrency": 1, "prefetch": 1}
+    with ThreadPoolExecutor(2) as pool:
+        both = [pool.submit(work, nats_url, queue, **settings) for _ in range(2)]
+        stats = [f.result() for f in both]
+    assert runs(ledger, "start") == {i: 1 for i in ids}
+    assert sum(s.succeeded for s in stats) == 4
+
+
+def test_a_snooze_sends_the_job_back_later_without_spending_an_attempt(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    plan = {"plan": ["fail", "snooze", "snooze", "ok"], "s": 0.3}
+    [job_id] = handed_off(db, nats_url, queue, 1, "t.plan", payload=plan)
+    stats = work_until(nats_url, queue, lambda: runs(ledger, "ok")[job_id] == 1)
+    # the failure spent attempt 1; the snoozes gave attempt 2 back each time
+    assert steps(ledger, job_id) == [("1", "fail"), ("2", "snooze"), ("2", "snooze"), ("2", "ok")]
+    assert (stats.retried, stats.snoozed, stats.succeeded, stats.dead) == (1, 2, 1, 0)
+    assert dead_letters(nats_url, queue) == []
+    assert support.stream_count(nats_url, names.stream(queue)) == 0
+
+
+def test_the_snooze_past_the_cap_dead_letters_the_job_as_snooze_limit(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    handed_off(db, nats_url, queue, 1, "t.ok")  # the relay creates the stream
+    job_id = str(uuid.uuid4())  # a job snoozed 99 times already, two attempts spent
+    headers = codec.job_headers(
+        job_id, "t.plan", None, 0, 1, msg_id=f"{job_id}:crafted",
+        snoozes=MAX_SNOOZES - 1, attempts_before=2,
+    )  # fmt: skip
+    body = orjson.dumps({"plan": ["snooze"]})
+    run(nats_url, lambda js: js.publish(names.subject(queue), body, headers=headers))
+    stats = work_until(nats_url, queue, lambda: bool(dead_letters(nats_url, queue)))
+    assert steps(ledger, job_id) == [("3", "snooze"), ("3", "snooze")]  # the 100th, the 101st
+    assert (stats.snoozed, stats.dead) == (1, 1)
+    [dead] = dead_letters(nats_url, queue)
+    assert (dead.message_id, dead.exception_class, dead.attempts) == (job_id, SNOOZE_LIMIT, 3)
+    assert support.stream_count(nats_url, names.stream(queue)) == 0
+
+
+def test_a_sync_handler_past_its_timeout_fails_the_attempt_and_frees_its_slot(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    [job_id] = handed_off(db, nats_url, queue, 1, "t.stuck", payload={"s": 1.5})
+    stats = work_until(nats_url, queue, lambda: bool(dead_letters(nats_url, queue)), concurrency=2)
+    assert (stats.timed_out, stats.retried, stats.dead, stats.succeeded) == (2, 1, 1, 0)
+    [dead] = dead_letters(nats_url, queue)  # max_attempts=2
+    assert dead.exception_class == "outbox.queue.execute.JobTimeout" and dead.attempts == 2
+    # attempt 2 began while attempt 1's call (1.5 s) still ran: settled at the 0.3 s timeout
+    assert steps(ledger, job_id)[:2] == [("1", "start"), ("2", "start")]

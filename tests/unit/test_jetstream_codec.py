@@ -53,6 +53,24 @@ def test_our_message_decodes_into_a_job() -> None:
     assert job.max_attempts is None
 
 
+def test_a_message_without_the_snooze_headers_decodes_as_before() -> None:
+    headers = _headers()
+    assert codec.SNOOZES not in headers and codec.ATTEMPTS_BEFORE not in headers
+    assert codec.decode_job("q", 7, 3, headers, b"{}").attempts == 3
+    assert codec.snooze_count(headers) == 0
+
+
+def test_a_snoozed_job_adds_the_attempts_spent_before_its_message() -> None:
+    mid = "0190d6a4-5c3a-7b8e-9f00-000000000001"
+    headers = codec.job_headers(
+        mid, "t.ok", 4, 99, 1, msg_id=f"{mid}:snooze:7", snoozes=3, attempts_before=2
+    )
+    assert headers[codec.MSG_ID] == f"{mid}:snooze:7" and headers[codec.MESSAGE_ID] == mid
+    job = codec.decode_job("q", 8, 1, headers, b"{}")
+    assert (job.attempts, job.max_attempts, job.available_at) == (3, 4, 99)
+    assert codec.snooze_count(headers) == 3
+
+
 @pytest.mark.parametrize(
     "message_id",
     [
@@ -78,6 +96,9 @@ def test_every_form_of_uuid_is_a_message_id_as_uuid_reads_it(message_id: str) ->
         (_headers(**{codec.MESSAGE_ID: "not-a-uuid"}), b"{}"),
         (_headers(**{codec.MAX_ATTEMPTS: "0"}), b"{}"),
         (_headers(**{codec.CREATED_AT: "yesterday"}), b"{}"),
+        (_headers(**{codec.SNOOZES: "-1"}), b"{}"),
+        (_headers(**{codec.ATTEMPTS_BEFORE: "many"}), b"{}"),
+        (_headers(**{codec.ATTEMPTS_BEFORE: "100000"}), b"{}"),
         (_headers(), b"\xff\xfe"),
         (_headers(), b"{not json"),
     ],
