@@ -89,6 +89,14 @@ def work_until(nats_url: str, queue: str, done: Callable[[], bool], **kw: Any) -
     return total
 
 
+def worker_process(db_url: str, queue: str, nats_url: str, ledger: Path, *extra: str) -> Any:
+    """``outbox worker QUEUE --broker`` as a real process running the tests' app."""
+    argv = cli_argv(
+        db_url, "worker", queue, "--app", "tests.nats.app:registry", "--broker", nats_url, *extra
+    )
+    return spawn(argv, {"NATS_TEST_LEDGER": str(ledger)})
+
+
 def dead_letters(nats_url: str, queue: str) -> list[codec.DeadLetter]:
     with Broker(parse_url(nats_url)) as broker:
         return [d for d in admin.failed(broker, 50) if d.queue == queue]
@@ -180,18 +188,7 @@ def test_a_worker_killed_mid_job_has_the_job_redelivered_after_the_ack_wait(
 ) -> None:
     queue = support.queue_name()
     [job_id] = handed_off(db, nats_url, queue, 1, "t.slow", payload={"s": 2})
-    argv = cli_argv(
-        db[1],
-        "worker",
-        queue,
-        "--app",
-        "tests.nats.app:registry",
-        "--broker",
-        nats_url,
-        "--lease",
-        "1",
-    )
-    victim = spawn(argv, {"NATS_TEST_LEDGER": str(ledger)})
+    victim = worker_process(db[1], queue, nats_url, ledger, "--lease", "1")
     try:
         wait_until(lambda: runs(ledger, "start")[job_id] == 1, 30, "the job to start")
         victim.send_signal(signal.SIGKILL)
@@ -211,10 +208,7 @@ def test_sigterm_lets_the_running_job_finish_and_exits_0(
 ) -> None:
     queue = support.queue_name()
     [job_id] = handed_off(db, nats_url, queue, 1, "t.slow", payload={"s": 1})
-    argv = cli_argv(
-        db[1], "worker", queue, "--app", "tests.nats.app:registry", "--broker", nats_url
-    )
-    proc = spawn(argv, {"NATS_TEST_LEDGER": str(ledger)})
+    proc = worker_process(db[1], queue, nats_url, ledger)
     wait_until(lambda: runs(ledger, "start")[job_id] == 1, 30, "the job to start")
     proc.send_signal(signal.SIGTERM)
     try:
@@ -251,11 +245,7 @@ def test_sigterm_naks_fetched_jobs_that_have_not_started_so_another_worker_runs_
 ) -> None:
     queue = support.queue_name()
     ids = handed_off(db, nats_url, queue, 3, "t.slow", payload={"s": 1.5})
-    argv = cli_argv(
-        db[1], "worker", queue, "--app", "tests.nats.app:registry", "--broker", nats_url,
-        "--prefetch", "2",
-    )  # fmt: skip
-    proc = spawn(argv, {"NATS_TEST_LEDGER": str(ledger)})
+    proc = worker_process(db[1], queue, nats_url, ledger, "--prefetch", "2")
     try:  # one slot: one job runs, the other two wait fetched in the worker
         wait_until(lambda: sum(runs(ledger, "start").values()) == 1, 30, "a job to start")
         proc.send_signal(signal.SIGTERM)
@@ -276,11 +266,7 @@ def test_a_second_signal_stops_at_once_and_the_running_job_comes_back(
 ) -> None:
     queue = support.queue_name()
     [job_id] = handed_off(db, nats_url, queue, 1, "t.aslow", payload={"s": 60})
-    argv = cli_argv(
-        db[1], "worker", queue, "--app", "tests.nats.app:registry", "--broker", nats_url,
-        "--lease", "1", "--grace", "60",
-    )  # fmt: skip
-    proc = spawn(argv, {"NATS_TEST_LEDGER": str(ledger)})
+    proc = worker_process(db[1], queue, nats_url, ledger, "--lease", "1", "--grace", "60")
     try:
         wait_until(lambda: runs(ledger, "start")[job_id] == 1, 30, "the job to start")
         proc.send_signal(signal.SIGTERM)
