@@ -5,6 +5,7 @@ nats-server (``tests/nats/servers.py``), some as real processes."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,7 +76,8 @@ def test_one_shot_relay_with_batches_in_flight_hands_off_everything_once(
         db_url, "relay", "--target", nats_url, "--batch-size", "4", "--in-flight", "3"
     )
     assert code == 0, err
-    assert "relayed 21 intents: 21 handed off, 0 quarantined, in 6 batches" in out
+    said = re.search(r"relayed 21 intents: 21 handed off, 0 quarantined, in (\d+) batches", out)
+    assert said and int(said.group(1)) >= 6, out  # a batch side by side may come back short
     assert support.stream_ids(nats_url, names.stream(queue)) == {i: 1 for i in ids}
 
 

@@ -224,7 +224,10 @@ def test_batches_in_flight_side_by_side_hand_off_a_backlog_exactly_once(
         # row locks let batches run side by side; SQLite has one writer
         assert relay.in_flight == (1 if database.dialect.name == "sqlite" else 3)
         totals = relay.run()
-        assert (totals.claimed, totals.handed_off, totals.batches) == (95, 95, 10)
+        assert (totals.claimed, totals.handed_off) == (95, 95)
+        # side by side a batch can come back short (its peers hold the rows it skipped;
+        # MariaDB also retries a claim its gap locks deadlocked), so 10 is the least
+        assert totals.batches >= 10
         assert support.stream_ids(nats_url, names.stream(queue)) == {i: 1 for i in ids}
         more = support.record_jobs(db_url, queue, 40, prefix="more")
         assert relay.run(limit=23).claimed == 23  # a limit holds across batches in flight
