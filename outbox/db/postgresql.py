@@ -86,9 +86,7 @@ class PostgresqlDriver(Driver):
         verify: Callable[[StoredIntent], str | None],
         publish: Callable[[list[StoredIntent]], set[str]],
     ) -> HandoffResult:
-        if p.verify_in_python:
-            return super().outbox_handoff_published(p, verify, publish)
-        try:
+        try:  # the Python verifier's claim never raises this: one path serves both
             return super().outbox_handoff_published(p, verify, publish)
         except _NeedsPythonVerify:  # raised by the claim, before anything was published
             log.info("relay.verify_fallback", cause="payload_not_json")
