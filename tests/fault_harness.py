@@ -423,6 +423,43 @@ class Supervisor:
         return out
 
 
+def kill_relays_while_producing(
+    url: str,
+    relays: Sequence[list[str]],
+    logdir: Path,
+    *,
+    seed: int,
+    per_producer: int,
+    pause: float,
+    nap: tuple[float, float],
+    env: dict[str, str] | None = None,
+) -> Supervisor:
+    """Run the relays under a supervisor while two producers write ``per_producer``
+    transactions each, SIGKILLing a relay at random every ``nap`` seconds; then wait for
+    the relays to drain and stop them. Every relay must exit 0 on its final SIGTERM.
+    Returns the supervisor, whose ``kills`` the caller reports."""
+    rng = random.Random(seed)
+    supervisor = Supervisor(logdir)
+    for i, argv in enumerate(relays):
+        supervisor.add(f"relay{i}", argv, ready="relay.watch")
+    producers = spawn_producers(url, 2, per_producer, pause=pause, env=env)
+    try:
+        while any(p.poll() is None for p in producers):
+            time.sleep(rng.uniform(*nap))
+            supervisor.kill_random(rng)
+        for proc in producers:
+            code, _, err = finish(proc, 240)
+            assert code == 0, err
+        wait_until(lambda: pending_count(url) == 0, 120, "relays to drain")
+    finally:
+        supervisor.wait_ready()
+        results = supervisor.stop()
+    assert supervisor.kills > 0
+    for name, (code, out) in results.items():
+        assert code == 0, (name, out[-2000:])
+    return supervisor
+
+
 # --------------------------------------------------------------------------- entry point
 
 

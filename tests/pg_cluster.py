@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from tests.fixtures.ports import free_port
 
 BIN = Path(os.environ.get("OUTBOX_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 OS_USER = "postgres"
@@ -33,11 +34,6 @@ def available() -> bool:
         return False
     return True
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PgCluster:

@@ -221,6 +221,7 @@ def _outbox(db_url: str, *args: str, stderr: int) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
 def test_relay_watch_runs_until_signalled_then_exits_0(
     database: Database, db_url: str, conn: Connection, sig: signal.Signals

@@ -107,6 +107,7 @@ def _make_impatient(c: Connection) -> None:
         c.execute_sql("SET lock_timeout = '200ms'")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["transact", "atomic"])
 def test_retry_policy_gives_up_after_four_attempts_and_retries_only_confirmed_safe_errors(
     db_url: str, database: Database, conn: Connection, method: str

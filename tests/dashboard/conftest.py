@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -35,16 +34,12 @@ from outbox.db.connection import Database
 from outbox.db.migrate import migrate
 from tests.dashboard import seed
 from tests.fixtures import databases as backends
+from tests.fixtures.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "dash-token-" + secrets.token_hex(12)
 CHROMIUM = os.environ.get("OUTBOX_TEST_CHROMIUM", "/usr/bin/chromium")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

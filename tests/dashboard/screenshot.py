@@ -25,7 +25,8 @@ from outbox.db.migrate import migrate
 from outbox.queue import control
 from outbox.queue.throughput import DEAD, RETRIED, SUCCEEDED, Tally
 from tests.dashboard import seed
-from tests.dashboard.conftest import CHROMIUM, free_port
+from tests.dashboard.conftest import CHROMIUM
+from tests.fixtures.ports import free_port
 
 QUEUES = {"mail": 0.45, "search": 0.3, "webhooks": 0.25}
 

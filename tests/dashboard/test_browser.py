@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from playwright.sync_api import expect
 
 from tests.dashboard import seed
@@ -32,6 +33,7 @@ def _sign_in(page: Any, site: Site, token: str = TOKEN) -> None:
     page.click("button[type=submit]")
 
 
+@pytest.mark.slow
 def test_every_page_loads_cleanly_and_is_saved(page: Any, site: Site, screenshots: Path) -> None:
     errors = _watch_errors(page)
     dead = seed.dead_letters(site.db_url, 2, message="card declined", queue="reports")
@@ -70,6 +72,7 @@ def test_overview_shows_counts_chart_and_queues(page: Any, site: Site, screensho
     page.screenshot(path=str(screenshots / f"{site.backend}-overview-read-only.png"))
 
 
+@pytest.mark.slow
 def test_schedules_show_next_ticks_and_what_became_of_the_last_tick(
     page: Any, site: Site, screenshots: Path
 ) -> None:

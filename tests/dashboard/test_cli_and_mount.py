@@ -22,7 +22,8 @@ from outbox.db.migrate import migrate
 from outbox.errors import ConfigurationError
 from tests.dashboard import seed
 from tests.dashboard.client import HTML, bearer, get, post
-from tests.dashboard.conftest import TOKEN, Site, free_port, start_server
+from tests.dashboard.conftest import TOKEN, Site, start_server
+from tests.fixtures.ports import free_port
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:

@@ -60,6 +60,7 @@ def seeded(_servers: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -
 @pytest.mark.parametrize(
     ("backend", "hot"), CASES, ids=[f"{b}-{h.statement}-{h.index}" for b, h in CASES]
 )
+@pytest.mark.slow
 def test_hot_statement_uses_its_index(seeded: Seeded, backend: str, hot: plans.Hot) -> None:
     conn = seeded.conn(backend)
     accesses = plans.explain(conn, hot.statement, hot.params)

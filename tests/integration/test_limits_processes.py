@@ -112,6 +112,7 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> list[int]:
     return [p.wait(TIMEOUT) for p in procs]
 
 
+@pytest.mark.slow
 def test_four_workers_never_run_more_than_the_limit_per_key_or_per_queue(
     app_conn: Any, conn: Connection, spawn: Any, ledger: Ledger, tmp_path: Path
 ) -> None:
@@ -134,6 +135,7 @@ def test_four_workers_never_run_more_than_the_limit_per_key_or_per_queue(
     assert attempts == {1}  # waiting for a slot spent no attempt
 
 
+@pytest.mark.slow
 def test_a_rate_limit_holds_in_every_sliding_window_and_is_reached(
     app_conn: Any, conn: Connection, spawn: Any, ledger: Ledger, tmp_path: Path
 ) -> None:
@@ -156,6 +158,7 @@ def test_a_rate_limit_holds_in_every_sliding_window_and_is_reached(
     assert attempts == {1}
 
 
+@pytest.mark.slow
 def test_a_killed_workers_slot_comes_back_when_its_lease_expires(
     app_conn: Any, conn: Connection, spawn: Any, ledger: Ledger
 ) -> None:

@@ -68,6 +68,7 @@ def _started(tmp_path: Path) -> list[list[str]]:
     return [p for p in lines(tmp_path / "runs") if p[3] == "start"]
 
 
+@pytest.mark.slow
 def test_three_workers_run_a_backlog_most_urgent_priority_first(
     app_conn: Any, conn: Connection, start: Any, tmp_path: Path
 ) -> None:
@@ -84,9 +85,18 @@ def test_three_workers_run_a_backlog_most_urgent_priority_first(
     for log in (tmp_path / "runs").glob("*.log"):
         mine = [int(line.split()[4]) for line in log.read_text(encoding="utf-8").splitlines()]
         assert mine == sorted(mine), (log.stem, mine)
-    assert order[0] == 0 and order[-1] == 9
+    assert order[0] == 0
+    # Across workers: once the first 9 starts, every other job has been claimed, and only
+    # what the two other workers hold (a running job's successor claimed ahead, two at the
+    # most each) may still start after it. A worker that stalls between its claim and the
+    # start (a loaded machine) can hold one of those to the very end, so the global bound
+    # is on that count, not on the last start being a 9 (first-in-first-out would start
+    # every 5 and 0 after the first 9: sixty).
+    after_first_nine = order[order.index(9):]
+    assert len([p for p in after_first_nine if p != 9]) <= 4, order
 
 
+@pytest.mark.slow
 def test_pause_stops_every_claim_and_resume_drains(
     app_conn: Any, conn: Connection, db_url: str, start: Any, tmp_path: Path
 ) -> None:

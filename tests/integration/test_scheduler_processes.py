@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import multiprocessing
 
+import pytest
+
 from outbox.db.connection import Connection, Database
 from tests.schedule_support import digest, expected_keys, race_one_day
 
 SCHEDULERS = 3
 
 
+@pytest.mark.slow
 def test_three_racing_schedulers_record_every_tick_of_a_day_once(
     database: Database, db_url: str, conn: Connection
 ) -> None:

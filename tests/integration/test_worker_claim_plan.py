@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from outbox.db.connection import Connection
 from tests.queue_support import seed_jobs
 
@@ -54,6 +56,7 @@ def _fill_pg(conn: Connection, n: int) -> None:
     )
 
 
+@pytest.mark.slow
 def test_claim_uses_the_claim_index(conn: Connection) -> None:
     dialect = conn.dialect.name
     if dialect == "postgresql":

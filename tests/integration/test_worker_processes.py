@@ -145,6 +145,7 @@ def test_sigterm_lets_the_running_job_finish_and_returns_prefetched_jobs(
     assert sorted(tuple(r) for r in left) == [("t.log", 0, None)] * 4
 
 
+@pytest.mark.slow
 def test_worker_paused_past_its_lease_cannot_ack_the_job_it_lost(
     app_conn: Any, conn: Connection, workers: Any, tmp_path: Path
 ) -> None:

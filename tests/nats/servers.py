@@ -18,16 +18,12 @@ from typing import Any, TypeVar
 
 import nats
 
+from tests.fixtures.ports import free_port
 from tests.fixtures.processes import wait_until
 
 T = TypeVar("T")
 BINARY = shutil.which("nats-server") or "/usr/sbin/nats-server"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _answers(port: int) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,6 +26,7 @@ from tests.fault_harness import (
     cli_argv,
     fetch,
     finish,
+    kill_relays_while_producing,
     pending_count,
     relay_argv,
     spawn_producers,
@@ -77,6 +77,7 @@ def _produce(url: str, producers: int) -> None:
         assert code == 0, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"], indirect=True)
 def test_relays_killed_at_random_put_every_intent_into_the_stream_exactly_once(
     backend: str, ledger_url: str, nats_url: str, tmp_path: Path
@@ -84,26 +85,11 @@ def test_relays_killed_at_random_put_every_intent_into_the_stream_exactly_once(
     """Each relay keeps 3 batches in flight where row locks allow (SQLite: 1), so kills
     land between the batches of one relay too."""
     _fresh(nats_url)
-    rng = random.Random(12)
-    relays = Supervisor(tmp_path)
-    for i in range(3):
-        argv = _relay(ledger_url, nats_url, "--in-flight", "3")
-        relays.add(f"relay{i}", argv, ready="relay.watch")
-    producers = spawn_producers(ledger_url, 2, PER_PRODUCER, pause=0.004, env=ENV)
-    try:
-        while any(p.poll() is None for p in producers):
-            time.sleep(rng.uniform(0.05, 0.3))
-            relays.kill_random(rng)
-        for proc in producers:
-            code, _, err = finish(proc, 240)
-            assert code == 0, err
-        wait_until(lambda: pending_count(ledger_url) == 0, 120, "relays to drain")
-    finally:
-        relays.wait_ready()
-        results = relays.stop()
-    assert relays.kills > 0
-    for name, (code, out) in results.items():
-        assert code == 0, (name, out[-2000:])
+    argv = _relay(ledger_url, nats_url, "--in-flight", "3")
+    relays = kill_relays_while_producing(
+        ledger_url, [argv] * 3, tmp_path, seed=12, per_producer=PER_PRODUCER, pause=0.004,
+        nap=(0.05, 0.3), env=ENV,
+    )
     n = _assert_exactly_once_in_stream(ledger_url, nats_url)
     lanes = 1 if backend == "sqlite" else 3
     _report(f"relays SIGKILLed at random ({backend}, {lanes} in flight)", n, relays.kills, 0)
@@ -147,6 +133,7 @@ def _executions(ledger: Path) -> Counter[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_three_node_cluster_loses_a_node_then_the_leader_and_no_job(
     ledger_url: str, nats_cluster: NatsCluster, tmp_path: Path

@@ -183,6 +183,7 @@ def test_global_limits_are_refused_on_a_broker(nats_url: str) -> None:
     assert "--queue-concurrency" in str(err.value) and "broker" in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_job_has_the_job_redelivered_after_the_ack_wait(
     db: tuple[Database, str], nats_url: str, ledger: Path
 ) -> None:

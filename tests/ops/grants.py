@@ -8,12 +8,19 @@ header tells an operator to. ``url(role)`` connects as that user.
 The file's NOLOGIN group roles (PostgreSQL) and roles (MariaDB) are server-wide and are
 left in place: another run may be using them at the same moment. Everything else this
 run made (the database, its users, the privileges on its tables) is removed by ``close``.
+
+Role changes run under one server-wide lock (``server_lock``): the file creates its roles
+check-then-create, and two processes applying it at once (pytest-xdist workers, or two
+test runs) would both see a role missing and one would fail; concurrent GRANTs on the
+same role can also fail with "tuple concurrently updated" on PostgreSQL.
 """
 
 from __future__ import annotations
 
 import secrets
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +63,9 @@ class GrantedDatabase:
             self.admin_sql(f"CREATE DATABASE `{self.name}` CHARACTER SET utf8mb4", db=None)
         with Database(self.admin_url).connect() as conn:
             migrate(conn)
-        self.apply_grants()
-        self._create_users()
+        with self.server_lock():
+            self.apply_grants()
+            self._create_users()
 
     @property
     def admin_url(self) -> str:
@@ -94,6 +102,26 @@ class GrantedDatabase:
         assert done.returncode == 0, f"{cmd[0]} failed applying the grants:\n{done.stderr}"
         assert "ERROR" not in done.stderr, done.stderr
         return done
+
+    @contextmanager
+    def server_lock(self) -> Iterator[None]:
+        """Hold the server-wide lock on role changes (an advisory lock taken in the admin
+        database, so that every process contends in the same one; MariaDB's GET_LOCK is
+        server-wide by itself)."""
+        if self.backend == "postgresql":
+            with _pg(self._admin) as c:
+                c.execute("SELECT pg_advisory_lock(hashtext('outbox-test-roles'))")
+                try:
+                    yield
+                finally:
+                    c.execute("SELECT pg_advisory_unlock(hashtext('outbox-test-roles'))")
+            return
+        with _mysql(self._admin) as c, c.cursor() as cur:
+            cur.execute("SELECT GET_LOCK('outbox-test-roles', 120)")
+            try:
+                yield
+            finally:
+                cur.execute("SELECT RELEASE_LOCK('outbox-test-roles')")
 
     def _create_users(self) -> None:
         for role, user in self.users.items():
@@ -148,6 +176,10 @@ class GrantedDatabase:
         return None
 
     def close(self) -> None:
+        with self.server_lock():
+            self._drop()
+
+    def _drop(self) -> None:
         if self.backend == "postgresql":
             with _pg(self._admin) as c:
                 c.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')

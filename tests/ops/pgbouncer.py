@@ -20,7 +20,6 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,12 +32,7 @@ from sqlalchemy.engine import make_url
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
 from tests.fixtures import databases as backends
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.fixtures.ports import free_port
 
 
 class PgBouncer:

@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -89,6 +90,7 @@ def test_every_rule_is_an_alert_with_an_expression_a_severity_and_a_summary() ->
     assert len({r["alert"] for r in rules}) == len(rules)
 
 
+@pytest.mark.slow
 def test_alert_rules_parse_and_name_only_exported_metrics(
     processes: tuple[int, int],  # noqa: F811 (the fixture imported above)
     database: Database,

@@ -278,7 +278,8 @@ def migrator_migrates(s: Scene) -> None:
         s.monkeypatch.setattr(migrations, "MIGRATIONS", (*migrations.MIGRATIONS, _PROBE))
         with Database(fresh.url("migrator")).connect() as conn:
             assert migrate(conn) == [LATEST + 1]
-        fresh.apply_grants()  # and the file applies again over the upgraded schema
+        with fresh.server_lock():
+            fresh.apply_grants()  # and the file applies again over the upgraded schema
 
 
 CAN: dict[str, list[Callable[[Scene], None]]] = {

@@ -32,7 +32,7 @@ from outbox.errors import DatabaseError
 from outbox.metrics import Exporter
 from outbox.relay import Relay
 from tests.fixtures.databases import raw_connect
-from tests.ops.pgbouncer import free_port
+from tests.fixtures.ports import free_port
 from tests.queue_support import ROOT
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)

@@ -26,12 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy.engine import make_url
 
 from outbox.db.connection import Database
 from tests.fixtures.databases import backend_of
+from tests.fixtures.ports import free_port
 from tests.gaps import Gap, skip_unless
-from tests.pg_cluster import free_port
 from tests.queue_support import ROOT
 
 README = ROOT / "ops" / "README.md"
@@ -220,6 +221,7 @@ def _wait(check: Callable[[], bool], what: str) -> None:
     raise AssertionError(f"never happened: {what}")
 
 
+@pytest.mark.slow
 def test_the_walkthrough_deploys_a_relay_and_a_worker(db_url: str, tmp_path: Path) -> None:
     skip_unless(backend_of(db_url), "postgresql", gap=Gap.TRUSTED_LOGIN)
     box = Sandbox(tmp_path / "host", db_url)

@@ -54,6 +54,7 @@ def test_record_reports_the_cut_transaction_and_the_retry_succeeds(
     assert rows == [(first,), (second,)]
 
 
+@pytest.mark.slow
 def test_relays_workers_and_producers_ride_out_a_server_restart(
     pg_private: PgCluster, cluster_url: str, tmp_path: Path
 ) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from outbox import Job, record
 from outbox.cli import main
 from tests.fault_harness import QUEUE, cli_argv, fetch, finish, spawn, worker_argv
@@ -49,6 +51,7 @@ def _run(url: str, args: list[str], env: dict[str, str] | None = None) -> tuple[
     return code, out + err
 
 
+@pytest.mark.slow
 def test_the_marker_appears_only_in_the_dead_letter(ledger_url: str, tmp_path: Path) -> None:
     ids = _seed(ledger_url)
     outputs: dict[str, str] = {}

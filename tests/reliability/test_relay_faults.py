@@ -4,8 +4,6 @@ COMMIT, and rows corrupted by hand. Nothing committed is lost or handed off twic
 from __future__ import annotations
 
 import json
-import random
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from tests.fault_harness import (
     cli_argv,
     fetch,
     finish,
+    kill_relays_while_producing,
     pending_count,
     relay_argv,
     spawn,
@@ -31,33 +30,15 @@ from tests.fixtures.databases import backend_of, raw_connect
 from tests.gaps import Gap, skip_gap
 
 
+@pytest.mark.slow
 def test_relays_killed_at_random_hand_off_every_intent_exactly_once(
     ledger_url: str, tmp_path: Path
 ) -> None:
-    rng = random.Random(6)
-    relays = Supervisor(tmp_path)
-    for i in range(3):
-        relays.add(
-            f"relay{i}",
-            relay_argv(ledger_url, batch_size=7, poll_interval=0.02),
-            ready="relay.watch",
-        )
-    producers = spawn_producers(ledger_url, 2, 120, pause=0.005)
-    try:
-        while any(p.poll() is None for p in producers):
-            time.sleep(rng.uniform(0.1, 0.4))
-            relays.kill_random(rng)
-        for proc in producers:
-            code, _, err = finish(proc, 240)
-            assert code == 0, err
-        wait_until(lambda: pending_count(ledger_url) == 0, 120, "relays to drain")
-    finally:
-        relays.wait_ready()
-        results = relays.stop()
-
-    assert relays.kills > 0
-    for name, (code, err) in results.items():
-        assert code == 0, (name, err[-2000:])
+    argv = relay_argv(ledger_url, batch_size=7, poll_interval=0.02)
+    kill_relays_while_producing(
+        ledger_url, [argv] * 3, tmp_path, seed=6, per_producer=120, pause=0.005,
+        nap=(0.1, 0.4),
+    )
     verdict = check_handoff(ledger_url)
     assert verdict.problems == []
     assert verdict.committed + verdict.rolled_back == 240
@@ -175,6 +156,7 @@ def test_corrupted_rows_are_quarantined_and_their_peers_go_through(ledger_url: s
     assert '"a"' not in listed[1] + listed[2] and "DROP TABLE" not in listed[1] + listed[2]
 
 
+@pytest.mark.slow
 def test_many_relays_and_producers_on_hot_rows_retry_and_lose_nothing(
     ledger_url: str, tmp_path: Path
 ) -> None:

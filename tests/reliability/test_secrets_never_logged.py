@@ -81,6 +81,7 @@ def _cli(url: str, *args: str, fmt: str = "json") -> tuple[int, str]:
     return code, out + err
 
 
+@pytest.mark.slow
 def test_no_password_or_payload_in_any_output(ledger_url: str) -> None:
     skip_unless(backend_of(ledger_url), "postgresql", gap=Gap.TRUSTED_LOGIN)
     ids = _seed(ledger_url)

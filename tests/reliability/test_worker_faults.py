@@ -34,6 +34,7 @@ def _queue_empty(url: str) -> bool:
     return pending_count(url) == 0 and not fetch(url, "SELECT count(*) FROM outbox_jobs")[0][0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", ["harness.exec", "harness.tx"])
 def test_workers_and_relays_killed_at_random_lose_nothing(
     ledger_url: str, tmp_path: Path, job: str

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from outbox.db.connection import Database
 from outbox.db.migrate import LATEST
 from tests.upgrade.test_migration_2 import ROOT, migrate_v2, v1
@@ -17,6 +19,7 @@ from tests.upgrade.test_rolling_upgrade import result, start
 KEYS = 40
 
 
+@pytest.mark.slow
 def test_previous_release_and_this_one_side_by_side(v2_package: Path, db_url: str) -> None:
     assert v1(v2_package, db_url, "migrate")["applied"] == [1, 2]
     before = v1(v2_package, db_url, "record", "old", "6")["ids"]

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from outbox.db.connection import Database
 from outbox.relay import Relay, admin
 from tests.upgrade.test_migration_2 import ACTOR, ROOT, migrate_v2, v1
@@ -39,6 +41,7 @@ def result(proc: subprocess.Popen[str]) -> dict[str, Any]:
     return parsed
 
 
+@pytest.mark.slow
 def test_v1_and_v2_side_by_side_lose_nothing_double_nothing_strand_nothing(
     v1_package: Path, db_url: str
 ) -> None:
