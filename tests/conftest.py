@@ -18,6 +18,8 @@ from outbox.db.connection import Connection, Database
 from outbox.db.migrate import migrate
 from tests.fixtures import databases as backends
 
+pytest_plugins = ["tests.fixtures.factories"]
+
 
 @pytest.fixture(autouse=True)
 def _reset_structlog() -> Iterator[None]:
