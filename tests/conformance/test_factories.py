@@ -27,6 +27,8 @@ from tests.fixtures.factories import Rows, count_rows, insert, make_job
 W1 = "host:1:aaaa"
 LEASE_MS = 30_000
 HOUR_MS = 3_600_000
+TABLES = ("outbox_messages", "outbox_keys", "outbox_jobs", "outbox_failed_jobs", "outbox_limits",
+          "outbox_limit_starts", "outbox_limit_slots", "outbox_limit_waits")  # fmt: skip
 
 
 def _relay(database: Database, *, in_python: bool = False) -> Any:
@@ -156,6 +158,23 @@ def test_made_limit_leftovers_are_pruned(conn: Connection, rows: Rows) -> None:
     assert limits.prune(conn.driver) == 1
     assert [r[0] for r in conn.execute_sql("SELECT limit_key FROM outbox_limits")] == [busy]
     assert count_rows(conn, "outbox_limit_starts") == count_rows(conn, "outbox_limit_waits") == 0
+
+
+def test_every_factory_fills_every_not_null_column_by_itself(rows: Rows) -> None:
+    """Called bare (only the keys a row links to): the database's NOT NULL checks (MariaDB
+    in strict mode) are what would refuse a missing default."""
+    rows.intent()
+    rows.key()
+    job = rows.job()
+    rows.dead_letter()
+    key = rows.limit()
+    rows.limit_start(key)
+    rows.limit_slot(key, job)
+    rows.limit_wait(key, job)
+    made = {t: rows.count(t) for t in TABLES}
+    assert made == {"outbox_messages": 1, "outbox_keys": 2, "outbox_jobs": 1,
+                    "outbox_failed_jobs": 1, "outbox_limits": 1, "outbox_limit_starts": 1,
+                    "outbox_limit_slots": 1, "outbox_limit_waits": 1}  # fmt: skip
 
 
 def test_insert_refuses_a_column_the_table_does_not_have(conn: Connection) -> None:
