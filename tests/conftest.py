@@ -18,7 +18,7 @@ from outbox.db.connection import Connection, Database
 from outbox.db.migrate import migrate
 from tests.fixtures import databases as backends
 
-pytest_plugins = ["tests.fixtures.tiers"]
+pytest_plugins = ["tests.fixtures.tiers", "tests.fixtures.factories"]
 
 
 @pytest.fixture(autouse=True)

@@ -19,6 +19,7 @@ from typing import Any
 from outbox import PermanentFailure, Registry
 from outbox.db.connection import Connection
 from outbox.queue import Backoff, JobContext
+from tests.fixtures.factories import count_rows as count  # noqa: F401 - part of this module's vocabulary
 from tests.fixtures.processes import wait_until  # noqa: F401 - part of this module's vocabulary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,10 +102,6 @@ _SEED = {
         "FROM seq_1_to_1000000 LIMIT %(n)s"
     ),
 }
-
-
-def count(conn: Connection, table: str, where: str = "1=1") -> int:
-    return int(conn.execute_sql(f"SELECT count(*) FROM {table} WHERE {where}")[0][0])
 
 
 def runs(folder: Path) -> Counter[str]:

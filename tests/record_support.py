@@ -22,6 +22,7 @@ from tests.fixtures.databases import (
     placeholder,
     raw_connect,
 )
+from tests.fixtures.factories import count_rows
 
 OUTBOX_TABLES = ("outbox_messages", "outbox_jobs", "outbox_failed_jobs")
 TABLES = (*OUTBOX_TABLES, "notes")
@@ -63,7 +64,7 @@ def insert_note(app_conn: Any, backend: str, note_id: int, title: str = "t") -> 
 
 def counts(conn: Connection, tables: tuple[str, ...] = TABLES) -> dict[str, int]:
     """Rows per table, read by our own connection (committed data only)."""
-    return {t: int(conn.execute_sql(f"SELECT count(*) FROM {t}")[0][0]) for t in tables}
+    return {t: count_rows(conn, t) for t in tables}
 
 
 def message_rows(conn: Connection) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 from outbox.cli import main
 from outbox.db.connection import Connection, Database
 from outbox.ids import new_message_id
+from tests.fixtures.factories import Rows
 from tests.gaps import Gap, skip_unless
 from tests.relay_support import (
     MARKER,
@@ -293,18 +294,13 @@ def test_prune_also_drops_the_dashboard_charts_minutes_older_than_a_day(
 
 
 def test_prune_also_drops_global_limit_keys_idle_for_over_an_hour(
-    db_url: str, conn: Connection
+    db_url: str, conn: Connection, rows: Rows
 ) -> None:
     hour = 3_600_000
     now = conn.driver.clock_now()
-    conn.execute_sql(
-        "INSERT INTO outbox_limits (limit_key, created_at) VALUES "
-        f"('idle', {now - 2 * hour}), ('fresh', {now}), ('busy', {now - 2 * hour})"
-    )
-    conn.execute_sql(
-        "INSERT INTO outbox_limit_starts (limit_key, started_at, job_id) "
-        f"VALUES ('busy', {now}, NULL)"
-    )
+    rows.limit("idle", created_at=now - 2 * hour)
+    rows.limit("fresh", created_at=now)
+    rows.limit_start(rows.limit("busy", created_at=now - 2 * hour), started_at=now)
     pruned = cli(db_url, "prune", "0")
     assert pruned.exit_code == 0, pruned.output
     assert "pruned 1 idle limit keys" in pruned.stdout

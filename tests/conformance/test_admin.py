@@ -9,11 +9,11 @@ from outbox.db.connection import Connection, Database
 from outbox.errors import InvalidMessageId, MessageNotFound, RetryRefused
 from outbox.ids import new_message_id
 from outbox.relay import Relay, RelayConfig, admin
+from tests.fixtures.factories import Rows
 from tests.relay_support import (
     MARKER,
     db_now_ms,
     outbox_rows,
-    placeholder,
     queued_ids,
     record_many,
     set_column,
@@ -27,29 +27,8 @@ def _run(database: Database) -> None:
         relay.run()
 
 
-def _insert_job(conn: Connection, queue: str, *, delay_ms: int = 0, reserved: bool = False) -> None:
-    ph = placeholder(conn)
-    now = db_now_ms(conn)
-    conn.execute_sql(
-        "INSERT INTO outbox_jobs (message_id, queue, job_name, payload, attempts,"
-        f" available_at, created_at, reserved_by) VALUES ({ph}, {ph}, 'j', 'null', 0,"
-        f" {ph}, {ph}, {ph})",
-        (new_message_id(), queue, now + delay_ms, now, "w1" if reserved else None),
-    )
-
-
-def _insert_dead(conn: Connection, queue: str) -> None:
-    ph = placeholder(conn)
-    conn.execute_sql(
-        "INSERT INTO outbox_failed_jobs (message_id, queue, job_name, payload, attempts,"
-        f" exception_class, exception_message, failed_at) VALUES ({ph}, {ph}, 'j', {ph}, 3,"
-        " 'ValueError', 'boom', 0)",
-        (new_message_id(), queue, f'"{MARKER}"'),
-    )
-
-
 def test_status_counts_intents_by_state_and_jobs_by_queue(
-    database: Database, db_url: str, conn: Connection
+    database: Database, db_url: str, conn: Connection, rows: Rows
 ) -> None:
     empty = outbox_status.status(conn)
     assert empty.as_dict() == {
@@ -68,10 +47,10 @@ def test_status_counts_intents_by_state_and_jobs_by_queue(
     set_column(conn, done[2], "payload", "[")
     _run(database)
     record_many(db_url, ["s4", "s5"])
-    _insert_job(conn, "q2", delay_ms=3_600_000)
-    _insert_job(conn, "q2", reserved=True)
-    _insert_dead(conn, "q2")
-    _insert_dead(conn, "q3")
+    rows.job(queue="q2", available_at=db_now_ms(conn) + 3_600_000)
+    rows.job(queue="q2", reserved_by="w1")
+    rows.dead_letter(queue="q2", payload=f'"{MARKER}"', exception_message="boom")
+    rows.dead_letter(queue="q3", payload=f'"{MARKER}"', exception_message="boom")
     status = outbox_status.status(conn).as_dict()
     assert status["outbox"]["pending"] == 2
     assert status["outbox"]["published"] == 2

@@ -15,6 +15,7 @@ from outbox.db.connection import Connection
 from outbox.errors import ConfigurationError, IdempotencyConflict, InvalidJob, InvalidKey
 from outbox.testing import recorded, run_pending
 from tests.fixtures.databases import sqlalchemy_url
+from tests.fixtures.factories import count_rows
 from tests.gaps import Gap, skip_gap
 
 EVENT = "user.registered"
@@ -22,7 +23,7 @@ EVENT = "user.registered"
 
 def _keys(conn: Connection) -> int:
     """Intents recorded, handed off or not (each keeps its key row until pruned)."""
-    return int(conn.execute_sql("SELECT count(*) FROM outbox_keys")[0][0])
+    return count_rows(conn, "outbox_keys")
 
 
 def _rows(conn: Connection) -> list[tuple[Any, ...]]:

@@ -13,6 +13,7 @@ from outbox.db.rows import ClaimedJob, LimitAdmit, LimitAsk, LimitScope, LimitSl
 from outbox.queue import JobContext, Worker, WorkerConfig, limits, push
 from outbox.queue.gate import KEY_ERROR
 from tests.fixtures import queue_ops as ops
+from tests.fixtures.factories import Rows
 from tests.queue_support import count, seed_jobs
 
 W1 = "host:1:aaaa"
@@ -334,15 +335,9 @@ def test_prune_deletes_only_what_no_admission_will_read_again(conn: Connection) 
     assert count(conn, "outbox_limits") == 1
 
 
-def test_prune_works_in_batches_until_nothing_is_left(conn: Connection) -> None:
+def test_prune_works_in_batches_until_nothing_is_left(conn: Connection, rows: Rows) -> None:
     old = ops.now_ms(conn) - 2 * 3_600_000
     for i in range(5):
-        conn.execute_sql(
-            f"INSERT INTO outbox_limits (limit_key, created_at) VALUES ('k{i}', {old})"
-        )
-        conn.execute_sql(
-            "INSERT INTO outbox_limit_starts (limit_key, started_at, job_id) "
-            f"VALUES ('k{i}', {old}, NULL)"
-        )
+        rows.limit_start(rows.limit(f"k{i}", created_at=old), started_at=old)
     assert conn.driver.limit_prune(3_600_000, batch=2) == 5
     assert count(conn, "outbox_limits") == 0 and count(conn, "outbox_limit_starts") == 0

@@ -36,6 +36,7 @@ from outbox.queue.control import MAX_SNOOZES, SNOOZE_LIMIT
 from outbox.relay import Relay, RelayConfig
 from outbox.status import status
 from tests.fixtures.databases import placeholder
+from tests.fixtures.factories import make_intent
 from tests.queue_support import count, wait_until
 
 TABLES = ("outbox_keys", "outbox_messages", "outbox_jobs", "outbox_failed_jobs",
@@ -103,19 +104,10 @@ def _v1_fingerprint(name: str, queue: str, payload: str) -> str:
 def test_intent_recorded_by_the_previous_version_still_verifies_and_replays(
     database: Database, conn: Connection, app_conn: Any, in_python: bool
 ) -> None:
-    digest = hashlib.sha256(b"k:old").hexdigest()
-    mid, fp, payload = new_message_id(), _v1_fingerprint("t.noop", "default", '{"a":1}'), '{"a":1}'
-    q = placeholder(conn)
+    fp, payload = _v1_fingerprint("t.noop", "default", '{"a":1}'), '{"a":1}'
     with conn.transaction():
-        conn.execute_sql(
-            "INSERT INTO outbox_keys (key_digest, message_id, fingerprint, created_at) "
-            f"VALUES ({q}, {q}, {q}, 1)", (digest, mid, fp))  # fmt: skip
-        conn.execute_sql(
-            "INSERT INTO outbox_messages (message_id, key_digest, fingerprint, job_name, queue, "
-            "payload, state, created_at, keyed) "
-            f"VALUES ({q}, {q}, {q}, 't.noop', 'default', {q}, 'pending', 1, 1)",
-            (mid, digest, fp, payload),
-        )
+        mid = make_intent(conn, key="k:old", fingerprint=fp, job_name="t.noop", queue="default",
+                          payload=payload, created_at=1)  # fmt: skip
     # The same job replayed by today's code matches the old row: no conflict.
     assert record(app_conn, "k:old", Job("t.noop", {"a": 1})) == mid
     app_conn.commit()

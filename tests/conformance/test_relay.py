@@ -14,16 +14,15 @@ from outbox import status as outbox_status
 from outbox.db.connection import Connection, Database
 from outbox.db.sql import queries
 from outbox.errors import ConfigurationError, DatabaseError
-from outbox.ids import new_message_id
 from outbox.relay import BatchResult, Relay, RelayConfig, RunTotals
 from outbox.relay.verify import REASONS
+from tests.fixtures.factories import Rows
 from tests.gaps import Gap, skip_gap
 from tests.relay_support import (
     MARKER,
     captured_logs,
     db_now_ms,
     outbox_rows,
-    placeholder,
     plant_corruptions,
     queued_ids,
     record_many,
@@ -143,15 +142,10 @@ def test_relay_quarantines_a_bad_max_attempts_and_a_negative_time(
 
 
 def test_relay_refuses_a_double_handoff_loudly_and_rolls_back(
-    database: Database, db_url: str, conn: Connection
+    database: Database, db_url: str, conn: Connection, rows: Rows
 ) -> None:
     first, second = record_many(db_url, ["d1", "d2"])
-    ph = placeholder(conn)
-    conn.execute_sql(
-        "INSERT INTO outbox_jobs (message_id, queue, job_name, payload, attempts,"
-        f" available_at, created_at) VALUES ({ph}, 'q1', 'tests.echo', 'null', 0, 0, 0)",
-        (second,),
-    )
+    rows.job(message_id=second, queue="q1", job_name="tests.echo")
     with pytest.raises(DatabaseError, match="relay batch failed"):
         _once(database)
     assert outbox_rows(conn) == {first: ("pending", None, False), second: ("pending", None, False)}
@@ -280,13 +274,8 @@ def test_relay_notifies_idle_workers_when_it_hands_off(database: Database, db_ur
     assert [n.channel for n in got] == ["outbox_jobs"]
 
 
-def test_relay_claims_only_pending_rows(database: Database, conn: Connection) -> None:
-    ph = placeholder(conn)
-    conn.execute_sql(
-        "INSERT INTO outbox_messages (message_id, key_digest, fingerprint, job_name, queue,"
-        f" payload, state, created_at) VALUES ({ph}, {ph}, {ph}, 'a', 'b', 'null', 'weird', 0)",
-        (new_message_id(), "x" * 64, "y" * 64),
-    )
+def test_relay_claims_only_pending_rows(database: Database, rows: Rows) -> None:
+    rows.intent(state="weird")
     assert _once(database).claimed == 0
 
 

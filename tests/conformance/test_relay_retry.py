@@ -12,21 +12,13 @@ import pytest
 from outbox.db.connection import Connection, Database
 from outbox.errors import DatabaseError
 from outbox.ids import new_message_id
+from tests.fixtures.factories import make_job
 from tests.gaps import Gap, skip_gap, skip_unless
-from tests.relay_support import captured_logs, db_now_ms, placeholder
+from tests.relay_support import captured_logs, placeholder
 
 
 def _two_jobs(conn: Connection) -> tuple[int, int]:
-    ph = placeholder(conn)
-    now = db_now_ms(conn)
-    for _ in range(2):
-        conn.execute_sql(
-            "INSERT INTO outbox_jobs (message_id, queue, job_name, payload, attempts,"
-            f" available_at, created_at) VALUES ({ph}, 'q', 'j', 'null', 0, {ph}, {ph})",
-            (new_message_id(), now, now),
-        )
-    a, b = (r[0] for r in conn.execute_sql("SELECT id FROM outbox_jobs ORDER BY id"))
-    return a, b
+    return make_job(conn), make_job(conn)
 
 
 def test_transact_retries_the_victim_of_a_real_deadlock(
@@ -142,21 +134,15 @@ def test_retry_policy_gives_up_after_four_attempts_and_retries_only_confirmed_sa
 def test_transact_does_not_retry_a_constraint_violation_and_keeps_nothing(
     database: Database, conn: Connection
 ) -> None:
-    ph = placeholder(conn)
-    now = db_now_ms(conn)
     duplicate = new_message_id()
-    insert = (
-        "INSERT INTO outbox_jobs (message_id, queue, job_name, payload, attempts,"
-        f" available_at, created_at) VALUES ({ph}, 'q', 'j', 'null', 0, {ph}, {ph})"
-    )
     calls = 0
 
     def body(c: Connection) -> None:
         nonlocal calls
         calls += 1
-        c.execute_sql(insert, (new_message_id(), now, now))
-        c.execute_sql(insert, (duplicate, now, now))
-        c.execute_sql(insert, (duplicate, now, now))
+        make_job(c)
+        make_job(c, message_id=duplicate)
+        make_job(c, message_id=duplicate)
 
     with captured_logs() as logs, pytest.raises(DatabaseError, match=r"^dup test failed: "):
         conn.transact(body, operation="dup test")
@@ -177,15 +163,9 @@ def test_a_failed_commit_is_rolled_back_and_the_connection_stays_usable(
         "CREATE TEMP TABLE child (parent_id INTEGER"
         " REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)"
     )
-    ph = placeholder(conn)
-    now = db_now_ms(conn)
 
     def body(c: Connection) -> None:
-        c.execute_sql(
-            "INSERT INTO outbox_jobs (message_id, queue, job_name, payload, attempts,"
-            f" available_at, created_at) VALUES ({ph}, 'q', 'j', 'null', 0, {ph}, {ph})",
-            (new_message_id(), now, now),
-        )
+        make_job(c)
         c.execute_sql("INSERT INTO child (parent_id) VALUES (1)")  # fails only at COMMIT
 
     with pytest.raises(DatabaseError, match=r"^orphan test failed: "):

@@ -17,10 +17,7 @@ from outbox.queue import push
 from outbox.queue.backoff import Backoff
 from outbox.testing import ANY, Clock, assert_recorded, eager, recorded, run_pending
 from tests.fixtures.databases import sqlalchemy_url
-
-
-def _count(conn: Connection, table: str) -> int:
-    return int(conn.execute_sql(f"SELECT count(*) FROM {table}")[0][0])
+from tests.fixtures.factories import count_rows
 
 
 class App:
@@ -80,9 +77,9 @@ def test_run_pending_relays_and_runs_inside_the_tests_transaction(
     ]
     assert app.seen == [("app.note", {"n": 1}, 1)]
     assert recorded(app_conn) == []  # done: deleted, as the worker deletes it
-    assert _count(conn, "outbox_messages") == 0  # nothing committed: another session sees none
+    assert count_rows(conn, "outbox_messages") == 0  # nothing committed: another session sees none
     app_conn.rollback()
-    assert _count(conn, "outbox_messages") == _count(conn, "outbox_jobs") == 0
+    assert count_rows(conn, "outbox_messages") == count_rows(conn, "outbox_jobs") == 0
 
 
 def test_a_job_that_records_another_runs_in_the_same_call(app: App, app_conn: Any) -> None:
@@ -159,7 +156,7 @@ def test_a_transactional_handler_writes_in_the_tests_transaction_and_a_failure_r
     assert [r[0] for r in cur.fetchall()] == [1]  # the failed job's insert rolled back
     cur.close()
     app_conn.rollback()
-    assert _count(conn, "t_notes") == 0
+    assert count_rows(conn, "t_notes") == 0
 
 
 def test_advancing_the_clock_records_and_runs_periodic_ticks(app: App, app_conn: Any) -> None:
@@ -221,8 +218,8 @@ def test_eager_mode_runs_jobs_when_a_sqlalchemy_transaction_commits(
     finally:
         engine.dispose()
     assert len(app.seen) == 1
-    assert _count(conn, "outbox_jobs") == 0
-    assert _count(conn, "outbox_keys") == 2  # both recorded
+    assert count_rows(conn, "outbox_jobs") == 0
+    assert count_rows(conn, "outbox_keys") == 2  # both recorded
     rows = conn.execute_sql("SELECT state FROM outbox_messages ORDER BY id")
     assert [r[0] for r in rows] == ["pending"]  # the one run eagerly was handed off
 
@@ -239,4 +236,4 @@ def test_eager_mode_runs_at_a_session_commit(app: App, db_url: str, conn: Connec
     finally:
         engine.dispose()
     assert app.seen == [("app.note", {"n": 1}, 1)]
-    assert _count(conn, "outbox_jobs") == 0
+    assert count_rows(conn, "outbox_jobs") == 0
