@@ -17,8 +17,9 @@ import structlog
 from outbox.db.connection import Connection, Database
 from outbox.db.migrate import migrate
 from tests.fixtures import databases as backends
+from tests.fixtures.factories import Rows
 
-pytest_plugins = ["tests.fixtures.tiers", "tests.fixtures.factories"]
+pytest_plugins = ["tests.fixtures.tiers"]
 
 
 @pytest.fixture(autouse=True)
@@ -83,3 +84,9 @@ def app_conn(database: Database, db_url: str) -> Iterator[Any]:
         c.rollback()
     finally:
         c.close()
+
+
+@pytest.fixture
+def rows(conn: Connection) -> Rows:
+    """The row factories (``tests/fixtures/factories.py``), writing through ``conn``."""
+    return Rows(conn)
