@@ -1,7 +1,13 @@
-"""The dashboard in a real headless browser (Debian's Chromium via Playwright), on every
-backend: every page loads without a script or policy error, the buttons change the
-database and the page shows it, read-only mode offers nothing, stored HTML stays text,
-and the overview updates itself. Screenshots are saved for a person to look at.
+"""The dashboard in a real headless browser (Debian's Chromium via Playwright): every page
+loads without a script or policy error, the buttons change the database and the page
+shows it, read-only mode offers nothing, stored HTML stays text, and the overview updates
+itself. Screenshots are saved for a person to look at.
+
+On SQLite only: what a browser adds is the pages' scripts, forms and policies, the same
+on every backend. What each button does to a database is tested on every backend below
+it: the same actions over HTTP in ``tests/dashboard/test_http.py`` (retry, forget, bulk,
+all, quarantined, pause/resume, paging) and the store's reads and writes in
+``tests/conformance/test_dashboard_store.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from playwright.sync_api import expect
 
 from tests.dashboard import seed
 from tests.dashboard.conftest import TOKEN, Site
+
+pytestmark = pytest.mark.parametrize("site", ["sqlite"], indirect=True)
 
 XSS = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 WAIT_MS = 20_000  # an upper bound for a page to show a change, not a speed claim
