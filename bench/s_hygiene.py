@@ -24,7 +24,7 @@ from typing import Any
 from bench import data
 from bench.core import Case, Target
 from bench.plan import Ctx, Plan
-from tests.pg_cluster import PgCluster
+from tests.fixtures.pg_cluster import PgCluster
 
 NAME = "hygiene"
 PRODUCERS = 2

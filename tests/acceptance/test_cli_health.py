@@ -13,8 +13,8 @@ from outbox.cli import main
 from outbox.db.connection import Connection, Database
 from outbox.queue import Worker, WorkerConfig, push
 from tests.fixtures.databases import raw_connect
-from tests.queue_support import ROOT, count, registry
-from tests.relay_support import record_many, set_column
+from tests.fixtures.relays import record_many, set_column
+from tests.fixtures.workers import ROOT, count, registry
 
 
 def cli(db_url: str, *args: str, env: dict[str, str] | None = None) -> Result:

@@ -15,9 +15,9 @@ from outbox import Job, Registry
 from outbox.cli import main
 from outbox.db.connection import Connection
 from outbox.queue import push
-from tests.queue_support import ROOT, count
+from tests.fixtures.workers import ROOT, count
 
-APP = "tests.queue_support:registry"
+APP = "tests.fixtures.workers:registry"
 
 
 def cli(db_url: str, *args: str, env: dict[str, str] | None = None) -> Result:

@@ -17,7 +17,7 @@ from outbox.cli import main
 from outbox.db.connection import Connection, Database
 from outbox.ids import new_message_id
 from outbox.queue import Worker, WorkerConfig, push
-from tests.queue_support import ROOT, count, registry, worker_cmd
+from tests.fixtures.workers import ROOT, count, registry, worker_cmd
 
 SECRET = "it broke: secret-detail"  # the message t.fail raises; only --show may print it
 PAYLOAD_SECRET = "payload-secret-4711"
@@ -156,12 +156,12 @@ def test_bad_ids_and_names_are_refused_and_change_nothing(
 
 
 def test_worker_refuses_an_app_that_is_not_a_registry(database: Database, db_url: str) -> None:
-    result = cli(db_url, "worker", "--app", "tests.queue_support:seed_jobs", "--once")
+    result = cli(db_url, "worker", "--app", "tests.fixtures.workers:seed_jobs", "--once")
     assert result.exit_code == 2
     assert "is not an outbox.Registry" in result.output
     missing = cli(db_url, "worker", "--app", "no_such_module_xyz:registry", "--once")
     assert missing.exit_code == 2 and "no module named 'no_such_module_xyz'" in missing.output
-    caps = cli(db_url, "worker", "search=zero", "--app", "tests.queue_support:registry")
+    caps = cli(db_url, "worker", "search=zero", "--app", "tests.fixtures.workers:registry")
     assert caps.exit_code == 2
 
 

@@ -15,7 +15,7 @@ from outbox.cli import main
 from outbox.db.connection import Connection
 from outbox.db.rows import JobClaim
 from outbox.ids import new_message_id
-from tests.queue_support import ROOT, count
+from tests.fixtures.workers import ROOT, count
 
 
 def cli(db_url: str, *args: str) -> Result:

@@ -17,8 +17,8 @@ from outbox.cli import main
 from outbox.db.connection import Connection, Database
 from outbox.ids import new_message_id
 from tests.fixtures.factories import Rows
-from tests.gaps import Gap, skip_unless
-from tests.relay_support import (
+from tests.fixtures.gaps import Gap, skip_unless
+from tests.fixtures.relays import (
     MARKER,
     db_now_ms,
     outbox_rows,

@@ -22,8 +22,8 @@ from outbox.db.connection import Connection, Database
 from outbox.queue import push
 from tests.acceptance import cli_reference
 from tests.fixtures import databases as backends
-from tests.queue_support import ROOT
-from tests.relay_support import record_many, set_column
+from tests.fixtures.relays import record_many, set_column
+from tests.fixtures.workers import ROOT
 
 LEAVES = [(path, cmd) for path, cmd in walk(main) if path and not isinstance(cmd, click.Group)]
 LEAF_IDS = [" ".join(path) for path, _ in LEAVES]
@@ -35,7 +35,7 @@ ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 NEEDS = {
     "retry": ["00000000-0000-7000-8000-000000000000"],
     "prune": ["1"],
-    "worker": ["--app", "tests.queue_support:registry", "--once"],
+    "worker": ["--app", "tests.fixtures.workers:registry", "--once"],
     "queue retry": ["all"],
     "queue forget": ["00000000-0000-7000-8000-000000000000", "--yes"],
     "queue remove": ["00000000-0000-7000-8000-000000000000", "--yes"],
@@ -43,8 +43,8 @@ NEEDS = {
     "queue pause": ["default"],
     "queue resume": ["default"],
     "queue cancel": ["00000000-0000-7000-8000-000000000000"],
-    "scheduler": ["--app", "tests.scheduler_app:registry", "--once"],
-    "schedule list": ["--app", "tests.scheduler_app:registry"],
+    "scheduler": ["--app", "tests.fixtures.apps.scheduler:registry", "--once"],
+    "schedule list": ["--app", "tests.fixtures.apps.scheduler:registry"],
 }
 CREATES = {"migrate", "demo"}
 NO_DATABASE = {"init"}  # writes a starter jobs.py; never opens the database
@@ -159,7 +159,7 @@ def test_worker_and_queue_help_name_their_defaults() -> None:
         ["queue", "clear", "--queue", "no spaces", "--yes"],
         ["failed", "0"],
         ["prune", "-1"],
-        ["worker", "bad queue!", "--app", "tests.queue_support:registry"],
+        ["worker", "bad queue!", "--app", "tests.fixtures.workers:registry"],
     ],
     ids=lambda a: " ".join(a),
 )

@@ -14,9 +14,9 @@ from click.testing import CliRunner, Result
 
 from outbox.cli import main
 from outbox.db.connection import Connection, Database
-from tests.queue_support import ROOT
+from tests.fixtures.workers import ROOT
 
-APP = "tests.scheduler_app:registry"
+APP = "tests.fixtures.apps.scheduler:registry"
 
 
 def cli(db_url: str, *args: str, env: dict[str, str] | None = None) -> Result:
@@ -64,7 +64,7 @@ def test_options_are_checked_and_read_from_the_environment(
 ) -> None:
     bad = cli(db_url, "scheduler", "--once", "--app", APP, "--catch-up", "some")
     assert bad.exit_code == 2 and "'some' is not one of" in bad.output
-    empty = cli(db_url, "scheduler", "--once", "--app", "tests.scheduler_app:empty")
+    empty = cli(db_url, "scheduler", "--once", "--app", "tests.fixtures.apps.scheduler:empty")
     assert empty.exit_code == 2 and "declares no periodic jobs" in empty.output
     missing = cli(db_url, "scheduler", "--once")
     assert missing.exit_code == 2 and "--app" in missing.output

@@ -27,9 +27,9 @@ from outbox.errors import ConfigurationError, DatabaseError
 from outbox.queue import Worker, WorkerConfig, push
 from outbox.queue.context import JobContext
 from tests.fixtures import databases as backends
-from tests.gaps import Gap, skip_gap, skip_unless
-from tests.queue_support import ROOT, count, worker_cmd
-from tests.relay_support import MARKER, record_many, set_column
+from tests.fixtures.gaps import Gap, skip_gap, skip_unless
+from tests.fixtures.relays import MARKER, record_many, set_column
+from tests.fixtures.workers import ROOT, count, worker_cmd
 
 SECRET = "hunter2-never-shown"
 
@@ -215,7 +215,7 @@ def _no_tables(db_url: str) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["worker", "--app", "tests.queue_support:registry", "--stop-when-empty"],
+        ["worker", "--app", "tests.fixtures.workers:registry", "--stop-when-empty"],
         ["relay", "--watch"],
     ],
     ids=["worker", "relay-watch"],

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
-from tests.queue_support import ROOT
-from tests.relay_support import record_many
+from tests.fixtures.relays import record_many
+from tests.fixtures.workers import ROOT
 
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;?]*[a-zA-JL-Z]")  # every CSI but ESC[K
 

@@ -11,7 +11,7 @@ from outbox import Registry
 from outbox.db.connection import Connection
 from outbox.testing import Clock, run_pending
 from tests.fixtures.databases import sqlalchemy_url
-from tests.queue_support import ROOT
+from tests.fixtures.workers import ROOT
 
 README = (ROOT / "README.md").read_text()
 

@@ -10,7 +10,7 @@ import sys
 
 from outbox.db.connection import Database
 from tests.fixtures.databases import sqlalchemy_url
-from tests.queue_support import ROOT
+from tests.fixtures.workers import ROOT
 
 SAMPLE = ROOT / "examples" / "sample_app"
 

@@ -10,7 +10,7 @@ from outbox.errors import InvalidMessageId, MessageNotFound, RetryRefused
 from outbox.ids import new_message_id
 from outbox.relay import Relay, RelayConfig, admin
 from tests.fixtures.factories import Rows
-from tests.relay_support import (
+from tests.fixtures.relays import (
     MARKER,
     db_now_ms,
     outbox_rows,

@@ -17,7 +17,7 @@ from outbox.alembic import include_object, metadata
 from outbox.cli import main
 from outbox.errors import ConfigurationError
 from tests.fixtures import databases as backends
-from tests.queue_support import ROOT
+from tests.fixtures.workers import ROOT
 
 
 def _alembic(tmp_path: Path, db_url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -30,8 +30,8 @@ from outbox.db.connection import Connection
 from outbox.errors import NoActiveTransaction, UnsupportedConnection
 from outbox.queue import push
 from tests.fixtures.databases import raw_connect, sqlalchemy_url
-from tests.gaps import Gap, skip_unless
-from tests.record_support import counts, create_notes, insert_note, message_rows
+from tests.fixtures.gaps import Gap, skip_unless
+from tests.fixtures.records import counts, create_notes, insert_note, message_rows
 
 JOB = Job("notes.index", {"note_id": 1}, queue="search")
 INSERT_NOTE = sa.text("INSERT INTO notes (id, title) VALUES (:id, 't')")

@@ -16,7 +16,7 @@ from outbox.errors import ConfigurationError, IdempotencyConflict, InvalidJob, I
 from outbox.testing import recorded, run_pending
 from tests.fixtures.databases import sqlalchemy_url
 from tests.fixtures.factories import count_rows
-from tests.gaps import Gap, skip_gap
+from tests.fixtures.gaps import Gap, skip_gap
 
 EVENT = "user.registered"
 

@@ -14,7 +14,7 @@ from outbox.queue import JobContext, Worker, WorkerConfig, limits, push
 from outbox.queue.gate import KEY_ERROR
 from tests.fixtures import queue_ops as ops
 from tests.fixtures.factories import Rows
-from tests.queue_support import count, seed_jobs
+from tests.fixtures.workers import count, seed_jobs
 
 W1 = "host:1:aaaa"
 W2 = "host:2:bbbb"

@@ -20,8 +20,8 @@ from outbox.db.connection import Connection, Database
 from outbox.db.migrate import LATEST, MIGRATIONS, applied_versions, migrate
 from outbox.errors import DatabaseError
 from tests.fixtures import databases as backends
-from tests.gaps import Gap, skip_unless
-from tests.record_support import db_now_ms, migrate_child
+from tests.fixtures.gaps import Gap, skip_unless
+from tests.fixtures.records import db_now_ms, migrate_child
 
 SPAWN = multiprocessing.get_context("spawn")
 OUTBOX_TABLES = {

@@ -15,7 +15,7 @@ from outbox.errors import InvalidJob, NoActiveTransaction
 from outbox.queue import push
 from outbox.queue.push import MAX_DELAY_S
 from tests.fixtures.databases import sqlalchemy_url
-from tests.record_support import counts, create_notes, db_now_ms, insert_note
+from tests.fixtures.records import counts, create_notes, db_now_ms, insert_note
 
 JOB = Job("mail.send", {"to": "user:1", "b": [2, 1]}, queue="mail", max_attempts=4)
 JOB_COLUMNS = (

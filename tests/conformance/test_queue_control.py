@@ -37,7 +37,7 @@ from outbox.relay import Relay, RelayConfig
 from outbox.status import status
 from tests.fixtures.databases import placeholder
 from tests.fixtures.factories import make_intent
-from tests.queue_support import count, wait_until
+from tests.fixtures.workers import count, wait_until
 
 TABLES = ("outbox_keys", "outbox_messages", "outbox_jobs", "outbox_failed_jobs",
           "outbox_paused_queues")  # fmt: skip

@@ -11,7 +11,7 @@ from outbox.db.connection import Connection
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.queue import push
 from tests.fixtures import queue_ops as ops
-from tests.queue_support import count
+from tests.fixtures.workers import count
 
 W1 = "host:1:aaaa"
 W2 = "host:2:bbbb"

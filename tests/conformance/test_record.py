@@ -17,7 +17,7 @@ from outbox.db.connection import Connection
 from outbox.errors import IdempotencyConflict, InvalidJob, InvalidKey
 from outbox.job import MAX_PAYLOAD_BYTES, key_digest
 from outbox.schemas.tables import messages
-from tests.record_support import (
+from tests.fixtures.records import (
     FINGERPRINT_SQL,
     counts,
     create_notes,

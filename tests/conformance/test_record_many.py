@@ -29,8 +29,8 @@ from outbox.errors import (
 from outbox.job import key_digest
 from outbox.record import MAX_BATCH
 from tests.fixtures.databases import backend_of, raw_connect, sqlalchemy_url
-from tests.gaps import Gap, skip_unless
-from tests.record_support import FINGERPRINT_SQL, counts, create_notes, insert_note, message_rows
+from tests.fixtures.gaps import Gap, skip_unless
+from tests.fixtures.records import FINGERPRINT_SQL, counts, create_notes, insert_note, message_rows
 
 
 def job(i: int) -> Job:

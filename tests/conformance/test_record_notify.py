@@ -15,7 +15,7 @@ from outbox.config import configure, settings
 from outbox.db.dialect import dialect_named
 from outbox.queue import push
 from tests.fixtures.databases import raw_connect
-from tests.gaps import Gap, skip_gap
+from tests.fixtures.gaps import Gap, skip_gap
 
 JOB = Job("notes.index", {"note_id": 1})
 CHANNELS = ("outbox_relay", "outbox_jobs", "test_sentinel")

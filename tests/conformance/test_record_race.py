@@ -19,7 +19,7 @@ from outbox.db.connection import Connection, Database
 from outbox.db.migrate import migrate
 from outbox.job import key_digest
 from tests.fixtures import databases as backends
-from tests.record_support import (
+from tests.fixtures.records import (
     counts,
     create_notes,
     message_rows,

@@ -17,8 +17,8 @@ from outbox.errors import ConfigurationError, DatabaseError
 from outbox.relay import BatchResult, Relay, RelayConfig, RunTotals
 from outbox.relay.verify import REASONS
 from tests.fixtures.factories import Rows
-from tests.gaps import Gap, skip_gap
-from tests.relay_support import (
+from tests.fixtures.gaps import Gap, skip_gap
+from tests.fixtures.relays import (
     MARKER,
     captured_logs,
     db_now_ms,

@@ -13,8 +13,8 @@ from outbox.db.connection import Connection, Database
 from outbox.errors import DatabaseError
 from outbox.ids import new_message_id
 from tests.fixtures.factories import make_job
-from tests.gaps import Gap, skip_gap, skip_unless
-from tests.relay_support import captured_logs, placeholder
+from tests.fixtures.gaps import Gap, skip_gap, skip_unless
+from tests.fixtures.relays import captured_logs, placeholder
 
 
 def _two_jobs(conn: Connection) -> tuple[int, int]:

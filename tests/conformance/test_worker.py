@@ -20,8 +20,8 @@ from outbox.queue import Backoff, JobContext, Worker, WorkerConfig, push
 from outbox.queue.worker import UNKNOWN_JOB
 from tests.fixtures import queue_ops as ops
 from tests.fixtures.factories import count_rows as count
+from tests.fixtures.gaps import Gap, skip_gap
 from tests.fixtures.processes import wait_until
-from tests.gaps import Gap, skip_gap
 
 SECRET = "payload-secret-4711"
 

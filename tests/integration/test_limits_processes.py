@@ -17,8 +17,8 @@ import pytest
 from outbox import Job
 from outbox.db.connection import Connection
 from outbox.queue import push
-from tests import limits_app
-from tests.queue_support import ROOT, count, wait_until
+from tests.fixtures.apps import limits as limits_app
+from tests.fixtures.workers import ROOT, count, wait_until
 
 TIMEOUT = 120
 
@@ -76,7 +76,7 @@ def spawn(db_url: str, ledger: Ledger) -> Iterator[Any]:
 
     def start(*args: str) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "outbox", "--database-url", db_url, "--log-format", "json"]
-        cmd += ["worker", *args, "--app", "tests.limits_app:registry"]
+        cmd += ["worker", *args, "--app", "tests.fixtures.apps.limits:registry"]
         log = ledger.folder.parent / f"worker{len(procs)}.stderr"
         with open(log, "wb") as err:
             p = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)

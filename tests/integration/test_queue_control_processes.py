@@ -1,7 +1,7 @@
 """Queue control with real worker processes racing on real rows, on every backend:
 priorities under a backlog, pause and resume, cancel of running jobs (sync and async).
 
-Handlers (``tests.control_app``) note what they ran in per-process files; the tests read
+Handlers (``tests.fixtures.apps.control``) note what they ran in per-process files; the tests read
 those notes and the tables, never the workers' memory.
 """
 
@@ -19,8 +19,8 @@ import pytest
 
 from outbox import Job, cancel_job, pause_queue, push, resume_queue
 from outbox.db.connection import Connection
-from tests.control_app import lines
-from tests.queue_support import ROOT, count, wait_until
+from tests.fixtures.apps.control import lines
+from tests.fixtures.workers import ROOT, count, wait_until
 
 TIMEOUT = 120
 N_PER_PRIORITY = 30
@@ -30,7 +30,7 @@ PRIORITIES = (9, 5, 0)  # pushed in this order: first-in-first-out would run 9 f
 def worker_cmd(url: str, *args: str) -> list[str]:
     return [
         sys.executable, "-m", "outbox", "--database-url", url, "--log-format", "json",
-        "worker", "default", "--app", "tests.control_app:registry", *args,
+        "worker", "default", "--app", "tests.fixtures.apps.control:registry", *args,
     ]  # fmt: skip
 
 

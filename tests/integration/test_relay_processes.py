@@ -11,8 +11,8 @@ import time
 from outbox.db.connection import Connection, Database
 from outbox.job import key_digest
 from outbox.relay import Relay, RelayConfig
-from tests.gaps import Gap, skip_gap
-from tests.relay_support import (
+from tests.fixtures.gaps import Gap, skip_gap
+from tests.fixtures.relays import (
     fill_pending,
     outbox_rows,
     produce,

@@ -8,7 +8,7 @@ import multiprocessing
 import pytest
 
 from outbox.db.connection import Connection, Database
-from tests.schedule_support import digest, expected_keys, race_one_day
+from tests.fixtures.schedulers import digest, expected_keys, race_one_day
 
 SCHEDULERS = 3
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from outbox.db.connection import Connection
-from tests.queue_support import seed_jobs
+from tests.fixtures.workers import seed_jobs
 
 PARAMS = {"queue": "default", "limit": 100, "worker": "w:1:x", "lease_ms": 30_000}
 

@@ -14,7 +14,15 @@ import pytest
 from outbox import Job
 from outbox.db.connection import Connection
 from outbox.queue import push
-from tests.queue_support import ROOT, count, runlog_lines, runs, seed_jobs, wait_until, worker_cmd
+from tests.fixtures.workers import (
+    ROOT,
+    count,
+    runlog_lines,
+    runs,
+    seed_jobs,
+    wait_until,
+    worker_cmd,
+)
 
 TIMEOUT = 120
 

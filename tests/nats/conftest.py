@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from outbox.db.connection import Database
-from tests.fault_harness import install_ledger
+from tests.fixtures.fault_harness import install_ledger
 from tests.nats.servers import NatsCluster, NatsServer
 
 
@@ -39,7 +39,7 @@ def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsClust
 @pytest.fixture
 def ledger_url(database: Database, db_url: str) -> str:
     """A migrated database with the fault harness's ledger tables (see
-    ``tests/fault_harness.py``); pick backends with ``parametrize("backend", ...,
+    ``tests/fixtures/fault_harness.py``); pick backends with ``parametrize("backend", ...,
     indirect=True)``."""
     install_ledger(db_url)
     return db_url

@@ -20,9 +20,8 @@ from typing import Any
 import pytest
 
 from outbox.jetstream import names
-from tests.fault_harness import (
+from tests.fixtures.fault_harness import (
     QUEUE,
-    Supervisor,
     cli_argv,
     fetch,
     finish,
@@ -32,6 +31,7 @@ from tests.fault_harness import (
     spawn_producers,
     wait_until,
 )
+from tests.fixtures.supervisor import Supervisor
 from tests.nats import support
 from tests.nats.servers import NatsCluster, NatsServer, run
 

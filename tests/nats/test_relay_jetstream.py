@@ -24,9 +24,7 @@ from outbox.relay import Relay, RelayConfig
 from outbox.relay.verify import reason_for
 from tests.fixtures.databases import sqlite_url
 from tests.fixtures.processes import wait_until
-from tests.nats import support
-from tests.nats.servers import run
-from tests.relay_support import (
+from tests.fixtures.relays import (
     MARKER,
     captured_logs,
     outbox_rows,
@@ -34,6 +32,8 @@ from tests.relay_support import (
     record_many,
     set_column,
 )
+from tests.nats import support
+from tests.nats.servers import run
 
 
 @pytest.fixture

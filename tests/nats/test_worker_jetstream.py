@@ -27,8 +27,8 @@ from outbox.jetstream.connect import Broker, parse_url
 from outbox.jetstream.worker import JetStreamWorker
 from outbox.queue.config import WorkerConfig, WorkerStats
 from outbox.queue.control import MAX_SNOOZES, SNOOZE_LIMIT
-from tests.fault_harness import cli_argv, spawn
 from tests.fixtures.databases import sqlite_url
+from tests.fixtures.fault_harness import cli_argv, spawn
 from tests.fixtures.processes import wait_until
 from tests.nats import app, support
 from tests.nats.servers import run

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.fixtures import databases as backends
-from tests.gaps import Gap, skip_gap
+from tests.fixtures.gaps import Gap, skip_gap
 from tests.ops.pgbouncer import PgBouncer
 
 

@@ -20,8 +20,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from outbox.db.connection import Database
+from tests.fixtures.workers import ROOT, seed_jobs
 from tests.ops.test_metrics import Q, _get, _wait_until, processes  # noqa: F401 (fixture)
-from tests.queue_support import ROOT, seed_jobs
 
 ALERTS = ROOT / "ops" / "prometheus" / "alerts.yml"
 #: metrics Prometheus and node_exporter make themselves, not outbox

@@ -33,7 +33,7 @@ from outbox.metrics import Exporter
 from outbox.relay import Relay
 from tests.fixtures.databases import raw_connect
 from tests.fixtures.ports import free_port
-from tests.queue_support import ROOT
+from tests.fixtures.workers import ROOT
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
 Q = "metq"

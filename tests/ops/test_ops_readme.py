@@ -31,9 +31,9 @@ from sqlalchemy.engine import make_url
 
 from outbox.db.connection import Database
 from tests.fixtures.databases import backend_of
+from tests.fixtures.gaps import Gap, skip_unless
 from tests.fixtures.ports import free_port
-from tests.gaps import Gap, skip_unless
-from tests.queue_support import ROOT
+from tests.fixtures.workers import ROOT
 
 README = ROOT / "ops" / "README.md"
 VENV_BIN = Path(sys.executable).parent

@@ -13,10 +13,10 @@ import pytest
 
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
-from tests import pg_cluster
-from tests.fault_harness import install_ledger
 from tests.fixtures import databases as backends
-from tests.gaps import Gap, skip_gap
+from tests.fixtures import pg_cluster
+from tests.fixtures.fault_harness import install_ledger
+from tests.fixtures.gaps import Gap, skip_gap
 
 SOAK = os.environ.get("OUTBOX_SOAK", "") not in ("", "0")
 

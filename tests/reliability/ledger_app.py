@@ -17,8 +17,8 @@ from typing import Any
 
 from outbox.errors import PermanentFailure
 from outbox.queue.registry import Registry
-from tests.fault_harness import placeholder
 from tests.fixtures.databases import raw_connect
+from tests.fixtures.fault_harness import placeholder
 
 registry = Registry()
 # Claims count attempts, so a job on a worker SIGKILLed over and over spends one each

@@ -18,8 +18,8 @@ from typing import Any
 
 from outbox import record
 from outbox.errors import OutboxError, RetryTransaction
-from tests.fault_harness import harness_job, placeholder
 from tests.fixtures.databases import backend_of, raw_connect
+from tests.fixtures.fault_harness import harness_job, placeholder
 
 
 class Cut(Exception):

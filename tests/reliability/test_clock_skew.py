@@ -9,9 +9,9 @@ from pathlib import Path
 
 from outbox.db.connection import Database
 from outbox.queue import push
-from tests.fault_harness import QUEUE, ROOT, fetch, finish, harness_job, spawn, worker_argv
 from tests.fixtures import queue_ops as ops
 from tests.fixtures.databases import raw_connect
+from tests.fixtures.fault_harness import QUEUE, ROOT, fetch, finish, harness_job, spawn, worker_argv
 
 SKEW_S = 30
 SITECUSTOMIZE = f"""

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from outbox import Job, record
 from outbox.errors import InvalidJob, InvalidKey
-from tests.fault_harness import placeholder
+from tests.fixtures.fault_harness import placeholder
 
 HYPOTHESIS = settings(
     max_examples=75,

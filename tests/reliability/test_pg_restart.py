@@ -15,10 +15,10 @@ from outbox import Job, errors, record
 from outbox.db.connection import Database
 from outbox.errors import DatabaseError, NoActiveTransaction, OutboxError
 from outbox.queue.worker import Worker, WorkerConfig
-from tests.fault_harness import (
+from tests.fixtures.databases import raw_connect
+from tests.fixtures.fault_harness import (
     QUEUE,
     WORKER_READY,
-    Supervisor,
     check_delivery,
     cli_argv,
     drained,
@@ -28,8 +28,8 @@ from tests.fault_harness import (
     wait_until,
     worker_argv,
 )
-from tests.fixtures.databases import raw_connect
-from tests.pg_cluster import PgCluster
+from tests.fixtures.pg_cluster import PgCluster
+from tests.fixtures.supervisor import Supervisor
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])

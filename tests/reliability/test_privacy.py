@@ -11,8 +11,8 @@ import pytest
 
 from outbox import Job, record
 from outbox.cli import main
-from tests.fault_harness import QUEUE, cli_argv, fetch, finish, spawn, worker_argv
 from tests.fixtures.databases import backend_of, raw_connect
+from tests.fixtures.fault_harness import QUEUE, cli_argv, fetch, finish, spawn, worker_argv
 
 MARKER = "PRIVATE-7f3a-MARKER"
 #: every listing/status command; none may print the marker

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.fault_harness import (
+from tests.fixtures.databases import backend_of
+from tests.fixtures.fault_harness import (
     WORKER_READY,
-    Supervisor,
     check_delivery,
     check_intents,
     cli_argv,
@@ -21,7 +21,7 @@ from tests.fault_harness import (
     wait_until,
     worker_argv,
 )
-from tests.fixtures.databases import backend_of
+from tests.fixtures.supervisor import Supervisor
 from tests.reliability.producers import install_hot_rows
 
 TRANSACTIONS = 40

@@ -13,8 +13,8 @@ from outbox import Job, record
 from outbox.db.connection import Connection, Database
 from outbox.errors import DatabaseError
 from outbox.relay import Relay, RelayConfig
-from tests.fault_harness import (
-    Supervisor,
+from tests.fixtures.databases import backend_of, raw_connect
+from tests.fixtures.fault_harness import (
     check_handoff,
     cli_argv,
     fetch,
@@ -26,8 +26,8 @@ from tests.fault_harness import (
     spawn_producers,
     wait_until,
 )
-from tests.fixtures.databases import backend_of, raw_connect
-from tests.gaps import Gap, skip_gap
+from tests.fixtures.gaps import Gap, skip_gap
+from tests.fixtures.supervisor import Supervisor
 
 
 @pytest.mark.slow

@@ -25,9 +25,9 @@ from outbox import Job, record
 from outbox.cli import main
 from outbox.db.connection import Database
 from outbox.errors import DatabaseError, IdempotencyConflict, InvalidJob
-from tests.fault_harness import QUEUE, cli_argv, fetch, finish, spawn, worker_argv
 from tests.fixtures.databases import backend_of, raw_connect
-from tests.gaps import Gap, skip_unless
+from tests.fixtures.fault_harness import QUEUE, cli_argv, fetch, finish, spawn, worker_argv
+from tests.fixtures.gaps import Gap, skip_unless
 
 MARKER = "PAYLOAD-51d0-MARKER"
 PASSWORD = "Pw-51d0-plain"
@@ -41,8 +41,8 @@ COMMANDS: list[list[str]] = [
     ["queue", "jobs"],
     ["queue", "stats"],
     ["queue", "failed"],
-    ["schedule", "list", "--app", "tests.scheduler_app:registry"],
-    ["scheduler", "--app", "tests.scheduler_app:registry", "--once"],
+    ["schedule", "list", "--app", "tests.fixtures.apps.scheduler:registry"],
+    ["scheduler", "--app", "tests.fixtures.apps.scheduler:registry", "--once"],
     ["prune", "0"],
 ]
 

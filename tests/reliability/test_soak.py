@@ -23,9 +23,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.fault_harness import (
+from tests.fixtures import databases as backends
+from tests.fixtures.fault_harness import (
     WORKER_READY,
-    Supervisor,
     check_delivery,
     fetch,
     finish,
@@ -34,9 +34,9 @@ from tests.fault_harness import (
     wait_until,
     worker_argv,
 )
-from tests.fixtures import databases as backends
-from tests.gaps import Gap, skip_mark
-from tests.pg_cluster import PgCluster
+from tests.fixtures.gaps import Gap, skip_mark
+from tests.fixtures.pg_cluster import PgCluster
+from tests.fixtures.supervisor import Supervisor
 from tests.reliability.conftest import SOAK, migrated
 
 pytestmark = [

@@ -37,8 +37,8 @@ from outbox.relay import Relay, RelayConfig
 from outbox.relay import admin as relay_admin
 from tests.fixtures import queue_ops as ops
 from tests.fixtures.databases import raw_connect
-from tests.gaps import Gap, skip_mark
-from tests.pg_cluster import PgCluster
+from tests.fixtures.gaps import Gap, skip_mark
+from tests.fixtures.pg_cluster import PgCluster
 from tests.reliability.conftest import SOAK
 
 QUEUE, NAME, MAX_ATTEMPTS = "sm", "sm.job", 2

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from outbox.queue import push
-from tests.fault_harness import (
+from tests.fixtures.databases import raw_connect
+from tests.fixtures.fault_harness import (
     WORKER_READY,
-    Supervisor,
     check_delivery,
     fetch,
     finish,
@@ -25,7 +25,7 @@ from tests.fault_harness import (
     wait_until,
     worker_argv,
 )
-from tests.fixtures.databases import raw_connect
+from tests.fixtures.supervisor import Supervisor
 
 CONCURRENCY, PREFETCH = 2, 2
 

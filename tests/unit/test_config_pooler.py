@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from tests.queue_support import ROOT
+from tests.fixtures.workers import ROOT
 
 
 def _outbox(pooler: str) -> subprocess.CompletedProcess[str]:

@@ -1,8 +1,8 @@
-"""Every skip in the suite takes its reason from ``tests.gaps`` (STYLE practice 3).
+"""Every skip in the suite takes its reason from ``tests.fixtures.gaps`` (STYLE practice 3).
 
 The suite's source is read with ``ast`` rather than watched at run time, so a skip on a
 backend this run did not select is checked too. The rule is stricter than "no literal
-reason": nothing outside ``tests/gaps.py`` may call pytest's skips at all, so a reason
+reason": nothing outside ``tests/fixtures/gaps.py`` may call pytest's skips at all, so a reason
 held in a local constant or an f-string cannot slip past either.
 """
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.gaps import Gap, skip_gap, skip_mark, skip_unless
+from tests.fixtures.gaps import Gap, skip_gap, skip_mark, skip_unless
 
 TESTS = Path(__file__).resolve().parents[1]
-REGISTRY = TESTS / "gaps.py"
+REGISTRY = TESTS / "fixtures" / "gaps.py"
 # pytest's ways to skip, as dotted paths below the ``pytest`` module.
 FORBIDDEN = frozenset({"skip", "importorskip", "mark.skip", "mark.skipif"})
 
@@ -84,7 +84,7 @@ def test_every_skip_in_the_suite_names_a_registered_gap() -> None:
         for hit in bypasses(path.read_text(encoding="utf-8"))
     ]
     assert offenders == [], (
-        "skip through tests.gaps (skip_gap / skip_unless / skip_mark with a Gap entry),"
+        "skip through tests.fixtures.gaps (skip_gap / skip_unless / skip_mark with a Gap entry),"
         " never pytest directly:\n" + "\n".join(offenders)
     )
 

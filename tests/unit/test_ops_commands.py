@@ -11,7 +11,7 @@ import click
 import pytest
 
 from outbox.cli import main
-from tests.queue_support import ROOT
+from tests.fixtures.workers import ROOT
 
 
 def _command_lines() -> list[tuple[str, list[str]]]:
