@@ -156,8 +156,11 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One Chromium for the browser tests (one module, so once per run). Not for the whole
+    session: Playwright's sync API keeps an event loop running in the thread while it is
+    open, and every later test in that process that calls ``asyncio.run`` would fail."""
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
