@@ -259,14 +259,14 @@ def explain(conn: Connection, statement: str, params: Mapping[str, Any]) -> list
     dialect = conn.dialect.name
     sql = conn.statement(statement).driver
     if dialect == "postgresql":
-        (row,) = conn.execute_sql(f"EXPLAIN (FORMAT JSON) {sql}", conn._adapt(params))
+        (row,) = conn.execute_sql(f"EXPLAIN (FORMAT JSON) {sql}", conn.adapt(params))
         plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
         return _pg_accesses(plan[0]["Plan"])
     if dialect == "sqlite":
-        rows = conn.execute_sql(f"EXPLAIN QUERY PLAN {sql}", conn._adapt(params))
+        rows = conn.execute_sql(f"EXPLAIN QUERY PLAN {sql}", conn.adapt(params))
         found = [_sqlite_access(str(r[-1])) for r in rows]
     else:
-        found = [_mysql_access(r) for r in conn.execute_sql(f"EXPLAIN {sql}", conn._adapt(params))]
+        found = [_mysql_access(r) for r in conn.execute_sql(f"EXPLAIN {sql}", conn.adapt(params))]
     aliases = _aliases(sql)
     return [
         Access(aliases.get(a.table, a.table), a.kind, a.index, a.detail)
