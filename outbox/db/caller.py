@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import orjson
 
 from outbox.db.adapters import AsyncTarget, Target
-from outbox.db.driver import Row
 from outbox.db.dialect import Dialect
+from outbox.db.driver import Row
 from outbox.db.errors import translated
 from outbox.db.sql import queries
 

@@ -24,8 +24,6 @@ from outbox.config import settings
 from outbox.db.adapters import psycopg_has_rows
 from outbox.db.dialect import POSTGRESQL
 from outbox.db.driver import JOBS_CHANNEL, RELAY_CHANNEL, Backend, ConnectOptions, Executor
-from outbox.db.shared import Outcome, SharedDriver, claim_params, claimed_jobs, timed
-from outbox.db.url import postgresql_args
 from outbox.db.errors import INVALID_TEXT, error_code
 from outbox.db.rows import (
     ClaimedJob,
@@ -35,6 +33,8 @@ from outbox.db.rows import (
     OutboxHandoff,
     StoredIntent,
 )
+from outbox.db.shared import Outcome, SharedDriver, claim_params, claimed_jobs, timed
+from outbox.db.url import postgresql_args
 from outbox.errors import DatabaseError, OutboxError
 
 log = structlog.get_logger("outbox.relay")

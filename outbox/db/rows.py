@@ -309,7 +309,7 @@ class DashboardJobs:
     time), at most ``limit``."""
 
     state: str
-    queue: str
+    queue: str | None
     job_name: str | None
     after_at: int
     after_id: int
