@@ -326,3 +326,17 @@ class ThroughputRow:
     succeeded: int
     retried: int
     dead: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRow:
+    """One stored job as ``outbox.testing`` sees it: ``where`` is ``intent``, ``job`` or
+    ``dead``; ``payload`` the stored JSON text; ``state`` the intent's state,
+    ``queued``/``retrying`` or ``dead``."""
+
+    where: str
+    message_id: str
+    job_name: str
+    queue: str
+    payload: str | None
+    state: str
