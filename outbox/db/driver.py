@@ -19,7 +19,6 @@ dialect modules need nothing from ``connection.py`` (which builds connections th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -75,17 +74,9 @@ PayloadOf = Literal["job", "dead", "intent"]
 class Executor(Protocol):
     """One connection of ours as drivers use it (``outbox.db.connection.Connection``)."""
 
-    @property
-    def dialect(self) -> Dialect: ...
-
-    @property
-    def raw(self) -> Any: ...
-
     def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]: ...
 
     def execute_count(self, name: str, params: Mapping[str, Any] | None = None) -> int: ...
-
-    def transaction(self) -> AbstractContextManager[Any]: ...
 
     def transact(self, fn: Callable[[Executor], T], *, operation: str) -> T: ...
 
