@@ -55,6 +55,7 @@ class Connection:
         self._sql = queries(dialect)
         self._in_tx = False
         self._has_rows = self._backend.has_rows
+        self._adapt = self._backend.adapt
         self._on_retry = on_retry
         self._driver: Driver | None = None
 
@@ -107,13 +108,12 @@ class Connection:
         if params is None:
             cur.execute(sql)
         else:
-            cur.execute(sql, self.adapt(params))
+            cur.execute(sql, params if self._adapt is None else self._adapt(params))
         return cur
 
     def adapt(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
         """``params`` as the dialect's driver binds them (SQLite: lists as JSON text)."""
-        adapt = self._backend.adapt
-        return params if adapt is None else adapt(params)
+        return params if self._adapt is None else self._adapt(params)
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
