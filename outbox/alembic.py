@@ -34,8 +34,7 @@ from sqlalchemy import MetaData, text
 
 from outbox.db.connection import Connection
 from outbox.db.dialect import Dialect, dialect_named
-from outbox.db.migrate import LATEST, MIGRATIONS, Migration, apply_locked
-from outbox.db.sql import queries
+from outbox.db.migrate import LATEST, MIGRATIONS, Migration, apply_locked, record_version_sql
 from outbox.errors import ConfigurationError
 from outbox.schemas.tables import metadata as _metadata
 
@@ -93,9 +92,4 @@ def _emit(op: Any, dialect: Dialect, m: Migration) -> None:
     """Offline (``--sql``): print the migration's DDL and its version row."""
     for stmt in m.ddl(dialect):
         op.execute(stmt)
-    insert = queries(dialect)["migrate_record_version"].named
-    op.execute(text(insert).bindparams(**_version_row(m)))
-
-
-def _version_row(m: Migration) -> dict[str, Any]:
-    return {"version": m.version, "description": m.description}
+    op.execute(text(record_version_sql(dialect)).bindparams(**m.version_row))

@@ -20,11 +20,16 @@ One root, so an application can catch everything of ours in one place::
      │                                            no attempt spent
      ├── InvalidMessageId      (also ValueError)  text given as a message id is not a UUID
      ├── MessageNotFound                          no intent, job or dead letter has that id
-     └── RetryRefused                             ``outbox retry``: the intent is not quarantined,
-                                                  or it still does not verify
+     ├── RetryRefused                             ``outbox retry``: the intent is not quarantined,
+     │                                            or it still does not verify
+     └── BrokerError                              NATS JetStream unreachable or a stream unusable
+          │                                       (``transient``: waiting may help)
+          └── TargetRefused                       a stream at its limits refused messages;
+                                                  they stay pending
 
 Input errors are ``ValueError`` too; state errors are not. Messages name what is wrong and
-never repeat a payload.
+never repeat a payload. A translated error keeps the driver's exception as ``__cause__``,
+and code that tells errors apart reads their codes and attributes, never their text.
 """
 
 from __future__ import annotations
@@ -112,11 +117,6 @@ class DatabaseError(OutboxError):
         super().__init__(message)
         self.operation = operation
         self.code = code
-
-    @property
-    def schema_missing(self) -> bool:
-        """True when the outbox tables do not exist (``outbox migrate`` was not run)."""
-        return "outbox migrate" in str(self)
 
 
 class InvalidMessageId(OutboxError, ValueError):

@@ -8,11 +8,13 @@ so a page costs the same with a million jobs as with ten.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
-from outbox.db.connection import Connection, Row
+from outbox.db.connection import Connection
+from outbox.db.driver import PayloadOf as PayloadOf
+from outbox.db.driver import Row
+from outbox.db.rows import DashboardJobs
 from outbox.errors import InvalidJob
 from outbox.job import MAX_PRIORITY, MIN_PRIORITY, NAME_PATTERN
 from outbox.queue import admin
@@ -157,19 +159,14 @@ class Counts:
 def counts(conn: Connection, cap: int = COUNT_CAP) -> Counts:
     """Intents and per-queue jobs by state, each count index-backed and capped at ``cap``
     (held jobs excepted: workers bound them)."""
-    pending, failed, oldest, now = _read(conn, "dashboard_outbox_counts", {"cap": cap})[0]
-    held = {str(q): int(n) for q, n in _read(conn, "dashboard_held_counts")}
-    names = {str(n) for (n,) in _read(conn, "dashboard_queue_names")} | set(held)
-    queues = {}
-    for name in sorted(names):
-        ready, delayed, dead = _read(conn, "dashboard_queue_counts", {"queue": name, "cap": cap})[0]
-        queues[name] = QueueCounts(int(ready), int(delayed), held.get(name, 0), int(dead))
-    age = None if oldest is None else round(max(0, int(now) - int(oldest)) / 1000, 3)
-    return Counts(int(pending), int(failed), age, queues, cap)
-
-
-def _read(conn: Connection, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-    return conn.read(lambda c: c.execute(name, params), operation=f"dashboard {name[10:]}")
+    got = conn.driver.dashboard_counts(cap)
+    queues = {
+        name: QueueCounts(ready, delayed, got.held.get(name, 0), dead)
+        for name, (ready, delayed, dead) in got.queues.items()
+    }
+    oldest = got.oldest_pending_ms
+    age = None if oldest is None else round(max(0, got.now_ms - oldest) / 1000, 3)
+    return Counts(got.pending, got.failed, age, queues, cap)
 
 
 def job_page(
@@ -187,17 +184,16 @@ def job_page(
     if state not in JOB_STATES:
         raise ValueError(f"state must be one of {', '.join(JOB_STATES)}")
     cursor = cursor or Cursor()
-    params: dict[str, Any] = {
-        "queue": admin.check_queue(queue),
-        "job_name": check_job_name(job_name),
-        "after_at": cursor.after_at,
-        "after_id": cursor.after_id,
-    }
-    wanted = admin.check_limit(limit) + 1
-    if state == "reserved":
-        rows = _read(conn, "dashboard_jobs_reserved", {**params, "limit": wanted})
-    else:
-        rows = _by_priority(conn, f"dashboard_jobs_{state}", params, cursor.priority, wanted)
+    page = DashboardJobs(
+        state,
+        admin.check_queue(queue),
+        check_job_name(job_name),
+        cursor.after_at,
+        cursor.after_id,
+        cursor.priority,
+        admin.check_limit(limit) + 1,
+    )
+    rows = conn.driver.dashboard_jobs(page) if state == "reserved" else _by_priority(conn, page)
     jobs = [Job(*row[:12]) for row in rows[:limit]]
     if len(rows) <= limit:
         return JobPage(jobs, None)
@@ -207,37 +203,34 @@ def job_page(
     return JobPage(jobs, Cursor(last.available_at, int(rows[limit - 1][12]), last.priority))
 
 
-def _by_priority(conn: Connection, name: str, params: dict[str, Any], first: int,
-                 wanted: int) -> list[Row]:
-    """Up to ``wanted`` rows, one exact index range per priority from ``first`` on (the
-    statement says why); the cursor's position applies to its own priority only."""
+def _by_priority(conn: Connection, page: DashboardJobs) -> list[Row]:
+    """Up to ``page.limit`` rows, one exact index range per priority from the cursor's
+    on (the statement says why); the cursor's position applies to its own priority only."""
     rows: list[Row] = []
-    for priority in range(first, MAX_PRIORITY + 1):
-        rows += _read(conn, name, {**params, "priority": priority, "limit": wanted - len(rows)})
+    wanted = page.limit
+    for priority in range(page.priority, MAX_PRIORITY + 1):
+        rows += conn.driver.dashboard_jobs(
+            replace(page, priority=priority, limit=wanted - len(rows))
+        )
         if len(rows) >= wanted:
             break
-        params = {**params, "after_at": -1, "after_id": 0}
+        page = replace(page, after_at=-1, after_id=0)
     return rows
 
 
 def job(conn: Connection, message_id: str) -> Job | None:
-    rows = _read(conn, "dashboard_job", {"message_id": admin.check_message_id(message_id)})
-    return Job(*rows[0]) if rows else None
+    row = conn.driver.dashboard_job(admin.check_message_id(message_id))
+    return None if row is None else Job(*row)
 
 
 def intent(conn: Connection, message_id: str) -> Intent | None:
-    rows = _read(conn, "dashboard_intent", {"message_id": admin.check_message_id(message_id)})
-    return Intent(*rows[0]) if rows else None
-
-
-PayloadOf = Literal["job", "dead", "intent"]
+    row = conn.driver.dashboard_intent(admin.check_message_id(message_id))
+    return None if row is None else Intent(*row)
 
 
 def payload(conn: Connection, of: PayloadOf, message_id: str) -> str | None:
     """The stored JSON text, for a signed-in operator of a ``--show-payloads`` dashboard."""
-    params = {"message_id": admin.check_message_id(message_id)}
-    rows = _read(conn, f"dashboard_{of}_payload", params)
-    return None if not rows or rows[0][0] is None else str(rows[0][0])
+    return conn.driver.dashboard_payload(of, admin.check_message_id(message_id))
 
 
 def throughput(conn: Connection, minutes: int = CHART_MINUTES) -> Throughput:
@@ -246,14 +239,12 @@ def throughput(conn: Connection, minutes: int = CHART_MINUTES) -> Throughput:
     counted and what a killed worker loses). At most a row per minute, queue and worker."""
     now = conn.driver.clock_now()
     first = now // MINUTE_MS - minutes + 1
-    rows = _read(conn, "dashboard_throughput", {"since_ms": first * MINUTE_MS})
     by_minute = {m: Minute(m * MINUTE_MS) for m in range(first, first + minutes)}
     per_queue: dict[str, Minute] = {}
-    for minute_at, queue, succeeded, retried, dead in rows:
-        counts = (int(succeeded), int(retried), int(dead))
-        m = int(minute_at) // MINUTE_MS
+    for row in conn.driver.dashboard_throughput(first * MINUTE_MS):
+        counts = (row.succeeded, row.retried, row.dead)
+        m = row.minute_ms // MINUTE_MS
         if m in by_minute:
             by_minute[m] = by_minute[m].plus(*counts)
-        name = str(queue)
-        per_queue[name] = per_queue.get(name, Minute(first * MINUTE_MS)).plus(*counts)
+        per_queue[row.queue] = per_queue.get(row.queue, Minute(first * MINUTE_MS)).plus(*counts)
     return Throughput(list(by_minute.values()), per_queue)

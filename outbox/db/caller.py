@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 import orjson
 
 from outbox.db.adapters import AsyncTarget, Target
-from outbox.db.connection import Row
 from outbox.db.dialect import Dialect
+from outbox.db.driver import Row
 from outbox.db.errors import translated
+from outbox.db.rows import RecordedRow
 from outbox.db.sql import queries
 
 T = TypeVar("T")
@@ -111,6 +112,25 @@ def job_push(p: JobPush, dialect: Dialect) -> Plan[str]:
     if dialect.supports_returning and not rows:
         raise RuntimeError("queue_push returned no row")
     return str(p.row["message_id"])
+
+
+def jobs_recorded() -> Plan[list[RecordedRow]]:
+    """Every intent, queued job and dead letter, as ``outbox.testing.recorded`` reads
+    them back in the test's transaction."""
+    rows = yield ("testing_recorded", {})
+    return [
+        RecordedRow(str(w), str(m), str(j), str(q), None if p is None else str(p), str(st))
+        for w, m, j, q, p, st in rows
+    ]
+
+
+def harness_step(name: str, params: Mapping[str, Any]) -> Plan[list[Row]]:
+    """One step of ``run_pending``, which folds the relay and the worker into the test's
+    transaction statement by statement: ``name`` is one of ``testing.sql``'s statements
+    (or the clock, ``now_ms``), and nothing else."""
+    if not name.startswith("testing_") and name != "now_ms":
+        raise ValueError(f"{name!r} is not a statement of outbox.testing")
+    return (yield (name, params))
 
 
 def run(plan: Plan[T], target: Target, operation: str) -> T:

@@ -12,78 +12,58 @@ a busy database shows up at BEGIN, where retrying is safe).
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import random
-import re
-import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-import orjson
 import structlog
 from sqlalchemy.engine import URL, make_url
 
-from outbox import metrics
-from outbox.config import settings
-from outbox.db.adapters import described, psycopg_has_rows
-from outbox.db.dialect import MYSQL, POSTGRESQL, SQLITE, Dialect
+from outbox.db.dialect import Dialect
+from outbox.db.driver import Backend, ConnectOptions, Driver, Row
+from outbox.db.drivers import backend_for, backend_of
 from outbox.db.errors import is_retryable, translate
 from outbox.db.sql import Statement, queries
-from outbox.db.url import describe, mysql_args, postgresql_args, scrub
+from outbox.db.url import describe, scrub
 from outbox.errors import ConfigurationError, DatabaseError, OutboxError
 
-if TYPE_CHECKING:
-    from outbox.db.driver import Driver
-
 T = TypeVar("T")
-Row = tuple[Any, ...]
+OnRetry = Callable[[str], None]
 
 MAX_ATTEMPTS = 4
 RETRY_BASE_S = 0.02
 RETRY_CAP_S = 0.5
 SQLITE_BUSY_TIMEOUT_MS = 5_000
-ACCEPTED_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb")
 
 log = structlog.get_logger("outbox.db")
 
 
-def _sqlite_sha256(text: str | None) -> str | None:
-    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-@functools.lru_cache(maxsize=64)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
-
-
-def _sqlite_regexp(pattern: str | None, value: str | None) -> bool | None:
-    """SQLite's ``x REGEXP y`` calls ``regexp(y, x)``; it ships no implementation."""
-    if pattern is None or value is None:
-        return None
-    return _compiled(pattern).search(value) is not None
-
-
 class Connection:
-    """One raw DB-API connection with its dialect's named statements."""
+    """One raw DB-API connection with its dialect's named statements.
 
-    def __init__(self, raw: Any, dialect: Dialect) -> None:
+    What differs per dialect (BEGIN/COMMIT/ROLLBACK, parameter binding, the driver) is
+    the dialect's ``Backend``, from the factory in ``drivers.py``. ``on_retry`` is called
+    with the operation's name each time the retry policy runs one again.
+    """
+
+    def __init__(self, raw: Any, dialect: Dialect, *, on_retry: OnRetry | None = None) -> None:
         self.raw = raw
         self.dialect = dialect
+        self._backend: Backend = backend_of(dialect)
         self._sql = queries(dialect)
         self._in_tx = False
-        self._has_rows = psycopg_has_rows if dialect is POSTGRESQL else described
+        self._has_rows = self._backend.has_rows
+        self._adapt = self._backend.adapt
+        self._on_retry = on_retry
         self._driver: Driver | None = None
 
     @property
     def driver(self) -> Driver:
         """This connection's typed operations (the dialect's ``Driver``)."""
         if self._driver is None:
-            from outbox.db.drivers import driver_class
-
-            self._driver = driver_class(self.dialect)(self)
+            self._driver = self._backend.driver(self)
         return self._driver
 
     def statement(self, name: str) -> Statement:
@@ -128,17 +108,12 @@ class Connection:
         if params is None:
             cur.execute(sql)
         else:
-            cur.execute(sql, self._adapt(params))
+            cur.execute(sql, params if self._adapt is None else self._adapt(params))
         return cur
 
-    def _adapt(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
-        # SQLite has no arrays: lists travel as JSON text, read back with json_each().
-        if self.dialect is SQLITE and any(isinstance(v, (list, tuple)) for v in params.values()):
-            return {
-                k: orjson.dumps(v).decode() if isinstance(v, (list, tuple)) else v
-                for k, v in params.items()
-            }
-        return params
+    def adapt(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``params`` as the dialect's driver binds them (SQLite: lists as JSON text)."""
+        return params if self._adapt is None else self._adapt(params)
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -150,11 +125,11 @@ class Connection:
         """
         if self._in_tx:
             raise RuntimeError("transactions do not nest")
-        self._begin()
+        self._backend.begin(self.raw)
         self._in_tx = True
         try:
             yield self
-            self._commit()
+            self._backend.commit(self.raw)
         except BaseException:
             self._rollback_quietly()
             raise
@@ -183,7 +158,7 @@ class Connection:
         ``transact``: a statement that reads before it writes can fail to upgrade its
         lock with a BUSY that no busy timeout resolves, and BEGIN IMMEDIATE avoids it.
         """
-        if self.dialect is SQLITE:
+        if self._backend.atomic_in_transaction:
             return self.transact(fn, operation=operation)
         return self._retrying(lambda: fn(self), operation)
 
@@ -212,30 +187,14 @@ class Connection:
                     error=type(exc).__name__,
                     pause_ms=round(pause * 1000, 1),
                 )
-                metrics.transaction_retried(operation)
+                if self._on_retry is not None:
+                    self._on_retry(operation)
                 time.sleep(pause)
                 attempt += 1
 
-    def _begin(self) -> None:
-        if self.dialect is SQLITE:
-            self.raw.execute("BEGIN IMMEDIATE")
-        elif self.dialect is MYSQL:
-            self.raw.begin()
-        else:
-            self.raw.execute("BEGIN")
-
-    def _commit(self) -> None:
-        if self.dialect is SQLITE or self.dialect is POSTGRESQL:
-            self.raw.execute("COMMIT")
-        else:
-            self.raw.commit()
-
     def _rollback_quietly(self) -> None:
         try:
-            if self.dialect is MYSQL:
-                self.raw.rollback()
-            else:
-                self.raw.execute("ROLLBACK")
+            self._backend.rollback(self.raw)
         except Exception:  # the connection may be gone; the database rolls back for us
             log.debug("db.rollback_failed")
 
@@ -258,15 +217,24 @@ class Database:
 
     Accepted: ``sqlite:///path.db`` (``sqlite://`` is in memory),
     ``postgresql://user:pw@host:port/db`` (psycopg 3), ``mysql://`` or ``mariadb://``
-    (PyMySQL). A ``+driver`` suffix is accepted and ignored.
+    (PyMySQL). A ``+driver`` suffix is accepted and ignored. A bad URL parameter is
+    refused here, not at the first connection. ``on_retry`` reaches every connection
+    (see ``Connection``): the CLI counts retried transactions with it.
     """
 
-    def __init__(self, url: str, *, sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS,
+        on_retry: OnRetry | None = None,
+    ) -> None:
         self.url = parse_url(url)
-        self.dialect = _dialect_of(self.url)
-        if self.dialect is not SQLITE:
-            self._driver_args()  # refuse a bad URL parameter now, not at the first connection
+        backend = backend_for(self.url.drivername)
+        self.dialect = backend.dialect
         self.sqlite_busy_timeout_ms = sqlite_busy_timeout_ms
+        self.on_retry = on_retry
+        self._connect_raw = backend.connector(self.url, ConnectOptions(sqlite_busy_timeout_ms))
 
     def describe(self) -> str:
         """The URL with any password hidden, for messages and logs."""
@@ -282,48 +250,7 @@ class Database:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             first = scrub(self.url, first)
             raise DatabaseError(f"cannot connect to {self.describe()}: {first}") from exc
-        return Connection(raw, self.dialect)
-
-    def _connect_raw(self) -> Any:
-        if self.dialect is SQLITE:
-            return self._connect_sqlite()
-        if self.dialect is POSTGRESQL:
-            return self._connect_postgresql()
-        return self._connect_mysql()
-
-    def _connect_sqlite(self) -> sqlite3.Connection:
-        raw = sqlite3.connect(
-            self.url.database or ":memory:",
-            isolation_level=None,
-            timeout=self.sqlite_busy_timeout_ms / 1000,
-            check_same_thread=False,
-        )
-        raw.execute("PRAGMA journal_mode=WAL")
-        raw.execute(f"PRAGMA busy_timeout={int(self.sqlite_busy_timeout_ms)}")
-        # SQLite lacks these; the relay verifies rows in SQL with them.
-        raw.create_function("outbox_sha256", 1, _sqlite_sha256, deterministic=True)
-        raw.create_function("regexp", 2, _sqlite_regexp, deterministic=True)
-        return raw
-
-    def _driver_args(self) -> dict[str, Any]:
-        return postgresql_args(self.url) if self.dialect is POSTGRESQL else mysql_args(self.url)
-
-    def _connect_postgresql(self) -> Any:
-        import psycopg
-
-        args = self._driver_args()
-        if settings.pooler:  # a prepared statement would outlive the pooler's transaction
-            args["prepare_threshold"] = None
-        return psycopg.connect(autocommit=True, **args)
-
-    def _connect_mysql(self) -> Any:
-        import pymysql
-
-        raw = pymysql.connect(autocommit=True, **self._driver_args())
-        # Gap locks under REPEATABLE READ turn concurrent claims into deadlocks.
-        with raw.cursor() as cur:
-            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        return raw
+        return Connection(raw, self.dialect, on_retry=self.on_retry)
 
 
 def parse_url(url: str) -> URL:
@@ -336,19 +263,6 @@ def parse_url(url: str) -> URL:
             "cannot parse the database URL; expected e.g. sqlite:///outbox.db or "
             "postgresql://user@host/db"
         ) from exc
-
-
-def _dialect_of(url: URL) -> Dialect:
-    scheme = url.drivername.split("+", 1)[0]
-    if scheme == "sqlite":
-        return SQLITE
-    if scheme in ("postgresql", "postgres"):
-        return POSTGRESQL
-    if scheme in ("mysql", "mariadb"):
-        return MYSQL
-    raise ConfigurationError(
-        f"unsupported database URL scheme {scheme!r}; accepted: {', '.join(ACCEPTED_SCHEMES)}"
-    )
 
 
 class LazyConnection:

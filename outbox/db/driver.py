@@ -1,23 +1,34 @@
-"""The driver: every database operation the services make, typed, per dialect.
+"""The driver seam: every database operation the services make, as one ``Protocol``.
 
-``Driver`` is the interface and the shared implementation; ``SqliteDriver``,
-``PostgresqlDriver`` and ``MysqlDriver`` (one module each) override what their dialect
-does differently. See the contract in ``outbox.db``'s docstring.
+``Driver`` is the interface only. ``shared.py`` implements it once for every dialect;
+``sqlite.py``, ``postgresql.py`` and ``mysql.py`` each subclass that implementation with
+what their dialect does differently, and hold the rest of the dialect's behaviour
+(connecting, BEGIN/COMMIT/ROLLBACK, binding parameters) as its ``Backend``.
+``drivers.py`` is the one factory that picks a backend. See the contract in
+``outbox.db``'s docstring.
+
+Every operation is one short transaction (or one autocommit statement) under the
+connection's retry policy, unless its name ends in ``_in_tx``: those run inside a
+transaction the caller opened with ``conn.transaction()``.
+
+``Executor`` is the connection as a driver sees it, so that this module and the
+dialect modules need nothing from ``connection.py`` (which builds connections through
+``drivers.py``, and so sits above them).
 """
 
 from __future__ import annotations
 
-import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar, Literal, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeVar
 
-from outbox.db.connection import Connection, Row
+from sqlalchemy.engine import URL
+
 from outbox.db.dialect import Dialect
-from outbox.db.errors import translated
-from outbox.db.limits import LimitOps
 from outbox.db.rows import (
     ClaimedJob,
+    DashboardCounts,
+    DashboardJobs,
     ExpiredJob,
     FailedDetail,
     FailedIntent,
@@ -32,15 +43,19 @@ from outbox.db.rows import (
     JobReleaseUnspent,
     JobRow,
     JobSnooze,
+    LimitAdmit,
+    LimitSlot,
+    LimitVerdict,
     OutboxHandoff,
     QueueCounts,
     ReapResult,
     RetryRow,
     StoredIntent,
+    ThroughputRow,
 )
-from outbox.errors import DatabaseError
 
 T = TypeVar("T")
+Row = tuple[Any, ...]
 
 # The LISTEN/NOTIFY channels: ``record()`` wakes relays, handoffs and ``push()`` wake workers.
 RELAY_CHANNEL = "outbox_relay"
@@ -53,123 +68,109 @@ CANCELLED_FAILURE = Failure(CANCELLED, "cancelled by an operator (outbox queue c
 # Why a compare-and-set on a held job changed nothing (job_held_state's answer).
 Unchanged = Literal["lost", "cancelled", "limit"]
 SnoozeOutcome = Literal["snoozed", "lost", "cancelled", "limit"]
-
-# A relay batch's outcome before it is timed: claimed, handed off, (id, reason) quarantined.
-Outcome = tuple[int, int, tuple[tuple[str, str], ...]]
+PayloadOf = Literal["job", "dead", "intent"]
 
 
-class Driver(LimitOps):
-    """One connection of ours and the operations on it, named noun-verb.
+class Executor(Protocol):
+    """One connection of ours as drivers use it (``outbox.db.connection.Connection``)."""
 
-    Every method is one short transaction (or one autocommit statement) under the
-    connection's retry policy, unless its name ends in ``_in_tx``: those run inside a
-    transaction the caller opened with ``conn.transaction()``. The global limits'
-    operations (``limit_admit``, ``limit_release``, ``limit_heartbeat``) come from
-    ``outbox.db.limits``.
+    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]: ...
+
+    def execute_count(self, name: str, params: Mapping[str, Any] | None = None) -> int: ...
+
+    def transact(self, fn: Callable[[Executor], T], *, operation: str) -> T: ...
+
+    def atomic(self, fn: Callable[[Executor], T], *, operation: str) -> T: ...
+
+    def read(self, fn: Callable[[Executor], T], *, operation: str) -> T: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectOptions:
+    """What ``Database`` passes to a backend's ``connector`` besides the URL."""
+
+    sqlite_busy_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """What one dialect's module tells a connection: how to open one, how a transaction
+    begins and ends, how parameters are bound and rows detected, and its ``Driver``.
+
+    ``connector(url, options)`` checks the URL's parameters at once (a bad one is
+    refused when the ``Database`` is made, not at its first connection) and returns
+    what opens a raw connection. ``atomic_in_transaction``: a lone statement still
+    takes BEGIN and COMMIT (SQLite: see ``Connection.atomic``).
     """
 
-    dialect: ClassVar[Dialect]
+    dialect: Dialect
+    connector: Callable[[URL, ConnectOptions], Callable[[], Any]]
+    begin: Callable[[Any], None]
+    commit: Callable[[Any], None]
+    rollback: Callable[[Any], None]
+    has_rows: Callable[[Any], bool]
+    driver: Callable[[Executor], Driver]
+    adapt: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None  # None: as given
+    atomic_in_transaction: bool = False
 
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
 
-    # -- plumbing -------------------------------------------------------------------
+class Driver(Protocol):
+    """The operations on one connection of ours, named noun-verb."""
 
-    def _one(self, operation: str, name: str, params: dict[str, Any] | None = None) -> list[Row]:
-        """One statement in its own transaction (``Connection.atomic``)."""
-        return self.conn.atomic(lambda c: c.execute(name, params), operation=operation)
-
-    def _count(self, operation: str, name: str, params: dict[str, Any]) -> int:
-        return self.conn.atomic(lambda c: c.execute_count(name, params), operation=operation)
-
-    def _read(self, operation: str, name: str, params: dict[str, Any] | None = None) -> list[Row]:
-        """A read outside any transaction (no writer lock on SQLite)."""
-        return self.conn.read(lambda c: c.execute(name, params), operation=operation)
-
-    def _transact(self, operation: str, fn: Callable[[Connection], T]) -> T:
-        return self.conn.transact(fn, operation=operation)
+    @property
+    def dialect(self) -> Dialect: ...
 
     # -- clock and session ------------------------------------------------------------
 
     def clock_now(self) -> int:
         """The database's clock, in milliseconds since the UNIX epoch."""
-        return int(self._read("clock", "now_ms")[0][0])
+        ...
 
     def session_start_worker(self) -> None:
         """Settings of a worker's own connection (see ``queue_worker_session``), outside
         any transaction: SQLite refuses to change ``synchronous`` inside one."""
-        with translated("connect"):
-            self.conn.execute("queue_worker_session")
+        ...
 
     def listen_statement(self, channel: str) -> str:
-        """The statement that subscribes a connection to ``channel`` (LISTEN dialects)."""
-        raise DatabaseError(f"{self.dialect.name} has no LISTEN/NOTIFY", operation="listen")
+        """The statement that subscribes a connection to ``channel`` (LISTEN dialects;
+        elsewhere ``DatabaseError``)."""
+        ...
 
     # -- jobs -------------------------------------------------------------------------
 
     def job_claim(self, p: JobClaim) -> list[ClaimedJob]:
         """Hold up to ``p.limit`` due jobs of a queue not paused, most urgent first, then
         oldest due first, each attempt counted."""
-        rows = self._one("claim", "job_claim", _claim_params(p))
-        return _claimed(rows)
+        ...
 
     def job_ack(self, fence: JobFence) -> set[int]:
         """Delete finished jobs; return the ids this worker still held."""
-        if not fence.jobs:
-            return set()
-        return {int(r[0]) for r in self._one("ack", "job_ack", fence.params())}
+        ...
 
     def job_ack_claim(self, done: JobFence, claim: JobClaim) -> tuple[set[int], list[ClaimedJob]]:
         """``job_ack(done)`` then ``job_claim(claim)`` in one transaction."""
-        if not done.jobs:
-            return set(), self.job_claim(claim)
-        params = {**done.params(), **_claim_params(claim)}
-
-        def both(c: Connection) -> tuple[set[int], list[Row]]:
-            acked = {int(r[0]) for r in c.execute("job_ack", params)}
-            return acked, self._claim_rows_in_tx(params)
-
-        acked, rows = self._transact("claim", both)
-        return acked, _claimed(rows)
-
-    def _claim_rows_in_tx(self, params: dict[str, Any]) -> list[Row]:
-        return self.conn.execute("job_claim", params)
+        ...
 
     def job_ack_in_tx(self, fence: JobFence) -> bool:
         """Delete one held job inside the caller's open transaction (transactional
         handlers: the handler's writes and the acknowledgement commit together)."""
-        return bool(self.conn.execute("job_ack", fence.params()))
+        ...
 
     def job_heartbeat(self, fence: JobFence, lease_ms: int) -> int:
         """Renew the leases of held jobs in one statement; how many rows changed."""
-        if not fence.jobs:
-            return 0
-        return self._count("heartbeat", "job_heartbeat", {**fence.params(), "lease_ms": lease_ms})
+        ...
 
     def job_release(self, p: JobRelease) -> bool:
         """A failed attempt back to the queue; False if the lease was lost."""
-        params = {
-            "id": p.job.id,
-            "holder": p.holder,
-            "attempts": p.job.attempts,
-            "delay_ms": p.delay_ms,
-            "error": p.error[:200],
-        }
-        return self._count("release", "job_release", params) == 1
+        ...
 
     def job_release_unspent(self, p: JobReleaseUnspent) -> int:
         """Held jobs back with their attempt refunded; how many were still held."""
-        if not p.fence.jobs:
-            return 0
-        params = {**p.fence.params(), "delay_ms": p.delay_ms, "error": p.error}
-        return self._count("release", "job_release_unspent", params)
+        ...
 
     def job_dead_letter(self, p: JobDeadLetter) -> bool:
         """Move a held job to the dead letters in one transaction; False if not held."""
-        key = {"id": p.job.id, "holder": p.holder, "attempts": p.job.attempts}
-        return self._transact(
-            "dead_letter", lambda c: self._move_to_dead(c, "job_dead_take", key, p.failure)
-        )
+        ...
 
     def job_snooze(self, p: JobSnooze) -> SnoozeOutcome:
         """``outbox.Snooze``: the job back after ``p.delay_ms``, attempt given back.
@@ -178,47 +179,22 @@ class Driver(LimitOps):
         cancelled it), ``"limit"`` (snoozed ``p.max_snoozes`` times already) or ``"lost"``
         (no longer held by this attempt).
         """
-        key = {"id": p.job.id, "holder": p.holder, "attempts": p.job.attempts}
-
-        def snooze(c: Connection) -> SnoozeOutcome:
-            params = {**key, "delay_ms": p.delay_ms, "max_snoozes": p.max_snoozes}
-            if c.execute_count("job_snooze", params) == 1:
-                return "snoozed"
-            return _why_unchanged(c.execute("job_held_state", key))
-
-        return self._transact("snooze", snooze)
+        ...
 
     def job_cancel_settle(self, holder: str, job: ClaimedJob) -> Literal["cancelled", "lost"]:
         """A held job whose ack or release changed nothing: to the dead letters as
         cancelled if an operator cancelled it (``"cancelled"``), else ``"lost"``."""
-        key = {"id": job.id, "holder": holder, "attempts": job.attempts}
-
-        def settle(c: Connection) -> Literal["cancelled", "lost"]:
-            if _why_unchanged(c.execute("job_held_state", key)) != "cancelled":
-                return "lost"
-            self._move_to_dead(c, "job_dead_take", key, CANCELLED_FAILURE)
-            return "cancelled"
-
-        return self._transact("cancel", settle)
+        ...
 
     def job_cancel_requested(self, fence: JobFence) -> set[int]:
         """Which of the held jobs an operator has cancelled (read with each heartbeat)."""
-        if not fence.jobs:
-            return set()
-        return {int(r[0]) for r in self._read("heartbeat", "job_cancel_requested", fence.params())}
+        ...
 
     def job_cancel(self, message_id: str) -> Literal["dead", "flagged"] | None:
         """Cancel a job: one no worker holds goes to the dead letters at once
         (``"dead"``), a held one is flagged for its worker (``"flagged"``); ``None`` when
         no job in the queue has that id."""
-
-        def cancel(c: Connection) -> Literal["dead", "flagged"] | None:
-            key = {"message_id": message_id}
-            if self._move_to_dead(c, "job_cancel_take", key, CANCELLED_FAILURE):
-                return "dead"
-            return "flagged" if c.execute_count("job_cancel_flag", key) else None
-
-        return self._transact("queue cancel", cancel)
+        ...
 
     def job_reap(self, limit_for: Callable[[str, int | None], int], batch: int) -> ReapResult:
         """Return up to ``batch`` expired leases to the queue; dead-letter those at
@@ -227,54 +203,23 @@ class Driver(LimitOps):
         Each write re-checks holder, attempt and expiry, so a job acknowledged or renewed
         after the scan is never resurrected. One indexed read when nothing has expired.
         """
-        result = ReapResult()
-        for job in self.job_reap_scan(batch):
-            if job.attempts >= limit_for(job.job_name, job.max_attempts):
-                result.dead += int(self.job_reap_dead(job))
-            else:
-                result.requeued += self.job_reap_release(job)
-        return result
+        ...
 
     def job_reap_scan(self, limit: int) -> list[ExpiredJob]:
         """Held jobs whose lease has expired, oldest expiry first."""
-        rows = self._read("reap", "job_reap_scan", {"limit": limit})
-        return [ExpiredJob(int(r[0]), int(r[1]), r[2], str(r[3]), str(r[4])) for r in rows]
+        ...
 
     def job_reap_release(self, job: ExpiredJob) -> int:
         """An expired job back to the queue, if still expired and held by that attempt."""
-        params = {**_reap_key(job), "error": LEASE_EXPIRED}
-        return self._count("reap", "job_reap_release", params)
+        ...
 
     def job_reap_dead(self, job: ExpiredJob) -> bool:
         """An expired job at its attempt limit to the dead letters."""
-        failure = Failure(LEASE_EXPIRED, "the lease expired on the last attempt", "")
-        key = _reap_key(job)
-        return self._transact(
-            "reap", lambda c: self._move_to_dead(c, "job_reap_take", key, failure)
-        )
+        ...
 
-    @staticmethod
-    def _move_to_dead(c: Connection, take: str, key: dict[str, Any], failure: Failure) -> bool:
-        rows = c.execute(take, key)
-        if not rows:
-            return False
-        message_id, queue, job_name, payload, attempts, max_attempts, priority = rows[0]
-        c.execute(
-            "job_dead_insert",
-            {
-                "priority": priority,
-                "message_id": message_id,
-                "queue": queue,
-                "job_name": job_name,
-                "payload": payload,
-                "attempts": attempts,
-                "max_attempts": max_attempts,
-                "exception_class": failure.exception_class[:200],
-                "exception_message": failure.message,
-                "exception_trace": failure.trace,
-            },
-        )
-        return True
+    def job_remove(self, message_id: str) -> int:
+        """Delete a queued job (held or not); how many rows went."""
+        ...
 
     # -- the outbox -------------------------------------------------------------------
 
@@ -286,32 +231,7 @@ class Driver(LimitOps):
         Rows are verified in SQL, or with ``verify`` when ``p.verify_in_python``; a row
         that fails is quarantined with its reason and its batch peers continue.
         """
-        started = time.perf_counter()
-        outcome = self._transact("relay batch", lambda c: self._handoff_in_steps(p, verify))
-        return _timed(outcome, started)
-
-    def _handoff_in_steps(
-        self, p: OutboxHandoff, verify: Callable[[StoredIntent], str | None]
-    ) -> Outcome:
-        if p.verify_in_python:
-            claimed = [(i.id, i.message_id, verify(i)) for i in self.outbox_claim_in_tx(p)]
-        else:
-            rows = self.conn.execute("relay_claim", {"batch_size": p.batch_size})
-            claimed = [(int(r[0]), str(r[1]), r[2]) for r in rows]
-        valid = [row_id for row_id, _, reason in claimed if reason is None]
-        if valid:
-            self._expect("relay_insert_jobs", valid)
-            self._expect("relay_delete_moved", valid)
-            if p.notify:
-                self._notify_jobs_in_tx()
-        by_reason: dict[str, list[int]] = defaultdict(list)
-        for row_id, _, reason in claimed:
-            if reason is not None:
-                by_reason[reason].append(row_id)
-        for reason, ids in by_reason.items():
-            self._expect("relay_mark_failed", ids, reason=reason)
-        failed = tuple((m, r) for _, m, r in claimed if r is not None)
-        return len(claimed), len(valid), failed
+        ...
 
     def outbox_handoff_published(
         self,
@@ -325,260 +245,166 @@ class Driver(LimitOps):
         the broker acknowledged) and delete only those. Rows the broker did not
         acknowledge stay pending; a crash before COMMIT re-publishes them, which the
         broker's dedupe on the message id absorbs."""
-        started = time.perf_counter()
-
-        def batch(c: Connection) -> Outcome:
-            if p.verify_in_python:
-                claimed = [(i, verify(i)) for i in self.outbox_claim_in_tx(p)]
-            else:
-                claimed = self.outbox_claim_checked_in_tx(p)
-            acked = publish([i for i, reason in claimed if reason is None])
-            moved = [i.id for i, reason in claimed if reason is None and i.message_id in acked]
-            if moved:
-                self._expect("relay_delete_moved", moved)
-            by_reason: dict[str, list[int]] = defaultdict(list)
-            for i, reason in claimed:
-                if reason is not None:
-                    by_reason[reason].append(i.id)
-            for reason, ids in by_reason.items():
-                self._expect("relay_mark_failed", ids, reason=reason)
-            failed = tuple((i.message_id, r) for i, r in claimed if r is not None)
-            return len(claimed), len(moved), failed
-
-        return _timed(self._transact("relay batch", batch), started)
+        ...
 
     def outbox_claim_checked_in_tx(self, p: OutboxHandoff) -> list[tuple[StoredIntent, str | None]]:
         """The oldest pending intents, locked, each with the reason it fails verification
         in SQL (None: valid)."""
-        rows = self.conn.execute("relay_claim_checked", {"batch_size": p.batch_size})
-        return [(StoredIntent(*r[:-1]), r[-1]) for r in rows]
-
-    def _notify_jobs_in_tx(self) -> None:
-        """Wake idle workers at commit (LISTEN dialects only)."""
+        ...
 
     def outbox_claim_in_tx(self, p: OutboxHandoff) -> list[StoredIntent]:
         """The oldest pending intents, locked, with every column verification reads."""
-        rows = self.conn.execute("relay_claim_rows", {"batch_size": p.batch_size})
-        return [StoredIntent(*r) for r in rows]
-
-    def _expect(self, name: str, ids: list[int], **params: Any) -> None:
-        """Run ``name`` over ``ids`` and insist it touched every one of them.
-
-        The rows are locked by this transaction, so a shortfall means a broken invariant
-        (a state changed under our lock); the batch is rolled back rather than half applied.
-        """
-        changed = self.conn.execute_count(name, {"ids": ids, **params})
-        if changed != len(ids):
-            raise DatabaseError(
-                f"relay batch aborted: {name} changed {changed} of {len(ids)} claimed rows",
-                operation="relay batch",
-            )
+        ...
 
     def outbox_pending_count(self) -> int:
-        return int(self._read("status", "status_pending_count")[0][0])
+        """How many intents are pending."""
+        ...
 
     def outbox_backlog(self) -> tuple[int, int | None, int]:
         """Pending intents, the oldest one's ``created_at`` and the database's clock (ms):
         the relay's backlog gauges, two index reads."""
-
-        def both(c: Connection) -> tuple[int, int | None, int]:
-            oldest, now = c.execute("status_oldest_pending")[0]
-            pending = int(c.execute("status_pending_count")[0][0])
-            return pending, None if oldest is None else int(oldest), int(now)
-
-        return self.conn.read(both, operation="status")
+        ...
 
     def outbox_counts(self) -> IntentCounts:
         """Intents by state, and the oldest pending one's age by the database's clock."""
-
-        def both(c: Connection) -> IntentCounts:
-            by_state = {str(s): int(n) for s, n in c.execute("status_state_counts")}
-            keys = int(c.execute("status_key_count")[0][0])
-            oldest, now = c.execute("status_oldest_pending")[0]
-            oldest_ms = None if oldest is None else int(oldest)
-            return IntentCounts(by_state, keys, oldest_ms, int(now))
-
-        return self.conn.read(both, operation="status")
+        ...
 
     def outbox_failed_list(self, limit: int) -> list[FailedIntent]:
-        rows = self._read("list quarantined", "failed_list", {"limit": limit})
-        return [
-            FailedIntent(str(m), r, int(c), None if f is None else int(f)) for m, r, c, f in rows
-        ]
+        """Quarantined intents, at most ``limit``."""
+        ...
 
     def outbox_retry_lookup_in_tx(self, message_id: str) -> RetryRow | None:
         """The intent ``outbox retry`` asks for, locked while it is re-verified."""
-        rows = self.conn.execute("retry_lookup", {"message_id": message_id})
-        if not rows:
-            return None
-        row_id, mid, state, *columns = rows[0]
-        return RetryRow(str(state), StoredIntent(row_id, str(mid), *columns))
+        ...
 
     def outbox_requeue_in_tx(self, row_id: int) -> int:
-        return self.conn.execute_count("retry_requeue", {"id": row_id})
+        """A quarantined intent back to pending, as stored."""
+        ...
 
     def outbox_accept_in_tx(self, row_id: int, payload: str, fingerprint: str) -> int:
         """The row's current contents, re-sealed: its key row takes the new fingerprint."""
-        params = {"id": row_id, "payload": payload, "fingerprint": fingerprint}
-        self.conn.execute_count("retry_accept_key", params)
-        return self.conn.execute_count("retry_accept", params)
+        ...
 
     def outbox_prune(self, age_ms: int, batch: int) -> int:
         """Delete at most ``batch`` key rows older than ``age_ms`` whose intents were
         handed off (and as many leftover tombstones); how many key rows went."""
-
-        def prune(c: Connection) -> int:
-            params = {"age_ms": age_ms, "batch": batch}
-            c.execute_count("prune_tombstones", params)
-            return c.execute_count("prune_keys", params)
-
-        return self._transact("prune", prune)
+        ...
 
     # -- queue administration -----------------------------------------------------------
 
     def queue_counts(self) -> list[QueueCounts]:
         """Counts per queue (ready, delayed, reserved, dead, paused), one reading of the
         clock."""
-
-        def both(c: Connection) -> list[QueueCounts]:
-            dead = {str(q): int(n) for q, n in c.execute("dead_counts")}
-            paused = {str(r[0]) for r in c.execute("queue_paused_list")}
-            out: dict[str, QueueCounts] = {}
-            for queue, ready, delayed, reserved, oldest in c.execute("queue_counts"):
-                out[str(queue)] = QueueCounts(
-                    str(queue),
-                    int(ready or 0),
-                    int(delayed or 0),
-                    int(reserved or 0),
-                    dead.get(str(queue), 0),
-                    None if oldest is None else int(oldest),
-                    str(queue) in paused,
-                )
-            for queue, n in dead.items():
-                out.setdefault(queue, QueueCounts(queue, dead=n, paused=queue in paused))
-            for queue in paused:  # a paused queue shows even with no job yet
-                out.setdefault(queue, QueueCounts(queue, paused=True))
-            return [out[q] for q in sorted(out)]
-
-        return self.conn.read(both, operation="queue stats")
+        ...
 
     def queue_jobs(self, queue: str | None, limit: int) -> list[JobRow]:
-        rows = self._read("queue jobs", "queue_admin_jobs", {"queue": queue, "limit": limit})
-        return [JobRow(*r) for r in rows]
+        """Queued jobs (of ``queue``, or of all), at most ``limit``."""
+        ...
 
     def dead_list(self, limit: int) -> list[FailedRow]:
-        return [
-            FailedRow(*r)
-            for r in self._read("queue failed", "queue_admin_failed", {"limit": limit})
-        ]
+        """Dead letters, at most ``limit``."""
+        ...
 
     def dead_show(self, message_id: str) -> FailedDetail | None:
-        rows = self._read("queue failed", "queue_admin_failed_show", {"message_id": message_id})
-        return FailedDetail(*rows[0]) if rows else None
+        """One dead letter with its exception's message and trace."""
+        ...
 
     def dead_requeue(self, message_ids: Sequence[str] | None, batch: int) -> int:
         """Requeue the given dead letters (or the next ``batch`` of them), attempts reset."""
-
-        def requeue(c: Connection) -> int:
-            ids = (
-                list(message_ids)
-                if message_ids is not None
-                else [str(r[0]) for r in c.execute("queue_admin_failed_ids", {"limit": batch})]
-            )
-            if not ids:
-                return 0
-            inserted = c.execute_count("queue_admin_requeue", {"ids": ids})
-            c.execute_count("queue_admin_failed_delete", {"ids": ids})
-            return inserted
-
-        return self._transact("queue retry", requeue)
+        ...
 
     def dead_delete(self, message_id: str) -> int:
-        return self._transact(
-            "queue forget",
-            lambda c: c.execute_count("queue_admin_failed_delete", {"ids": [message_id]}),
-        )
-
-    def job_remove(self, message_id: str) -> int:
-        return self._transact(
-            "queue remove",
-            lambda c: c.execute_count("queue_admin_remove", {"message_id": message_id}),
-        )
+        """Forget one dead letter; how many rows went."""
+        ...
 
     def queue_clear(self, queue: str | None) -> int:
-        return self._transact(
-            "queue clear", lambda c: c.execute_count("queue_admin_clear", {"queue": queue})
-        )
+        """Delete the unheld jobs of ``queue`` (or of all); how many went."""
+        ...
 
     def queue_pause(self, queue: str) -> None:
         """Pause ``queue`` (idempotent); on LISTEN dialects, idle workers wake to see it."""
-
-        def pause(c: Connection) -> None:
-            c.execute("queue_pause", {"queue": queue})
-            self._notify_jobs_in_tx()
-
-        self._transact("queue pause", pause)
+        ...
 
     def queue_resume(self, queue: str) -> bool:
         """Resume ``queue``; False if it was not paused. Idle workers wake at once on
         LISTEN dialects (NOTIFY at commit), else within their poll interval."""
-
-        def resume(c: Connection) -> bool:
-            resumed = c.execute_count("queue_resume", {"queue": queue}) > 0
-            self._notify_jobs_in_tx()
-            return resumed
-
-        return self._transact("queue resume", resume)
+        ...
 
     def queue_paused(self) -> dict[str, int]:
         """Every paused queue and when it was paused (database milliseconds)."""
-        return {str(q): int(at) for q, at in self._read("queue paused", "queue_paused_list")}
+        ...
 
     def queue_job_count(self, queue: str) -> int:
         """Jobs of ``queue`` in the table, held or not."""
-        return int(self._read("queue count", "queue_job_count", {"queue": queue})[0][0])
+        ...
 
     # -- per-minute completions (the dashboard's chart; outbox.queue.throughput) ----------
 
     def throughput_add(self, worker_id: str, rows: str) -> None:
         """Add a worker's counts to its own rows: ``rows`` is a JSON array of
         ``[age_ms, queue, succeeded, retried, dead]`` (see ``throughput.sql``)."""
-        self._one("throughput", "throughput_add", {"worker_id": worker_id, "rows": rows})
+        ...
 
     def throughput_prune(self, keep_ms: int) -> int:
         """Delete the minutes older than ``keep_ms`` by the database's clock."""
-        return self._count("prune", "throughput_prune", {"keep_ms": keep_ms})
+        ...
 
+    # -- global limits (outbox.db.limits) -------------------------------------------------
 
-def _claim_params(p: JobClaim) -> dict[str, Any]:
-    return {"queue": p.queue, "limit": p.limit, "worker": p.worker, "lease_ms": p.lease_ms}
+    def limit_admit(self, p: LimitAdmit) -> list[LimitVerdict]:
+        """Admit ``p.asks`` in order while within every limit, at most ``p.room``: an
+        admitted job holds a slot (concurrency) and counts a start (rate). Each other
+        ask goes back to the queue unspent: over a limit, due when room is expected
+        (registered to be woken when a slot frees, or holding a reserved start); within
+        its limits but past ``p.room``, at once."""
+        ...
 
+    def limit_release(self, holder: str, slots: Sequence[LimitSlot]) -> int:
+        """Free the slots of settled jobs, each waking the first job that waits on its
+        key; how many were still held."""
+        ...
 
-def _claimed(rows: Iterable[Row]) -> list[ClaimedJob]:
-    """Claimed rows as jobs in claim order: most urgent first, then oldest due
-    (RETURNING gives no order)."""
-    return sorted(
-        (ClaimedJob(*r) for r in rows), key=lambda j: (j.priority, j.available_at, j.id)
-    )
+    def limit_heartbeat(self, holder: str, slots: Sequence[LimitSlot], lease_ms: int) -> int:
+        """Renew held slots for another ``lease_ms``; how many were still held."""
+        ...
 
+    def limit_prune(self, older_ms: int, batch: int = 1000) -> int:
+        """Delete what no admission will read again: starts and tickets older than
+        ``older_ms``, slots expired that long ago, waits of jobs gone, then the key rows
+        left with nothing under them (created over ``older_ms`` ago); how many key rows
+        went. In batches of ``batch``, each its own short transaction."""
+        ...
 
-def _why_unchanged(rows: list[Row]) -> Unchanged:
-    """``job_held_state``'s answer: ``"lost"``, ``"cancelled"`` or ``"limit"``."""
-    if not rows:
-        return "lost"
-    return "cancelled" if rows[0][0] is not None else "limit"
+    # -- the scheduler and the dashboard ------------------------------------------------
 
+    def schedule_keys_recorded(self, key_digests: Sequence[str]) -> dict[str, str]:
+        """Which of ``key_digests`` are recorded, each with its message id (known until
+        ``outbox prune`` removes the key row)."""
+        ...
 
-def _reap_key(job: ExpiredJob) -> dict[str, Any]:
-    return {"id": job.id, "holder": job.holder, "attempts": job.attempts}
+    def dashboard_counts(self, cap: int) -> DashboardCounts:
+        """The overview's counts, each index-backed and capped at ``cap`` (held jobs
+        excepted: workers bound them)."""
+        ...
 
+    def dashboard_jobs(self, p: DashboardJobs) -> list[Row]:
+        """One page of a queue's jobs in one state (``outbox.dashboard.store.job_page``
+        reads the columns); ``p`` says which and from where."""
+        ...
 
-def _timed(outcome: Outcome, started: float) -> HandoffResult:
-    claimed, handed_off, failed = outcome
-    return HandoffResult(
-        claimed=claimed,
-        handed_off=handed_off,
-        quarantined=len(failed),
-        ms=round((time.perf_counter() - started) * 1000, 2),
-        quarantined_ids=failed,
-    )
+    def dashboard_job(self, message_id: str) -> Row | None:
+        """One queued job's columns (no payload)."""
+        ...
+
+    def dashboard_intent(self, message_id: str) -> Row | None:
+        """One intent's columns (no payload)."""
+        ...
+
+    def dashboard_payload(self, of: PayloadOf, message_id: str) -> str | None:
+        """The stored JSON text of a job, dead letter or intent."""
+        ...
+
+    def dashboard_throughput(self, since_ms: int) -> list[ThroughputRow]:
+        """Every worker's per-minute counts since ``since_ms`` (database milliseconds)."""
+        ...
+

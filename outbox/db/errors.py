@@ -25,7 +25,9 @@ PG_RETRYABLE = frozenset({"40001", "40P01"})
 # before trying again, which makes it safe.
 MYSQL_RETRYABLE = frozenset({1213, 1020, 1205})
 SQLITE_RETRYABLE = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
-# PostgreSQL undefined_table, MariaDB ER_NO_SUCH_TABLE (SQLite only says it in the message).
+# PostgreSQL undefined_table, MariaDB ER_NO_SUCH_TABLE. SQLite has no code for it (its
+# generic SQLITE_ERROR): errors are told apart by code only, so there the hint is left out
+# and ``outbox``'s commands say it from their schema check instead.
 MISSING_TABLE = frozenset({"42P01", 1146})
 # PostgreSQL invalid_text_representation: a ::json cast met text that is not JSON.
 INVALID_TEXT = "22P02"
@@ -68,7 +70,7 @@ def translate(exc: BaseException, operation: str) -> DatabaseError:
     """
     code = error_code(exc)
     suffix = f" ({code})" if code else ""
-    if code in MISSING_TABLE or "no such table" in str(exc):
+    if code in MISSING_TABLE:
         suffix += "; the outbox tables are missing: run `outbox migrate`"
     return DatabaseError(
         f"{operation} failed: {type(exc).__name__}{suffix}", operation=operation, code=code

@@ -1,5 +1,5 @@
 """The driver's limit operations: admit claimed jobs within global limits, free and renew
-their concurrency slots. ``Driver`` inherits them; every dialect shares the logic, the
+their concurrency slots. ``SharedDriver`` inherits them; every dialect shares the logic, the
 statements differ only in how a key's row is created and locked (``limit_lock``,
 ``limit_key_add``, ``limit_wait_add`` in each dialect's ``limits.sql``).
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from outbox.db.connection import Connection
+from outbox.db.driver import Executor
 from outbox.db.rows import ClaimedJob, LimitAdmit, LimitAsk, LimitScope, LimitSlot, LimitVerdict
 
 # A freed slot wakes the first waiting job that is still in the queue unheld; waiters
@@ -24,25 +24,18 @@ WAKE_TRIES = 3
 
 
 class LimitOps:
-    conn: Connection
+    conn: Executor
 
     def limit_admit(self, p: LimitAdmit) -> list[LimitVerdict]:
-        """Admit ``p.asks`` in order while within every limit, at most ``p.room``: an
-        admitted job holds a slot (concurrency) and counts a start (rate). Each other
-        ask goes back to the queue unspent: over a limit, due when room is expected
-        (registered to be woken when a slot frees, or holding a reserved start); within
-        its limits but past ``p.room``, at once."""
         if not p.asks:
             return []
         return self.conn.transact(lambda c: _Admission(c, p).run(), operation="limit admit")
 
     def limit_release(self, holder: str, slots: Sequence[LimitSlot]) -> int:
-        """Free the slots of settled jobs, each waking the first job that waits on its
-        key; how many were still held."""
         if not slots:
             return 0
 
-        def free(c: Connection) -> int:
+        def free(c: Executor) -> int:
             _lock(c, (s.key for s in slots))
             now = _now(c)
             freed = 0
@@ -55,11 +48,10 @@ class LimitOps:
         return self.conn.transact(free, operation="limit release")
 
     def limit_heartbeat(self, holder: str, slots: Sequence[LimitSlot], lease_ms: int) -> int:
-        """Renew held slots for another ``lease_ms``; how many were still held."""
         if not slots:
             return 0
 
-        def renew(c: Connection) -> int:
+        def renew(c: Executor) -> int:
             ordered = sorted(slots, key=lambda s: (s.key, s.job.id))
             params = [{**_slot_params(holder, s), "lease_ms": lease_ms} for s in ordered]
             return sum(c.execute_count("limit_slot_renew", p) for p in params)
@@ -67,10 +59,6 @@ class LimitOps:
         return self.conn.transact(renew, operation="limit heartbeat")
 
     def limit_prune(self, older_ms: int, batch: int = 1000) -> int:
-        """Delete what no admission will read again: starts and tickets older than
-        ``older_ms``, slots expired that long ago, waits of jobs gone, then the key rows
-        left with nothing under them (created over ``older_ms`` ago); how many key rows
-        went. In batches of ``batch``, each its own short transaction."""
         params = {"older_ms": older_ms, "batch": batch}
 
         def batches(name: str) -> int:
@@ -104,7 +92,7 @@ class _Admission:
     past ``room`` goes back at once, keeping its place.
     """
 
-    def __init__(self, c: Connection, p: LimitAdmit) -> None:
+    def __init__(self, c: Executor, p: LimitAdmit) -> None:
         self.c = c
         self.p = p
         self.now = 0
@@ -236,11 +224,11 @@ def _slots(s: LimitScope) -> bool:
     return s.concurrency is not None
 
 
-def _now(c: Connection) -> int:
+def _now(c: Executor) -> int:
     return int(c.execute("now_ms")[0][0])
 
 
-def _lock(c: Connection, keys: Iterable[str]) -> None:
+def _lock(c: Executor, keys: Iterable[str]) -> None:
     """Lock every key's row, in sorted order, creating the rows not there yet."""
     for key in sorted(set(keys)):
         if not c.execute("limit_lock", {"key": key}):
@@ -257,7 +245,7 @@ def _slot_params(holder: str, slot: LimitSlot) -> dict[str, Any]:
     }
 
 
-def _wake_one(c: Connection, key: str, now: int) -> None:
+def _wake_one(c: Executor, key: str, now: int) -> None:
     for _ in range(WAKE_TRIES):
         rows = c.execute("limit_wait_first", {"key": key})
         if not rows:

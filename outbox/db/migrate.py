@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from outbox.db.connection import Connection
 from outbox.db.dialect import DIALECTS, Dialect
@@ -40,6 +41,11 @@ class Migration:
     version: int
     description: str
     ddl: Callable[[Dialect], list[str]]
+
+    @property
+    def version_row(self) -> dict[str, Any]:
+        """Its row of ``outbox_schema_version``: ``record_version_sql``'s parameters."""
+        return {"version": self.version, "description": self.description}
 
 
 @cache
@@ -102,9 +108,16 @@ MIGRATIONS: tuple[Migration, ...] = _load()
 LATEST = MIGRATIONS[-1].version
 
 
+def record_version_sql(dialect: Dialect) -> str:
+    """The statement that records a migration's version, with ``:version`` and
+    ``:description`` placeholders: for scripts made without a connection (``render_sql``,
+    Alembic's offline mode)."""
+    return queries(dialect)["migrate_record_version"].named
+
+
 def render_sql(dialect: Dialect) -> str:
     """The whole schema as a script a DBA can apply, version rows included."""
-    record = queries(dialect)["migrate_record_version"].named
+    record = record_version_sql(dialect)
     lines = [f"-- outbox schema, version {LATEST}, for {dialect.name}"]
     for m in MIGRATIONS:
         lines.append(f"\n-- migration {m.version}: {m.description}")
@@ -176,4 +189,4 @@ def _apply_missing(conn: Connection, to: int | None) -> list[int]:
 def _apply(conn: Connection, m: Migration) -> None:
     for stmt in m.ddl(conn.dialect):
         conn.execute_sql(stmt)
-    conn.execute("migrate_record_version", {"version": m.version, "description": m.description})
+    conn.execute("migrate_record_version", m.version_row)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -256,17 +256,8 @@ def seed(conn: Connection, n: int) -> None:
 
 def explain(conn: Connection, statement: str, params: Mapping[str, Any]) -> list[Access]:
     """How the database would run the named ``statement`` with ``params`` (not run)."""
-    dialect = conn.dialect.name
     sql = conn.statement(statement).driver
-    if dialect == "postgresql":
-        (row,) = conn.execute_sql(f"EXPLAIN (FORMAT JSON) {sql}", conn._adapt(params))
-        plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
-        return _pg_accesses(plan[0]["Plan"])
-    if dialect == "sqlite":
-        rows = conn.execute_sql(f"EXPLAIN QUERY PLAN {sql}", conn._adapt(params))
-        found = [_sqlite_access(str(r[-1])) for r in rows]
-    else:
-        found = [_mysql_access(r) for r in conn.execute_sql(f"EXPLAIN {sql}", conn._adapt(params))]
+    found = _READERS[conn.dialect.name](conn, sql, conn.adapt(params))
     aliases = _aliases(sql)
     return [
         Access(aliases.get(a.table, a.table), a.kind, a.index, a.detail)
@@ -309,6 +300,20 @@ def check(accesses: list[Access], hot: Hot, dialect: str) -> str | None:
 
 
 # -- the three plan forms ------------------------------------------------------------
+
+
+def _pg_plan(conn: Connection, sql: str, params: Mapping[str, Any]) -> list[Access | None]:
+    (row,) = conn.execute_sql(f"EXPLAIN (FORMAT JSON) {sql}", params)
+    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    return list(_pg_accesses(plan[0]["Plan"]))
+
+
+def _sqlite_plan(conn: Connection, sql: str, params: Mapping[str, Any]) -> list[Access | None]:
+    return [_sqlite_access(str(r[-1])) for r in conn.execute_sql(f"EXPLAIN QUERY PLAN {sql}", params)]
+
+
+def _mysql_plan(conn: Connection, sql: str, params: Mapping[str, Any]) -> list[Access | None]:
+    return [_mysql_access(r) for r in conn.execute_sql(f"EXPLAIN {sql}", params)]
 
 
 def _pg_accesses(node: dict[str, Any]) -> list[Access]:
@@ -384,3 +389,11 @@ def _mysql_access(row: tuple[Any, ...]) -> Access | None:
         kind = "index"
     detail = f"type={access} key={key} rows={row[8]} {row[9] or ''}".strip()
     return Access(str(table), kind, None if key is None else str(key), detail)
+
+
+# Each dialect's plan, by dialect name: the form differs, the steps read from it do not.
+_READERS: dict[str, Callable[[Connection, str, Mapping[str, Any]], list[Access | None]]] = {
+    "postgresql": _pg_plan,
+    "sqlite": _sqlite_plan,
+    "mysql": _mysql_plan,
+}

@@ -5,6 +5,10 @@ verifies, copies and marks a whole batch in one statement (``relay_handoff``), f
 back to the step-by-step batch with Python verification when a payload is not JSON
 (the ``::json`` cast raises instead of answering); a broker target's claim
 (``relay_claim_checked``) falls back the same way.
+
+Connections (psycopg 3) run in autocommit; behind a transaction pooler
+(``OUTBOX_POOLER``) no statement is prepared, since it would outlive the pooler's
+transaction.
 """
 
 from __future__ import annotations
@@ -14,18 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
+from sqlalchemy.engine import URL
 
-from outbox.db.connection import Connection
+from outbox.config import settings
+from outbox.db.adapters import psycopg_has_rows
 from outbox.db.dialect import POSTGRESQL
-from outbox.db.driver import (
-    JOBS_CHANNEL,
-    RELAY_CHANNEL,
-    Driver,
-    Outcome,
-    _claim_params,
-    _claimed,
-    _timed,
-)
+from outbox.db.driver import JOBS_CHANNEL, RELAY_CHANNEL, Backend, ConnectOptions, Executor
 from outbox.db.errors import INVALID_TEXT, error_code
 from outbox.db.rows import (
     ClaimedJob,
@@ -35,6 +33,8 @@ from outbox.db.rows import (
     OutboxHandoff,
     StoredIntent,
 )
+from outbox.db.shared import Outcome, SharedDriver, claim_params, claimed_jobs, timed
+from outbox.db.url import postgresql_args
 from outbox.errors import DatabaseError, OutboxError
 
 log = structlog.get_logger("outbox.relay")
@@ -46,7 +46,7 @@ class _NeedsPythonVerify(OutboxError):
     """The one-statement batch met a payload its SQL cannot check; it was rolled back."""
 
 
-class PostgresqlDriver(Driver):
+class PostgresqlDriver(SharedDriver):
     dialect = POSTGRESQL
 
     def listen_statement(self, channel: str) -> str:
@@ -58,9 +58,9 @@ class PostgresqlDriver(Driver):
     def job_ack_claim(self, done: JobFence, claim: JobClaim) -> tuple[set[int], list[ClaimedJob]]:
         if not done.jobs:
             return set(), self.job_claim(claim)
-        rows = self._one("claim", "job_ack_claim", {**done.params(), **_claim_params(claim)})
+        rows = self._one("claim", "job_ack_claim", {**done.params(), **claim_params(claim)})
         acked = {int(r[0]) for r in rows if r[1] is None}
-        return acked, _claimed(r for r in rows if r[1] is not None)
+        return acked, claimed_jobs(r for r in rows if r[1] is not None)
 
     def _notify_jobs_in_tx(self) -> None:
         self.conn.execute("relay_notify")
@@ -78,7 +78,7 @@ class PostgresqlDriver(Driver):
             return super().outbox_handoff(
                 OutboxHandoff(p.batch_size, p.notify, verify_in_python=True), verify
             )
-        return _timed(outcome, started)
+        return timed(outcome, started)
 
     def outbox_handoff_published(
         self,
@@ -102,7 +102,7 @@ class PostgresqlDriver(Driver):
             raise
 
 
-def _in_one_statement(conn: Connection, p: OutboxHandoff) -> Outcome:
+def _in_one_statement(conn: Executor, p: OutboxHandoff) -> Outcome:
     params: dict[str, Any] = {"batch_size": p.batch_size, "notify": p.notify}
     try:
         rows = conn.execute("relay_handoff", params)
@@ -118,3 +118,32 @@ def _in_one_statement(conn: Connection, p: OutboxHandoff) -> Outcome:
         )
     failed = tuple(zip(failed_ids or (), reasons or (), strict=True))
     return int(claimed), int(handed_off), failed
+
+
+def connector(url: URL, options: ConnectOptions) -> Callable[[], Any]:
+    args = postgresql_args(url)
+
+    def connect() -> Any:
+        import psycopg
+
+        extra: dict[str, Any] = {"prepare_threshold": None} if settings.pooler else {}
+        return psycopg.connect(autocommit=True, **args, **extra)
+
+    return connect
+
+
+def begin(raw: Any) -> None:
+    raw.execute("BEGIN")
+
+
+def commit(raw: Any) -> None:
+    raw.execute("COMMIT")
+
+
+def rollback(raw: Any) -> None:
+    raw.execute("ROLLBACK")
+
+
+BACKEND = Backend(
+    POSTGRESQL, connector, begin, commit, rollback, psycopg_has_rows, PostgresqlDriver
+)

@@ -285,3 +285,58 @@ class LimitSlot:
 
     key: str
     job: ClaimedJob
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardCounts:
+    """The dashboard's overview, each count capped at the cap asked for: intents pending
+    and quarantined, the oldest pending one's creation and the clock (database
+    milliseconds); per queue (ready, delayed, dead) and the jobs held per queue."""
+
+    pending: int
+    failed: int
+    oldest_pending_ms: int | None
+    now_ms: int
+    queues: dict[str, tuple[int, int, int]]
+    held: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardJobs:
+    """One page of ``queue``'s jobs in ``state`` (``ready``, ``delayed`` or
+    ``reserved``), of ``job_name`` if given, after the cursor (``after_at``,
+    ``after_id``) within ``priority`` (ready and delayed pages go one priority at a
+    time), at most ``limit``."""
+
+    state: str
+    queue: str | None
+    job_name: str | None
+    after_at: int
+    after_id: int
+    priority: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputRow:
+    """One worker's counts of one queue in one minute (``minute_ms``, database clock)."""
+
+    minute_ms: int
+    queue: str
+    succeeded: int
+    retried: int
+    dead: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRow:
+    """One stored job as ``outbox.testing`` sees it: ``where`` is ``intent``, ``job`` or
+    ``dead``; ``payload`` the stored JSON text; ``state`` the intent's state,
+    ``queued``/``retrying`` or ``dead``."""
+
+    where: str
+    message_id: str
+    job_name: str
+    queue: str
+    payload: str | None
+    state: str

@@ -67,7 +67,7 @@ async def connect(
             f"cannot reach NATS at {url.shown} ({type(exc).__name__}); is nats-server running "
             "with JetStream (-js)?",
             transient=True,
-        ) from None
+        ) from exc
 
 
 class Broker:

@@ -23,6 +23,8 @@ from nats.js.errors import NotFoundError
 from outbox.errors import BrokerError, ConfigurationError
 from outbox.jetstream import DEFAULT_DUPLICATE_WINDOW_S, names
 
+STREAM_NOT_FOUND = 10059  # JetStream's JSStreamNotFoundErr
+
 Provisioning = Literal["create", "require"]
 
 
@@ -86,16 +88,23 @@ async def _existing_or_created(
     assert wanted.name is not None
     try:
         return (await js.stream_info(wanted.name)).config
-    except NotFoundError:
+    except NotFoundError as exc:
         if mode == "require":
             raise BrokerError(
                 f"stream {wanted.name} does not exist; --provisioning require never creates "
                 "one (create it, or run with --provisioning create)"
-            ) from None
+            ) from exc
     try:
         return (await js.add_stream(wanted)).config
     except Exception as exc:
-        raise BrokerError(f"stream {wanted.name} could not be created ({_why(exc)})") from None
+        raise BrokerError(f"stream {wanted.name} could not be created ({_why(exc)})") from exc
+
+
+def stream_missing(exc: BrokerError) -> bool:
+    """Did ``exc`` say that a stream does not exist (JetStream's error code, kept on the
+    cause)?"""
+    cause = exc.__cause__
+    return isinstance(cause, NotFoundError) and cause.err_code == STREAM_NOT_FOUND
 
 
 def _check(found: StreamConfig, wanted: StreamConfig, *, dead: bool) -> None:

@@ -201,7 +201,7 @@ class JetStreamWorker:
                 await provision.ensure(js, queue, provision.StreamSettings(), "require")
                 break
             except BrokerError as exc:
-                if "does not exist" not in str(exc):
+                if not provision.stream_missing(exc):
                     raise
             if self.config.stop_when_empty or self.stopping.is_set():
                 return False

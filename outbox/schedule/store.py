@@ -14,7 +14,6 @@ import random
 import time
 from datetime import datetime
 
-import orjson
 import structlog
 
 from outbox.db.connection import Connection
@@ -65,15 +64,13 @@ def recorded_ticks(conn: Connection, entry: Entry, ticks: list[datetime]) -> dic
     if not ticks:
         return {}
     by_digest = {_digest(entry.key(t)): t for t in ticks}
-    params = {"key_digests": orjson.dumps(list(by_digest)).decode()}
-    rows = conn.read(lambda c: c.execute("schedule_keys_recorded", params), operation="schedule")
-    return {by_digest[str(r[0])]: str(r[1]) for r in rows}
+    recorded = conn.driver.schedule_keys_recorded(list(by_digest))
+    return {by_digest[digest]: message_id for digest, message_id in recorded.items()}
 
 
 def now(conn: Connection) -> float:
     """The database's clock in UNIX seconds: the scheduler's default clock."""
-    rows = conn.read(lambda c: c.execute("now_ms"), operation="clock")
-    return int(rows[0][0]) / 1000
+    return conn.driver.clock_now() / 1000
 
 
 def _digest(key: str) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from outbox.db.adapters import adapt
-from outbox.db.sql import queries
+from outbox.db.caller import jobs_recorded, run
 from outbox.job import canonical_json
 
 
@@ -39,19 +39,21 @@ def recorded(
 ) -> list[RecordedJob]:
     """Every stored job matching ``name``, ``payload`` (compared as canonical JSON) and
     ``queue``; ``None``/``ANY`` match anything. Read on ``conn``, in its transaction."""
-    target = adapt(conn)
-    rows = target.run(queries(target.dialect)["testing_recorded"], {})
+    rows = run(jobs_recorded(), adapt(conn), "recorded")
     wanted = None if payload is ANY else canonical_json(payload)
     out = []
-    for where, message_id, job_name, job_queue, text, state in rows:
-        if name is not None and job_name != name:
+    for row in rows:
+        if name is not None and row.job_name != name:
             continue
-        if queue is not None and job_queue != queue:
+        if queue is not None and row.queue != queue:
             continue
+        text = row.payload
         if wanted is not None and (text is None or _canonical(text) != wanted):
             continue
         value = None if text is None else orjson.loads(text)
-        out.append(RecordedJob(where, str(message_id), job_name, job_queue, value, state))
+        out.append(
+            RecordedJob(row.where, row.message_id, row.job_name, row.queue, value, row.state)
+        )
     return out
 
 

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from outbox.db import caller
 from outbox.db.adapters import Target, adapt
 from outbox.db.connection import Connection, Database
 from outbox.db.rows import ClaimedJob
-from outbox.db.sql import queries
 from outbox.errors import ConfigurationError
 from outbox.job import scheduler_keys
 from outbox.queue.execute import Kind, Outcome, Runner
@@ -139,7 +139,7 @@ def run_pending(
 
 
 def _q(target: Target, name: str, params: Mapping[str, Any] | None = None) -> list[Any]:
-    return target.run(queries(target.dialect)[name], params or {})
+    return caller.run(caller.harness_step(name, params or {}), target, "run_pending")
 
 
 def _db_now(target: Target) -> int:

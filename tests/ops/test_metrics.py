@@ -29,7 +29,7 @@ from outbox.cli import main
 from outbox.db.connection import Database
 from outbox.db.migrate import LATEST, migrate
 from outbox.errors import DatabaseError
-from outbox.metrics import Exporter
+from outbox.metrics import Exporter, transaction_retried
 from outbox.relay import Relay
 from tests.fixtures.databases import raw_connect
 from tests.fixtures.ports import free_port
@@ -229,7 +229,7 @@ def test_metrics_port_goes_with_watch_and_must_be_a_port(db_url: str) -> None:
 def test_transactions_retried_are_counted_by_operation(tmp_path: Path) -> None:
     """A relay whose database stays busy retries, three times, and each retry counts."""
     url = f"sqlite:///{tmp_path / 'busy.db'}"
-    db = Database(url, sqlite_busy_timeout_ms=20)
+    db = Database(url, sqlite_busy_timeout_ms=20, on_retry=transaction_retried)
     with db.connect() as conn:
         migrate(conn)
     exporter = Exporter(db, "relay")

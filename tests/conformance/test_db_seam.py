@@ -1,0 +1,52 @@
+"""The seam's own rules: the retry hook, and errors told apart by code, never by text."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from outbox.db.connection import Connection, Database
+from outbox.errors import DatabaseError
+from tests.gaps import Gap, skip_unless
+
+
+def test_on_retry_is_called_with_the_operation_each_time_it_runs_again(
+    db_url: str, database: Database
+) -> None:
+    skip_unless(database.dialect.name, "sqlite", gap=Gap.SQLITE_BUSY)
+    holder = sqlite3.connect(database.url.database, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the writer lock, until the first retry lets it go
+    retried: list[str] = []
+
+    def on_retry(operation: str) -> None:
+        retried.append(operation)
+        if holder.in_transaction:
+            holder.execute("COMMIT")
+
+    impatient = Database(db_url, sqlite_busy_timeout_ms=1, on_retry=on_retry)
+    with impatient.connect() as c:
+        assert c.transact(lambda t: t.driver.clock_now() > 0, operation="hook test")
+    holder.close()
+    assert retried == ["hook test"]
+
+
+def test_a_missing_table_is_known_by_its_code(db_url: str) -> None:
+    with Database(db_url).connect() as c, pytest.raises(DatabaseError) as err:
+        c.driver.outbox_pending_count()
+    if c.dialect.name == "sqlite":  # SQLite has no code for it: no hint, no guess
+        assert err.value.code == "SQLITE_ERROR" and "outbox migrate" not in str(err.value)
+    else:
+        assert err.value.code in ("42P01", 1146) and "run `outbox migrate`" in str(err.value)
+
+
+def test_an_error_that_only_says_no_such_table_is_not_taken_for_one(conn: Connection) -> None:
+    skip_unless(conn.dialect.name, "sqlite", gap=Gap.SQLITE3_CONNECTION)
+    conn.execute_sql(
+        "CREATE TRIGGER refuse BEFORE INSERT ON outbox_paused_queues "
+        "BEGIN SELECT RAISE(ABORT, 'no such table, says the trigger'); END"
+    )
+    with pytest.raises(DatabaseError) as err:
+        conn.driver.queue_pause("q")
+    assert err.value.code == "SQLITE_CONSTRAINT_TRIGGER"
+    assert "outbox migrate" not in str(err.value)
