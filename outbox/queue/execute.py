@@ -28,11 +28,11 @@ from typing import Any
 
 import orjson
 
-from outbox import metrics
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
 from outbox.db.rows import ClaimedJob, Failure, JobFence
 from outbox.errors import OutboxError, PermanentFailure, Snooze
+from outbox.hooks import NO_HOOKS, Hooks
 from outbox.queue.context import JobContext
 from outbox.queue.registry import Handler, Registry
 
@@ -105,8 +105,11 @@ def _binder(fn: Callable[..., Any]) -> Callable[[Any], Any] | None:
 class Runner:
     """Calls handlers; shared by the sync threads and the async loop."""
 
-    def __init__(self, registry: Registry, worker_id: str, database: Database) -> None:
+    def __init__(
+        self, registry: Registry, worker_id: str, database: Database, hooks: Hooks = NO_HOOKS
+    ) -> None:
         self.registry = registry
+        self.hooks = hooks
         self.worker_id = worker_id
         self.database = database
         self._binders = {n: _binder(h.fn) for n in registry if (h := registry.get(n))}
@@ -139,7 +142,7 @@ class Runner:
     def run_sync(self, job: ClaimedJob, handler: Handler) -> Outcome:
         if job.id in self.cancelled:  # cancelled while it waited in the buffer
             return Outcome(Kind.CANCELLED, job)
-        metrics.job_started(job)
+        self.hooks.job_started(job)
         try:
             payload = self._prepare(job)
         except Exception as exc:
@@ -189,7 +192,7 @@ class Runner:
     async def run_async(self, job: ClaimedJob, handler: Handler) -> Outcome:
         if job.id in self.cancelled:
             return Outcome(Kind.CANCELLED, job)
-        metrics.job_started(job)
+        self.hooks.job_started(job)
         try:
             payload = self._prepare(job)
             coro = handler.fn(payload, self._ctx(job, None))

@@ -58,15 +58,16 @@ from typing import Any
 
 import structlog
 
-from outbox import metrics
 from outbox.config import settings
 from outbox.db.connection import Database
 from outbox.db.driver import JOBS_CHANNEL
 from outbox.db.listen import Listener
 from outbox.db.rows import ClaimedJob
+from outbox.hooks import NO_HOOKS, Hooks
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
 from outbox.queue.execute import AsyncPool, JobTimeout, Kind, Outcome, Runner, SyncPool, failure_of
 from outbox.queue.gate import Gate
+from outbox.queue.policy import Action
 from outbox.queue.prefetch import Prefetch
 from outbox.queue.registry import Registry
 from outbox.queue.settle import UNKNOWN_JOB, Settler
@@ -94,8 +95,10 @@ class Worker:
         config: WorkerConfig | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.database = database
+        self.hooks = hooks
         self.registry = registry
         self.config = config or WorkerConfig()
         self.config.check()
@@ -241,7 +244,7 @@ class Worker:
         if self._started_pools:
             return
         self._started_pools = True
-        runner = self._runner = Runner(self.registry, self.worker_id, self.database)
+        runner = self._runner = Runner(self.registry, self.worker_id, self.database, self.hooks)
         self._sync_pools = {
             q: SyncPool(q, n, runner, self._results, self._stopping, self._mark_started)
             for q, n in self._caps.items()
@@ -272,7 +275,7 @@ class Worker:
                 next_reap = now + reap_every
             if now >= next_beat:
                 self._heartbeat()
-                metrics.worker_tick(len(self._held) + len(self._to_ack))
+                self.hooks.worker_tick(len(self._held) + len(self._to_ack))
                 next_beat = now + cfg.lease / 3
             self._flush_tally(now)
             self._check_timeouts(now)
@@ -353,7 +356,7 @@ class Worker:
         asks, bad = gate.asks(limited)
         for kf in bad:
             self._forget(kf.job)
-            self._db.fail(kf.job, kf.failure, permanent=True)
+            self._settle(Outcome(Kind.PERMANENT, kf.job, kf.failure))
         free = self._caps[queue] - (self._held_per_queue[queue] - len(jobs) + len(bad))
         now = self._clock()  # before: a wait counts from the database's reading
         verdicts = self._db.admit(asks, max(free, 0)) if asks else []
@@ -492,41 +495,35 @@ class Worker:
             self._dry.clear()
             return
         outcome: Outcome = item
-        metrics.job_finished(outcome, self.registry)
         job = outcome.job
         self._gate_full.discard(job.queue)
         if outcome.ran_s is not None:
             self._prefetch[job.queue].observe(outcome.ran_s)
         self._started.pop(job.id, None)
-        if job.id in self._abandoned:
+        if job.id in self._abandoned:  # settled at its timeout already
             self._abandoned.discard(job.id)
             return
         self._forget(job)
-        if self._runner is not None and job.id in self._runner.cancelled:
-            self._runner.cancelled.discard(job.id)
-            # Unstarted: back with the flag (the next holder records it); acknowledged in
-            # the handler's own commit before the flag was seen: it succeeded.
-            if outcome.kind not in (Kind.UNSTARTED, Kind.ACKED):
-                self._db.cancel(job)
-                return
-        if outcome.kind is Kind.DONE:
+        self._settle(outcome)
+
+    def _settle(self, outcome: Outcome) -> None:
+        """The policy's decision (``outbox.queue.policy``), then its write; acks wait to
+        ride along with the next claim."""
+        job, runner = outcome.job, self._runner
+        cancelled = runner is not None and job.id in runner.cancelled
+        if cancelled and runner is not None:
+            runner.cancelled.discard(job.id)
+        decision = self._db.decide(outcome, cancelled=cancelled)
+        self.hooks.job_settled(job, decision.action, decision.delay_ms, decision.error)
+        if decision.action is not Action.ACK:
+            self._db.apply(outcome, decision)
+        elif outcome.kind is Kind.ACKED:  # in the handler's own commit
+            self.stats.succeeded += 1
+            self._db.tally.add(SUCCEEDED, (job,))
+        else:
             if not self._to_ack:
                 self._ack_since = self._clock()
             self._to_ack.append(job)
-            return
-        if outcome.kind is Kind.ACKED:
-            self.stats.succeeded += 1
-            self._db.tally.add(SUCCEEDED, (job,))
-        elif outcome.kind is Kind.LOST:
-            self._db.unchanged([job], "transactional commit")
-        elif outcome.kind is Kind.SNOOZED:
-            self._db.snooze(job, outcome.snooze_s)
-        elif outcome.kind is Kind.CANCELLED:
-            self._db.cancel(job)
-        elif outcome.kind is Kind.UNSTARTED:
-            self._release_unspent([job])
-        else:
-            self._fail(job, outcome)
 
     def _release_if_paused(self, queue: str) -> None:
         """A claim found nothing while jobs wait unstarted in this worker's buffer: if
@@ -572,11 +569,6 @@ class Worker:
             self._db.flush_tally()
             self._tally_due = now + FLUSH_EVERY_S
 
-    def _fail(self, job: ClaimedJob, outcome: Outcome) -> None:
-        failure = outcome.failure or failure_of(RuntimeError("unknown failure"))
-        ran_ms = None if outcome.ran_s is None else round(outcome.ran_s * 1000, 2)
-        self._db.fail(job, failure, permanent=outcome.kind is Kind.PERMANENT, duration_ms=ran_ms)
-
     def _release_unspent(self, jobs: list[ClaimedJob]) -> None:
         for job in jobs:
             self._forget(job)
@@ -599,7 +591,7 @@ class Worker:
                 self.stats.timed_out += 1
                 self._forget(job)
                 exc = JobTimeout(f"the handler ran past its {handler.timeout} s timeout")
-                self._fail(job, Outcome(Kind.FAILED, job, failure_of(exc)))
+                self._settle(Outcome(Kind.FAILED, job, failure_of(exc)))
 
     def _buffered(self) -> bool:
         """Are sync jobs waiting unstarted in an adaptive queue's buffer?"""
