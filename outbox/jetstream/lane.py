@@ -311,6 +311,7 @@ class Lane:
                 self._outcomes,
                 self._pool_stopping,
                 self._began,
+                self.ctx.clock,
             )
         return self._pool
 

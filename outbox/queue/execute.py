@@ -248,13 +248,15 @@ class SyncPool:
         results: SimpleQueue[Any],
         stopping: threading.Event,
         started: Callable[[ClaimedJob], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inbox: SimpleQueue[Any] = SimpleQueue()
         self._runner = runner
         self._results = results
         self._stopping = stopping
         self._started = started
-        # When each thread's current job started (monotonic seconds; 0.0 while idle).
+        self._clock = clock
+        # When each thread's current job started (by ``clock``; 0.0 while idle).
         self.busy_since = [0.0] * size
         self._threads = [
             threading.Thread(target=self._loop, args=(i,), name=f"outbox-{name}-{i}", daemon=True)
@@ -264,7 +266,7 @@ class SyncPool:
             t.start()
 
     def _loop(self, slot: int) -> None:
-        get, put, runner, clock = self.inbox.get, self._results.put, self._runner, time.monotonic
+        get, put, runner, clock = self.inbox.get, self._results.put, self._runner, self._clock
         while True:
             item = get()
             if item is STOP:
@@ -321,10 +323,12 @@ class AsyncPool:
         runner: Runner,
         results: SimpleQueue[Any],
         stopping: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._runner = runner
         self._results = results
         self._stopping = stopping
+        self._clock = clock
         self._loop = asyncio.new_event_loop()
         self._caps = caps
         self._sems: dict[str, asyncio.Semaphore] = {}
@@ -371,9 +375,9 @@ class AsyncPool:
             if self._stopping.is_set():
                 self._results.put(Outcome(Kind.UNSTARTED, job))
                 return
-            began = time.monotonic()
+            began = self._clock()
             outcome = await self._runner.run_async(job, handler)
-            outcome.ran_s = time.monotonic() - began
+            outcome.ran_s = self._clock() - began
             self._results.put(outcome)
         finally:
             sem.release()

@@ -41,18 +41,21 @@ other jobs never touch it, and a registry without limits skips it altogether.
 
 Stepping: ``run_once()`` claims, dispatches and settles one round and returns, so an
 application's or a test's code decides when the next round happens; ``close()`` then
-ends the handler threads. ``clock`` (monotonic seconds) is injected for the schedule of
-heartbeats, reaps, timeouts and limits.
+ends the handler threads. ``clock`` (monotonic seconds) is injected, and the worker reads
+time through it only: heartbeats, reaps, timeouts, stalls, limits, ``max_time``, the
+grace and ``run_once``'s wait. ``hooks`` (``outbox.hooks``) hears what happens.
+
+The parts, each in its module: ``held`` (what this worker holds), ``pools`` (the
+handlers' threads and loop), ``gate`` (global limits), ``policy`` (what follows an
+attempt), ``settle`` (the writes), ``prefetch`` (how far to claim ahead).
 """
 
 from __future__ import annotations
 
-import heapq
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from queue import Empty, SimpleQueue
 from typing import Any
 
@@ -64,10 +67,13 @@ from outbox.db.driver import JOBS_CHANNEL
 from outbox.db.listen import Listener
 from outbox.db.rows import ClaimedJob
 from outbox.hooks import NO_HOOKS, Hooks
+from outbox.queue import signals
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
-from outbox.queue.execute import AsyncPool, JobTimeout, Kind, Outcome, Runner, SyncPool, failure_of
+from outbox.queue.execute import JobTimeout, Kind, Outcome, failure_of
 from outbox.queue.gate import Gate
+from outbox.queue.held import Held
 from outbox.queue.policy import Action
+from outbox.queue.pools import Pools
 from outbox.queue.prefetch import Prefetch
 from outbox.queue.registry import Registry
 from outbox.queue.settle import UNKNOWN_JOB, Settler
@@ -80,9 +86,6 @@ log = structlog.get_logger("outbox.worker")
 WAKE = object()
 ACK_DELAY_S = 0.05
 STEP_TIMEOUT_S = 30.0
-# A job sent back over a limit is claimed this long after it is due, so that the
-# database's clock has passed its time too.
-DUE_SLACK_S = 0.005
 
 
 class Worker:
@@ -98,55 +101,36 @@ class Worker:
         hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.database = database
-        self.hooks = hooks
         self.registry = registry
         self.config = config or WorkerConfig()
         self.config.check()
+        self.hooks = hooks
         self._clock = clock
         self.worker_id = new_worker_id()
         self.stats = WorkerStats()
         self._caps = self.config.caps()
         self._prefetch = {q: Prefetch(cap, self.config.prefetch) for q, cap in self._caps.items()}
-        self._lease_ms = round(self.config.lease * 1000)
         self._results: SimpleQueue[Any] = SimpleQueue()
         self._stopping = threading.Event()
         self._stop_requests = 0  # 1: stop gracefully, 2: stop now
         # Set while the last claim round found nothing to claim (for monitoring and tests).
         self.idle = threading.Event()
-        self._started_pools = False
         self.listener: Listener | None = None
+        self._pools: Pools | None = None
         self._stop_reason: str | None = None
-        self._sync_pools: dict[str, SyncPool] = {}
-        self._async_pool: AsyncPool | None = None
-        self._runner: Runner | None = None
         self._ack_since = 0.0
-        self._held: dict[int, ClaimedJob] = {}
-        self._held_per_queue = dict.fromkeys(self._caps, 0)
-        self._started: dict[int, float] = {}
-        self._abandoned: set[int] = set()
+        self._held = Held(self._caps, clock)
         self._to_ack: list[ClaimedJob] = []
-        self._dry: dict[str, float] = {}
+        self._dry: dict[str, float] = {}  # per queue: claim again at (by the clock)
         self._stop_deadline: float | None = None
         self._tally_due = 0.0  # when the chart's counts are next written (throughput.py)
         self._log = log.bind(worker_id=self.worker_id)
         self._gate = Gate(registry, self.config.queue_limits)
         self._gating = self._gate.active  # False: claimed jobs never see the gate
-        self._gate_full: set[str] = set()  # limited jobs handed back: no free thread
-        # Queues whose last claim had limited jobs within their limits: claim no more
-        # than there are free threads. (Cleared when every limited job was deferred:
-        # then big batches reserve a backlog's starts quickly.)
-        self._gated: set[str] = set()
-        # per queue, when the jobs sent back over a limit are due again (heaps)
-        self._limit_due: dict[str, list[float]] = {}
-        self._db = Settler(
-            database,
-            registry,
-            self.worker_id,
-            self._lease_ms,
-            self.stats,
-            self._log,
-            min(self.config.sleep, 1.0),
-        )
+        lease_ms = round(self.config.lease * 1000)
+        pause_s = min(self.config.sleep, 1.0)
+        self._db = Settler(database, registry, self.worker_id, lease_ms, self.stats, self._log,
+                           pause_s)
 
     # -- control ------------------------------------------------------------------
 
@@ -169,25 +153,9 @@ class Worker:
         """Claim now instead of at the next poll (NOTIFY arrived). Thread-safe."""
         self._results.put(WAKE)
 
-    @contextmanager
-    def signals_handled(self) -> Iterator[None]:
+    def signals_handled(self) -> AbstractContextManager[None]:
         """SIGTERM/SIGINT: first stops gracefully, second at once. Main thread only."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def on_signal(signum: int, _frame: Any) -> None:
-            if self._stop_requests:
-                self.stop_now()
-            else:
-                self.stop()
-
-        old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
+        return signals.handled(self.stop, self.stop_now, lambda: bool(self._stop_requests))
 
     # -- the loop -----------------------------------------------------------------
 
@@ -206,24 +174,25 @@ class Worker:
     def run_once(self, timeout: float = STEP_TIMEOUT_S) -> int:
         """One round: reap, claim for every queue with room, run what was claimed and
         settle every outcome (acknowledge, retry, dead-letter). Returns how many jobs
-        it claimed. Waits up to ``timeout`` seconds for the round's handlers; jobs still
-        running then stay held and settle in a later round. No LISTEN, no sleeping:
-        the caller decides when the next round happens; ``close()`` ends the threads.
+        it claimed. Waits up to ``timeout`` seconds (by the worker's clock: a fake one
+        must be advanced) for the round's handlers; jobs still running then stay held
+        and settle in a later round. No LISTEN, no sleeping: the caller decides when the
+        next round happens; ``close()`` ends the threads.
         """
         self._start_pools()
         self._db.reap()
         self._dry.clear()
         claimed = self._claim_round()
-        # Real time, not the injected clock: this waits on threads.
-        deadline = time.monotonic() + timeout
-        next_beat = time.monotonic() + self.config.lease / 3
-        while self._held and time.monotonic() < deadline:
-            self._check_timeouts(self._clock())
-            if time.monotonic() >= next_beat:
+        now = self._clock()
+        deadline, next_beat = now + timeout, now + self.config.lease / 3
+        while self._held and now < deadline:
+            self._check_timeouts(now)
+            if now >= next_beat:
                 self._heartbeat()
-                next_beat = time.monotonic() + self.config.lease / 3
-            self._wait_for_outcome(min(deadline - time.monotonic(), 0.1))
+                next_beat = now + self.config.lease / 3
+            self._wait_for_outcome(min(deadline - now, 0.1))
             self._collect()
+            now = self._clock()
         self._flush_acks()
         self._flush_tally(self._clock())
         return claimed
@@ -231,7 +200,7 @@ class Worker:
     def close(self) -> None:
         """End the handler threads and the connection of a worker driven by ``run_once``
         (``run`` does this itself). Jobs still held come back through the reaper."""
-        if self._started_pools:
+        if self._pools is not None:
             self._shutdown(None)
 
     def __enter__(self) -> Worker:
@@ -240,17 +209,13 @@ class Worker:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _start_pools(self) -> None:
-        if self._started_pools:
-            return
-        self._started_pools = True
-        runner = self._runner = Runner(self.registry, self.worker_id, self.database, self.hooks)
-        self._sync_pools = {
-            q: SyncPool(q, n, runner, self._results, self._stopping, self._mark_started)
-            for q, n in self._caps.items()
-        }
-        if self.registry.has_async:
-            self._async_pool = AsyncPool(self._caps, runner, self._results, self._stopping)
+    def _start_pools(self) -> Pools:
+        if self._pools is None:
+            self._pools = Pools(
+                self.registry, self.worker_id, self.database, self.hooks, self._caps,
+                self._results, self._stopping, self._held.began, self._clock,
+            )
+        return self._pools
 
     def _start_listener(self) -> Listener | None:
         if not (self.config.listen and self.database.dialect.supports_listen) or settings.pooler:
@@ -288,6 +253,8 @@ class Worker:
             self._wait(min(next_beat, next_reap) - self._clock())
             self._collect()
 
+    # -- claiming -----------------------------------------------------------------
+
     def _claim_round(self) -> int:
         """Claim for every queue that has room; hand the jobs to their runners."""
         claimed = 0
@@ -295,10 +262,10 @@ class Worker:
         for queue, cap in self._caps.items():
             while self._has_room(queue, cap, now):
                 prefetch = self._prefetch[queue].value
-                room = cap + prefetch - self._held_per_queue[queue]
+                room = cap + prefetch - self._held.count(queue)
                 limit = self._within_max_jobs(min(prefetch, room))
-                if queue in self._gated:  # claim no more limited jobs than can start
-                    limit = min(limit, cap - self._held_per_queue[queue])
+                if queue in self._gate.gated:  # claim no more limited jobs than can start
+                    limit = min(limit, cap - self._held.count(queue))
                 if limit <= 0:
                     break
                 jobs = self._claim(queue, limit)
@@ -306,9 +273,9 @@ class Worker:
                 got = len(jobs)
                 if self._gating:
                     jobs = self._through_gate(queue, jobs)
-                self._dispatch(jobs, self._sync_pools[queue])
+                self._dispatch(queue, jobs)
                 if got < limit:
-                    self._dry[queue] = min(now + self.config.sleep, self._next_due(queue, now))
+                    self._dry[queue] = min(now + self.config.sleep, self._gate.next_due(queue, now))
                     if not got:
                         self._release_if_paused(queue)
                     break
@@ -319,12 +286,12 @@ class Worker:
         """Claim for ``queue`` now? Once half the prefetch is free: big enough batches
         to keep round trips few, early enough that the handlers never wait on one."""
         prefetch = self._prefetch[queue].value
-        free = cap + prefetch - self._held_per_queue[queue]
+        free = cap + prefetch - self._held.count(queue)
         return (
             free >= max(1, prefetch // 2)
             and self._dry.get(queue, 0) <= now
-            and queue not in self._gate_full
-            and not self._stalled(queue)
+            and queue not in self._gate.full
+            and not self._stalled(queue, now)
         )
 
     def _within_max_jobs(self, limit: int) -> int:
@@ -339,58 +306,23 @@ class Worker:
         """Claim, carrying the pending acknowledgements along (one round trip)."""
         done, self._to_ack = self._to_ack, []
         jobs = self._db.claim(queue, limit, done)
-        for job in jobs:
-            self._held[job.id] = job
-        self._held_per_queue[queue] += len(jobs)
+        self._held.add(queue, jobs)
         return jobs
 
     def _through_gate(self, queue: str, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
-        """Limited jobs start only if admitted (``outbox.queue.gate``), and at most as
-        many as this queue has free threads; the others are back in the queue."""
-        gate = self._gate
-        limited = [j for j in jobs if gate.applies(j)]
-        if not limited:
-            self._gated.discard(queue)
-            return jobs
-        rest = [j for j in jobs if not gate.applies(j)]
-        asks, bad = gate.asks(limited)
-        for kf in bad:
+        """Limited jobs start only if admitted (``outbox.queue.gate``), at most as many
+        as this queue had free threads before the claim; the others are back in the
+        queue, and a job whose key cannot be computed is dead-lettered."""
+        free = self._caps[queue] - (self._held.count(queue) - len(jobs))
+        passed = self._gate.through(queue, jobs, free, self._clock(), self._db)
+        for kf in passed.bad:
             self._forget(kf.job)
             self._settle(Outcome(Kind.PERMANENT, kf.job, kf.failure))
-        free = self._caps[queue] - (self._held_per_queue[queue] - len(jobs) + len(bad))
-        now = self._clock()  # before: a wait counts from the database's reading
-        verdicts = self._db.admit(asks, max(free, 0)) if asks else []
-        decided = {v.job.id for v in verdicts}
-        for ask in asks:
-            if ask.job.id not in decided:  # the database failed; handed back
-                self._forget(ask.job)
-        by_id = {a.job.id: a for a in asks}
-        if any(v.wait_ms == 0 for v in verdicts):
-            self._gated.add(queue)
-        else:
-            self._gated.discard(queue)
-        admitted = []
-        for v in verdicts:
-            if v.admitted:
-                gate.hold(by_id[v.job.id])
-                admitted.append(v.job)
-                continue
-            self._forget(v.job)
-            self.stats.claimed -= 1
-            self.stats.deferred += 1
-            if v.wait_ms:
-                due = now + v.wait_ms / 1000 + DUE_SLACK_S
-                heapq.heappush(self._limit_due.setdefault(queue, []), due)
-            else:
-                self._gate_full.add(queue)
-        return admitted + rest
-
-    def _next_due(self, queue: str, now: float) -> float:
-        """When the next job this worker sent back over a limit is due (else never)."""
-        due = self._limit_due.get(queue)
-        while due and due[0] <= now:
-            heapq.heappop(due)
-        return due[0] if due else float("inf")
+        for job in passed.back:
+            self._forget(job)
+        self.stats.claimed -= passed.deferred
+        self.stats.deferred += passed.deferred
+        return passed.start
 
     def _free_slots(self) -> None:
         """Free the slots of jobs that settled; a job waiting on one may now be ours."""
@@ -400,20 +332,8 @@ class Worker:
             for s in slots:
                 self._dry.pop(s.job.queue, None)
 
-    def _dispatch(self, jobs: list[ClaimedJob], pool: SyncPool) -> None:
-        async_pool = self._async_pool
-        to_async = []
-        unknown = []
-        for job in jobs:
-            handler = self.registry.get(job.job_name)
-            if handler is None:
-                unknown.append(job)
-            elif handler.is_async and async_pool is not None:
-                to_async.append((job, handler))
-            else:
-                pool.inbox.put((job, handler))
-        if to_async and async_pool is not None:
-            async_pool.submit(to_async)
+    def _dispatch(self, queue: str, jobs: list[ClaimedJob]) -> None:
+        unknown = self._start_pools().dispatch(queue, jobs)
         if unknown:
             for job in unknown:
                 self._forget(job)
@@ -427,18 +347,32 @@ class Worker:
         self._dry.clear()  # confirm with a fresh claim: nothing claimable *now*
         return self._claim_round() == 0 and not self._held
 
+    def _claim_coming(self) -> bool:
+        """Will a claim be due soon (a queue not dry, no limit reached, not stopping)?
+        Then finished jobs wait for it, up to ``ACK_DELAY_S``, instead of a lone ack."""
+        if self._stop_reason or self._stop_requests or self._at_max_jobs():
+            return False
+        now = self._clock()
+        return any(self._dry.get(q, 0) <= now for q in self._caps)
+
+    def _at_max_jobs(self) -> bool:
+        return self.config.max_jobs is not None and self.stats.claimed >= self.config.max_jobs
+
+    # -- waiting and outcomes -----------------------------------------------------
+
     def _wait(self, until_timer: float) -> None:
         """Block until an outcome, a wake-up or the next timer, whichever is first."""
         if not self._should_block():
             return
-        timeout = min(until_timer, self._next_dry() - self._clock(), 60.0)
-        if self._started or self._buffered():
+        now = self._clock()
+        next_dry = min(self._dry.values(), default=now + self.config.sleep)
+        timeout = min(until_timer, next_dry - now, 60.0)
+        if self._held.running() or self._buffered():
             timeout = min(timeout, 0.1)  # timeouts and stalls are watched
         if self._stop_deadline is not None:
-            timeout = min(timeout, self._stop_deadline - self._clock())
+            timeout = min(timeout, self._stop_deadline - now)
         if self._to_ack:
             timeout = min(timeout, ACK_DELAY_S)
-        timeout = max(timeout, 0.0)
         self._wait_for_outcome(timeout)
 
     def _wait_for_outcome(self, timeout: float) -> None:
@@ -453,28 +387,10 @@ class Worker:
             return bool(self._held)
         if not self._held and (self.config.stop_when_empty or self._at_max_jobs()):
             return False
-        return not self._claim_due()
-
-    def _claim_due(self) -> bool:
-        """Will the next claim round claim? (Then pending acks ride along with it.)"""
-        if self._stop_reason or self._stop_requests or self._at_max_jobs():
-            return False
-        now = self._clock()
-        return any(self._has_room(q, cap, now) for q, cap in self._caps.items())
-
-    def _claim_coming(self) -> bool:
-        """Will a claim be due soon (a queue not dry, no limit reached, not stopping)?
-        Then finished jobs wait for it, up to ``ACK_DELAY_S``, instead of a lone ack."""
-        if self._stop_reason or self._stop_requests or self._at_max_jobs():
-            return False
-        now = self._clock()
-        return any(self._dry.get(q, 0) <= now for q in self._caps)
-
-    def _at_max_jobs(self) -> bool:
-        return self.config.max_jobs is not None and self.stats.claimed >= self.config.max_jobs
-
-    def _next_dry(self) -> float:
-        return min(self._dry.values(), default=self._clock() + self.config.sleep)
+        if self._at_max_jobs():
+            return True
+        now = self._clock()  # no claim due now (else pending acks ride along with it)
+        return not any(self._has_room(q, cap, now) for q, cap in self._caps.items())
 
     def _collect(self) -> None:
         get = self._results.get_nowait
@@ -496,23 +412,18 @@ class Worker:
             return
         outcome: Outcome = item
         job = outcome.job
-        self._gate_full.discard(job.queue)
+        self._gate.full.discard(job.queue)
         if outcome.ran_s is not None:
             self._prefetch[job.queue].observe(outcome.ran_s)
-        self._started.pop(job.id, None)
-        if job.id in self._abandoned:  # settled at its timeout already
-            self._abandoned.discard(job.id)
-            return
-        self._forget(job)
-        self._settle(outcome)
+        if self._held.reported(job):  # else settled at its timeout already
+            self._forget(job)
+            self._settle(outcome)
 
     def _settle(self, outcome: Outcome) -> None:
         """The policy's decision (``outbox.queue.policy``), then its write; acks wait to
         ride along with the next claim."""
-        job, runner = outcome.job, self._runner
-        cancelled = runner is not None and job.id in runner.cancelled
-        if cancelled and runner is not None:
-            runner.cancelled.discard(job.id)
+        job = outcome.job
+        cancelled = self._pools is not None and self._pools.cancelled(job)
         decision = self._db.decide(outcome, cancelled=cancelled)
         self.hooks.job_settled(job, decision.action, decision.delay_ms, decision.error)
         if decision.action is not Action.ACK:
@@ -529,34 +440,26 @@ class Worker:
         """A claim found nothing while jobs wait unstarted in this worker's buffer: if
         the queue is paused, hand them back (attempt refunded) instead of running them.
         At most once per poll interval per queue (the queue is dry until then)."""
-        pool = self._sync_pools.get(queue)
-        if pool is None or not pool.waiting() or not self._db.is_paused(queue):
+        pools = self._start_pools()
+        if not pools.waiting(queue) or not self._db.is_paused(queue):
             return
-        waiting = [job for job, _ in pool.drain()]
+        waiting = pools.take_waiting(queue)
         if waiting:
             self._log.info("worker.queue_paused", queue=queue, returned=len(waiting))
             self._release_unspent(waiting)
 
     def _heartbeat(self) -> None:
         """Renew every lease and limit slot held; learn which held jobs an operator cancelled."""
-        cancelled = self._db.heartbeat([*self._held.values(), *self._to_ack])
+        cancelled = self._db.heartbeat([*self._held, *self._to_ack])
         if self._gate.slots:  # a held limit slot lives as long as its job's lease
             self._db.renew_slots(self._gate.held())
-        runner = self._runner
-        if not cancelled or runner is None:
-            return
-        new = cancelled - runner.cancelled
-        runner.cancelled.update(new)
-        if new and self._async_pool is not None:
-            self._async_pool.cancel_jobs(new)
+        if cancelled and self._pools is not None:
+            self._pools.cancel(cancelled)
 
     def _forget(self, job: ClaimedJob) -> None:
-        if self._held.pop(job.id, None) is not None:
-            self._held_per_queue[job.queue] -= 1
+        self._held.forget(job)
         if self._gate.slots:
             self._gate.settled(job)
-
-    # -- acknowledgements, failures, releases -------------------------------------
 
     def _flush_acks(self) -> None:
         if not self._to_ack:
@@ -574,46 +477,38 @@ class Worker:
             self._forget(job)
         self._db.release_unspent(jobs)
 
-    # -- leases -------------------------------------------------------------------
-
-    def _mark_started(self, job: ClaimedJob) -> None:
-        self._started[job.id] = self._clock()
+    # -- timeouts and stalls ------------------------------------------------------
 
     def _check_timeouts(self, now: float) -> None:
-        for job_id, began in list(self._started.items()):
-            job = self._held.get(job_id)
-            handler = self.registry.get(job.job_name) if job else None
-            if job is None or handler is None or handler.timeout is None:
-                continue
-            if now - began >= handler.timeout:
-                self._started.pop(job_id, None)
-                self._abandoned.add(job_id)
-                self.stats.timed_out += 1
-                self._forget(job)
-                exc = JobTimeout(f"the handler ran past its {handler.timeout} s timeout")
-                self._settle(Outcome(Kind.FAILED, job, failure_of(exc)))
+        for job, seconds in self._held.overdue(now, self.registry):
+            self.stats.timed_out += 1
+            self._forget(job)
+            exc = JobTimeout(f"the handler ran past its {seconds} s timeout")
+            self._settle(Outcome(Kind.FAILED, job, failure_of(exc)))
 
     def _buffered(self) -> bool:
         """Are sync jobs waiting unstarted in an adaptive queue's buffer?"""
-        return any(
-            self._prefetch[q].adaptive and pool.waiting() for q, pool in self._sync_pools.items()
+        pools = self._pools
+        return pools is not None and any(
+            self._prefetch[q].adaptive and pools.waiting(q) for q in self._caps
         )
 
-    def _stalled(self, queue: str) -> bool:
+    def _stalled(self, queue: str, now: float) -> bool:
         """Has every thread of an adaptive sync queue been busy far longer than its usual
         run time? Then nothing more is claimed for it until one is free."""
-        prefetch, pool = self._prefetch[queue], self._sync_pools.get(queue)
-        if pool is None or not prefetch.adaptive:
+        prefetch, pools = self._prefetch[queue], self._pools
+        if pools is None or not prefetch.adaptive:
             return False
-        return pool.stalled_for(time.monotonic()) >= prefetch.stall_after_s()
+        return pools.stalled_for(queue, now) >= prefetch.stall_after_s()
 
     def _check_stalls(self, now: float) -> None:
         """A stalled queue hands its unstarted jobs back so that other workers run them."""
-        for queue, pool in self._sync_pools.items():
-            if not pool.waiting() or not self._stalled(queue):
+        pools = self._start_pools()
+        for queue in self._caps:
+            if not pools.waiting(queue) or not self._stalled(queue, now):
                 continue
             self._prefetch[queue].stalled()
-            waiting = [job for job, _ in pool.drain()]
+            waiting = pools.take_waiting(queue)
             if waiting:
                 self._log.info("worker.prefetch_returned", queue=queue, jobs=len(waiting))
                 self._release_unspent(waiting)
@@ -630,7 +525,11 @@ class Worker:
         if reason != "max_jobs":
             self._stopping.set()
             self._stop_deadline = self._clock() + self.config.grace
-            self._release_buffered()
+            pools = self._start_pools()
+            waiting = pools.take_waiting()  # claimed, not started: back, attempt given back
+            if waiting:
+                self._release_unspent(waiting)
+            pools.release_waiting()
 
     def _stop_step(self, now: float) -> bool:
         """One step of a graceful stop; True once nothing is left running."""
@@ -644,41 +543,20 @@ class Worker:
             return True
         return False
 
-    def _release_buffered(self) -> None:
-        """Jobs claimed but not started go back now, their attempt given back."""
-        waiting: list[ClaimedJob] = []
-        for pool in self._sync_pools.values():
-            waiting.extend(job for job, _ in pool.drain())
-        if waiting:
-            self._release_unspent(waiting)
-        if self._async_pool is not None:
-            self._async_pool.release_waiting()
-
     def _shutdown(self, listener: Listener | None) -> None:
-        self._started_pools = False
+        pools, self._pools = self._pools, None
         self._stopping.set()
         self._flush_acks()
         self._free_slots()
         if self._stop_requests >= 2 or not self.stats.graceful:
             self.stats.graceful = False
-            if self._async_pool is not None:
-                self._async_pool.cancel_all()
-        for pool in self._sync_pools.values():
-            pool.close()
-        if self._async_pool is not None:
-            self._async_pool.close()
+        if pools is not None:
+            pools.close(cancel_running=not self.stats.graceful)
         if listener is not None:
             listener.close()
         self._flush_tally(self._clock(), due=True)
         self._db.close()
         how = "stopped gracefully" if self.stats.graceful else "stopped with jobs unfinished"
-        self._log.info(
-            "worker.stopped",
-            outcome=how,
-            claimed=self.stats.claimed,
-            succeeded=self.stats.succeeded,
-            retried=self.stats.retried,
-            dead=self.stats.dead,
-            released=self.stats.released,
-            lost=self.stats.lost,
-        )
+        s = self.stats
+        self._log.info("worker.stopped", outcome=how, claimed=s.claimed, succeeded=s.succeeded,
+                       retried=s.retried, dead=s.dead, released=s.released, lost=s.lost)
