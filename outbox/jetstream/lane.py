@@ -8,8 +8,8 @@ semaphore, and a job costs no task of its own unless its handler is async::
     puller callback ─► waiting ─► (a slot is free) start ─┬─ sync: the pool's inbox
          (a batch per           │                          └─ async: one task
           loop turn)            └─ stopping, or max_jobs/max_time reached: NAK at once
-    outcomes ─► settle: ack / NAK with backoff / dead letter / snooze; the slot starts
-                the next
+    outcomes ─► settle (``outbox.queue.policy`` decides, as on SQL): ack / NAK with
+                backoff / dead letter / snooze; the slot starts the next
 
 A snooze publishes the job again, due later, and terminates its message (the format is
 in ``outbox.jetstream.codec``): a NAK would spend an attempt, as JetStream counts every
@@ -23,6 +23,9 @@ jobs); acks and NAKs are queued and written by one task, so a burst leaves in on
 socket write; one ticker per queue sends the in-progress acks of every message the lane
 holds, running or waiting for a slot, each lease/3 (without them a fetched job that
 waits past the ack wait would be redelivered to another worker and run twice).
+
+A lane sees of its worker only the ``LaneContext`` the worker's lanes share: settings,
+handlers, counts, hooks, clocks and the stop signals.
 """
 
 from __future__ import annotations
@@ -190,12 +193,7 @@ class Lane:
                     await w.pause(config.sleep)
             await self._finish()
         finally:
-            beat.cancel()
-            await self._flush()
-            if self._pool is not None:
-                self._pool.close()
-            with contextlib.suppress(Exception):
-                await self.puller.stop()
+            await self._close(beat)
 
     async def run_round(self) -> None:
         """One round (``JetStreamWorker.run_once``): one request for what is deliverable
@@ -217,13 +215,17 @@ class Lane:
                 else:
                     await asyncio.sleep(0)
         finally:
-            beat.cancel()
-            self.cancel()
-            await self._flush()
-            if self._pool is not None:
-                self._pool.close()
-            with contextlib.suppress(Exception):
-                await self.puller.stop()
+            self.cancel()  # only a round's timeout leaves async handlers running
+            await self._close(beat)
+
+    async def _close(self, beat: asyncio.Task[None]) -> None:
+        """The last acks out; the threads, the ticker and the subscription ended."""
+        beat.cancel()
+        await self._flush()
+        if self._pool is not None:
+            self._pool.close()
+        with contextlib.suppress(Exception):
+            await self.puller.stop()
 
     def _held(self) -> int:
         return len(self.waiting) + self.busy

@@ -24,7 +24,8 @@ A message's life, per delivery::
        │                    ack wait (the lease)
        └─ not ours (ForeignMessage) ─► dead-letter stream, AckTerm
 
-The attempt is JetStream's delivery count. A job handed off before it is due is NAKed
+What follows each attempt is ``outbox.queue.policy``'s decision, the same as on the SQL
+queue; the attempt is JetStream's delivery count. A job handed off before it is due is NAKed
 with the time left, once, and that delivery is not counted. The consumer's own
 ``max_deliver`` is a backstop only, set past the largest ``max_attempts`` a job can
 have: the per-job limit is the job's ``max_attempts`` (recorded, else the registry's),

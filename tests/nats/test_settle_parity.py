@@ -16,7 +16,8 @@ import pytest
 
 from outbox import Backoff, Registry, Snooze
 from outbox.db.connection import Database
-from outbox.db.rows import ClaimedJob, HandoffResult
+from outbox.db.rows import ClaimedJob
+from outbox.hooks import NoHooks
 from outbox.jetstream import admin as nats_admin
 from outbox.jetstream.connect import Broker, parse_url
 from outbox.jetstream.worker import JetStreamWorker
@@ -77,7 +78,7 @@ EXPECTED = {
 }
 
 
-class Heard:
+class Heard(NoHooks):
     """Hooks that keep each decision."""
 
     def __init__(self) -> None:
@@ -85,21 +86,6 @@ class Heard:
 
     def job_settled(self, job: ClaimedJob, action: str, delay_ms: int, error: str | None) -> None:
         self.decisions[job.job_name] = (action, delay_ms, error)
-
-    def relay_batch(self, result: HandoffResult) -> None:
-        pass
-
-    def job_started(self, job: ClaimedJob) -> None:
-        pass
-
-    def transaction_retried(self, operation: str) -> None:
-        pass
-
-    def worker_tick(self, held: int) -> None:
-        pass
-
-    def scheduler_tick(self, recorded: int) -> None:
-        pass
 
 
 def _record(db_url: str, queue: str, *, cancel_via: str) -> None:
