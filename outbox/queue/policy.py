@@ -77,6 +77,12 @@ class Decision:
         return None if self.failure is None else self.failure.exception_class
 
 
+_ACK = Decision(Action.ACK)
+_RELEASE = Decision(Action.RELEASE)
+_LOST = Decision(Action.LOST)
+_CANCEL = Decision(Action.CANCEL, failure=CANCELLED_FAILURE)
+
+
 def decide(
     outcome: Outcome,
     *,
@@ -95,13 +101,13 @@ def decide(
     """
     kind, job = outcome.kind, outcome.job
     if kind is Kind.CANCELLED or (cancelled and kind not in (Kind.UNSTARTED, Kind.ACKED)):
-        return Decision(Action.CANCEL, failure=CANCELLED_FAILURE)
-    if kind in (Kind.DONE, Kind.ACKED):
-        return Decision(Action.ACK)
+        return _CANCEL
+    if kind is Kind.DONE or kind is Kind.ACKED:
+        return _ACK  # the hot path: one decision made once, not one object per job
     if kind is Kind.UNSTARTED:
-        return Decision(Action.RELEASE)
+        return _RELEASE
     if kind is Kind.LOST:
-        return Decision(Action.LOST)
+        return _LOST
     failure = outcome.failure or UNKNOWN_FAILURE
     if kind is Kind.SNOOZED:
         try:
