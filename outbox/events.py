@@ -25,7 +25,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -34,9 +34,6 @@ from outbox.db.caller import keys_held, run, run_async
 from outbox.errors import ConfigurationError, InvalidJob
 from outbox.job import NAME_PATTERN, Job, canonical_json, key_digest
 from outbox.record import record_many, record_many_async
-
-if TYPE_CHECKING:
-    from outbox.queue.registry import Registry
 
 log = structlog.get_logger("outbox.events")
 
@@ -115,7 +112,7 @@ def listener_key(key: str, event: str, job_name: str) -> str:
     return f"event:{digest}"
 
 
-def emit(conn: Any, key: str, event: Event, *, registry: Registry | None = None) -> list[str]:
+def emit(conn: Any, key: str, event: Event, *, registry: HasListeners | None = None) -> list[str]:
     """Record one intent per listener of ``event`` in ``conn``'s transaction.
 
     Returns the message ids, one per listener, in declaration order (``[]`` when nobody
@@ -132,7 +129,7 @@ def emit(conn: Any, key: str, event: Event, *, registry: Registry | None = None)
 
 
 async def emit_async(
-    conn: Any, key: str, event: Event, *, registry: Registry | None = None
+    conn: Any, key: str, event: Event, *, registry: HasListeners | None = None
 ) -> list[str]:
     """``emit`` for SQLAlchemy AsyncConnection/AsyncSession and psycopg AsyncConnection."""
     plan = _plan(key, event, registry)
@@ -143,11 +140,20 @@ async def emit_async(
     return await record_many_async(conn, _items(plan, held, event))
 
 
+class HasListeners(Protocol):
+    """What ``emit`` needs of a registry (an ``outbox.Registry``): its listeners. A
+    protocol, so that this module and ``outbox.queue.registry``, which keeps a
+    ``Listeners`` book, do not import each other."""
+
+    @property
+    def listeners(self) -> Any: ...
+
+
 # listener -> the key its intent gets
 _Plan = list[tuple[Listener, str]]
 
 
-def _plan(key: str, event: Event, registry: Registry | None) -> _Plan:
+def _plan(key: str, event: Event, registry: HasListeners | None) -> _Plan:
     """Validate everything before any I/O; the listeners with their derived keys."""
     if not isinstance(event, Event):
         raise InvalidJob(f"expected an outbox.Event (got {type(event).__name__})")

@@ -5,10 +5,11 @@ an ``Exporter``: ``/metrics`` (Prometheus text), ``/healthz`` (the process loop 
 and ``/readyz`` (the database answers and its schema is at the version this code expects),
 bound to 127.0.0.1 unless ``--metrics-bind`` says otherwise.
 
-The services report through the hook functions below, one line at each place that
-matters (``relay.service.Relay.run_once``; the worker's claim loop and outcome handler;
-the job runner). With no exporter running a hook is one global read, so a library user
-who never serves metrics pays nothing and needs no ``prometheus-client``.
+An ``Exporter`` is the services' ``outbox.hooks.Hooks``: the CLI passes it to the
+``Relay`` or ``Worker`` it runs (``hooks=``), which call it at each place that matters
+(``Relay.run_once``; the worker's lease renewals and its policy's decisions; the job
+runner). A library user who never serves metrics passes nothing, pays nothing and needs
+no ``prometheus-client``.
 
 Labels stay bounded: ``queue`` is one the worker serves, ``job`` a name its registry
 knows (``unknown`` otherwise); never a message id. The backlog gauges are read from the
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Literal
@@ -28,12 +29,10 @@ import structlog
 
 from outbox.errors import ConfigurationError, OutboxError
 
-if TYPE_CHECKING:  # the database modules report here: no import back at runtime
+if TYPE_CHECKING:
     from outbox.db.connection import Connection, Database
     from outbox.db.rows import ClaimedJob
     from outbox.db.rows import HandoffResult as BatchResult
-    from outbox.queue.execute import Outcome
-    from outbox.queue.registry import Registry
     from outbox.queue.worker import Worker
 
 log = structlog.get_logger("outbox.metrics")
@@ -46,37 +45,15 @@ Role = Literal["relay", "worker"]
 _current: Exporter | None = None
 
 
-# -- hooks: called by the services ---------------------------------------------------
-
-
-def relay_batch(result: BatchResult) -> None:
-    """A relay batch committed (``Relay.run_once``)."""
-    if _current is not None:
-        _current.on_relay_batch(result)
-
-
-def job_started(job: ClaimedJob) -> None:
-    """A handler is about to run (the runner, sync and async)."""
-    if _current is not None:
-        _current.on_job_started(job)
-
-
-def job_finished(outcome: Outcome, registry: Registry) -> None:
-    """A handler's outcome reached the worker's loop."""
-    if _current is not None:
-        _current.on_job_finished(outcome, registry)
+# -- the one module-level hook left ---------------------------------------------------
 
 
 def transaction_retried(operation: str) -> None:
-    """``Connection``'s retry policy is about to run ``operation`` again."""
+    """``Connection``'s retry policy is about to run ``operation`` again. (Until
+    ``Database`` takes ``on_retry=``, the database modules call this; the exporter that
+    serves is its target.)"""
     if _current is not None:
-        _current.retried_transactions.labels(operation).inc()
-
-
-def worker_tick(held: int) -> None:
-    """The worker's loop renewed the leases of ``held`` jobs (every lease / 3)."""
-    if _current is not None:
-        _current.on_worker_tick(held)
+        _current.transaction_retried(operation)
 
 
 # -- the exporter --------------------------------------------------------------------
@@ -85,8 +62,9 @@ def worker_tick(held: int) -> None:
 class Exporter:
     """The metrics of one relay or worker process and the HTTP server that serves them.
 
-    ``stale_after`` (seconds, default 60): ``/healthz`` fails when the loop has not
-    reported for that long (a relay reports every batch and at least every poll, a
+    ``queues`` and ``jobs`` (a ``Registry`` will do) are the label values it uses; others
+    are ``unknown``. ``stale_after`` (seconds, default 60): ``/healthz`` fails when the
+    loop has not reported for that long (a relay reports every batch and at least every poll, a
     worker every lease / 3).
     """
 
@@ -96,6 +74,7 @@ class Exporter:
         role: Role,
         *,
         queues: Sequence[str] = (),
+        jobs: Container[str] = (),
         stale_after: float = 60.0,
     ) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -103,6 +82,7 @@ class Exporter:
         self.database = database
         self.role = role
         self.queues = frozenset(queues)
+        self.jobs = jobs
         self.stale_after = stale_after
         self.registry = CollectorRegistry(auto_describe=True)
         self._beat = time.monotonic()
@@ -155,14 +135,14 @@ class Exporter:
 
     # -- hooks ---------------------------------------------------------------------
 
-    def on_relay_batch(self, result: BatchResult) -> None:
+    def relay_batch(self, result: BatchResult) -> None:
         self._beat = time.monotonic()
         if result.claimed:
             self.handed_off.inc(result.handed_off)
             self.quarantined.inc(result.quarantined)
             self.batch_seconds.observe(result.ms / 1000)
 
-    def on_job_started(self, job: ClaimedJob) -> None:
+    def job_started(self, job: ClaimedJob) -> None:
         now = time.monotonic()
         with self._lock:
             self._started[job.id] = now
@@ -171,28 +151,29 @@ class Exporter:
         due_ms = max(job.created_at, job.available_at)
         self.latency.labels(queue).observe(max(0.0, time.time() - due_ms / 1000))
 
-    def on_job_finished(self, outcome: Outcome, registry: Registry) -> None:
-        from outbox.queue.execute import Kind
-
-        job = outcome.job
+    def job_settled(self, job: ClaimedJob, action: str, delay_ms: int, error: str | None) -> None:
         with self._lock:
             began = self._started.pop(job.id, None)
-        if began is None:  # never started (handed back unstarted)
+        if began is None:  # never started (handed back unstarted), or counted already
             return
-        labels = (self._queue(job.queue), job.job_name if job.job_name in registry else UNKNOWN)
+        labels = (self._queue(job.queue), job.job_name if job.job_name in self.jobs else UNKNOWN)
         self.in_flight.labels(labels[0]).dec()
         self.run_seconds.labels(*labels).observe(time.monotonic() - began)
-        if outcome.kind in (Kind.DONE, Kind.ACKED):
+        if action == "ack":
             self.succeeded.labels(*labels).inc()
-        elif outcome.kind in (Kind.FAILED, Kind.PERMANENT):
+        elif action in ("retry", "dead"):
             self.failed.labels(*labels).inc()
-            limit = registry.max_attempts(job.job_name, job.max_attempts)
-            final = outcome.kind is Kind.PERMANENT or job.attempts >= limit
-            (self.dead if final else self.retried).labels(*labels).inc()
+            (self.dead if action == "dead" else self.retried).labels(*labels).inc()
 
-    def on_worker_tick(self, held: int) -> None:
+    def transaction_retried(self, operation: str) -> None:
+        self.retried_transactions.labels(operation).inc()
+
+    def worker_tick(self, held: int) -> None:
         self._beat = time.monotonic()
         self.renewals.inc(held)
+
+    def scheduler_tick(self, recorded: int) -> None:
+        self._beat = time.monotonic()
 
     def _queue(self, queue: str) -> str:
         return queue if queue in self.queues else UNKNOWN
@@ -258,12 +239,13 @@ def serving(
     bind: str = "127.0.0.1",
     *,
     queues: Sequence[str] = (),
+    jobs: Container[str] = (),
 ) -> Iterator[Exporter | None]:
     """An exporter on ``bind:port`` for the block (nothing when ``port`` is None)."""
     if port is None:
         yield None
         return
-    exporter = Exporter(database, role, queues=queues)
+    exporter = Exporter(database, role, queues=queues, jobs=jobs)
     exporter.start(bind, port)
     try:
         yield exporter
@@ -371,11 +353,11 @@ def _queue_gauges(e: Exporter) -> Iterator[Any]:
 
     from outbox.db.rows import QueueCounts
 
-    rows = e._reader.backlog("queues", lambda c: c.driver.queue_counts())
-    if rows is None:
+    read = e._reader.backlog("queues", lambda c: (c.driver.queue_counts(), c.driver.clock_now()))
+    if read is None:
         return
+    rows, now = read  # ages by the database's clock, which stamped the jobs
     ready = GaugeMetricFamily("outbox_queue_ready_jobs", "Jobs due and not held.", labels=["queue"])
-    now = time.time() * 1000
     counted = {r.queue: r for r in rows if r.queue in e.queues}
     oldest = GaugeMetricFamily(
         "outbox_queue_oldest_ready_age_seconds",

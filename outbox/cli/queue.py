@@ -23,6 +23,7 @@ from outbox.cli.params import MESSAGE_ID, MESSAGE_ID_OR_ALL, QUEUE_NAME
 from outbox.cli.serving import metrics_options
 from outbox.db.connection import Connection
 from outbox.errors import MessageNotFound
+from outbox.hooks import NO_HOOKS
 from outbox.job import NAME_PATTERN
 from outbox.metrics import serving
 from outbox.queue import admin, control
@@ -209,9 +210,11 @@ def worker_command(
             preflight.ready(database, wait=True, stop=stop)
         except preflight.Stopped:
             return
-    worker = Worker(database, registry, config)
     queue_names = list(config.queues)
-    with serving(worker.database, "worker", metrics_port, metrics_bind, queues=queue_names) as m:
+    with serving(
+        database, "worker", metrics_port, metrics_bind, queues=queue_names, jobs=registry
+    ) as m:
+        worker = Worker(database, registry, config, hooks=m or NO_HOOKS)
         if m is not None:
             m.watch_worker(worker)
         with worker.signals_handled():

@@ -19,6 +19,7 @@ from outbox.cli.context import CliContext, pass_cli
 from outbox.cli.params import MESSAGE_ID
 from outbox.cli.serving import metrics_options
 from outbox.config import settings
+from outbox.hooks import NO_HOOKS
 from outbox.metrics import serving
 from outbox.queue import limits, throughput
 from outbox.relay import Relay, RelayConfig, RunTotals, admin
@@ -122,9 +123,9 @@ def relay_command(
             except preflight.Stopped:
                 click.echo("stopped while waiting for the database; nothing relayed")
                 return
-            with Relay(database, config, target=jet) as relay, serving(
-                relay.database, "relay", metrics_port, metrics_bind
-            ):
+            with serving(database, "relay", metrics_port, metrics_bind) as m, Relay(
+                database, config, target=jet, hooks=m or NO_HOOKS
+            ) as relay:
                 totals = relay.watch(stop)
     click.echo(_summary(totals))
     if fail_on_quarantine and totals.quarantined:

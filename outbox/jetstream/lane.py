@@ -8,8 +8,8 @@ semaphore, and a job costs no task of its own unless its handler is async::
     puller callback ─► waiting ─► (a slot is free) start ─┬─ sync: the pool's inbox
          (a batch per           │                          └─ async: one task
           loop turn)            └─ stopping, or max_jobs/max_time reached: NAK at once
-    outcomes ─► settle: ack / NAK with backoff / dead letter / snooze; the slot starts
-                the next
+    outcomes ─► settle (``outbox.queue.policy`` decides, as on SQL): ack / NAK with
+                backoff / dead letter / snooze; the slot starts the next
 
 A snooze publishes the job again, due later, and terminates its message (the format is
 in ``outbox.jetstream.codec``): a NAK would spend an attempt, as JetStream counts every
@@ -23,6 +23,9 @@ jobs); acks and NAKs are queued and written by one task, so a burst leaves in on
 socket write; one ticker per queue sends the in-progress acks of every message the lane
 holds, running or waiting for a slot, each lease/3 (without them a fetched job that
 waits past the ack wait would be redelivered to another worker and run twice).
+
+A lane sees of its worker only the ``LaneContext`` the worker's lanes share: settings,
+handlers, counts, hooks, clocks and the stop signals.
 """
 
 from __future__ import annotations
@@ -33,9 +36,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from functools import partial
 from queue import Empty, SimpleQueue
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from nats.aio.client import Client
@@ -43,17 +47,50 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from outbox.db.rows import ClaimedJob, Failure
+from outbox.hooks import NO_HOOKS, Hooks
 from outbox.jetstream import codec, names
 from outbox.jetstream.pull import Puller
-from outbox.queue.control import MAX_SNOOZES, SNOOZE_LIMIT, snooze_delay_ms
-from outbox.queue.execute import JobTimeout, Kind, Outcome, SyncPool, failure_of
-from outbox.queue.registry import Handler
-
-if TYPE_CHECKING:
-    from outbox.jetstream.worker import JetStreamWorker
+from outbox.queue.config import WorkerConfig, WorkerStats
+from outbox.queue.execute import JobTimeout, Kind, Outcome, Runner, SyncPool, failure_of
+from outbox.queue.policy import UNKNOWN_FAILURE, Action, decide
+from outbox.queue.registry import Handler, Registry
 
 log = structlog.get_logger("outbox.worker")
 Send = Callable[[], Awaitable[None]]
+
+
+@dataclass(eq=False)
+class LaneContext:
+    """What the lanes of one worker share, and all a lane sees of its worker: the
+    settings, the handlers, the counts, the clocks and the stop signals."""
+
+    config: WorkerConfig
+    registry: Registry
+    runner: Runner
+    stats: WorkerStats
+    hooks: Hooks = NO_HOOKS
+    clock: Callable[[], float] = time.monotonic  # the schedule: leases, timeouts, max_time
+    wall_clock: Callable[[], float] = time.time  # UNIX seconds: when a job is due
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)  # a second signal
+    started: int = 0  # jobs started, for max_jobs
+    began: float = 0.0  # by ``clock``, for max_time
+
+    def done(self) -> bool:
+        """``max_jobs`` started, or ``max_time`` over."""
+        c = self.config
+        if c.max_jobs is not None and self.started >= c.max_jobs:
+            return True
+        return c.max_time is not None and self.clock() - self.began >= c.max_time
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep, unless stop is asked first."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self.stopping.wait()
+
+    def now_ms(self) -> int:
+        return int(self.wall_clock() * 1000)
 
 
 class _Outcomes(SimpleQueue[Any]):
@@ -87,10 +124,10 @@ class Lane:
     """Fetches, runs and settles the jobs of one queue, at most ``cap`` at a time."""
 
     def __init__(
-        self, worker: JetStreamWorker, nc: Client, js: JetStreamContext, queue: str, cap: int
+        self, ctx: LaneContext, nc: Client, js: JetStreamContext, queue: str, cap: int
     ) -> None:
-        self.w, self.js, self.queue, self.cap = worker, js, queue, cap
-        config = worker.config
+        self.ctx, self.js, self.queue, self.cap = ctx, js, queue, cap
+        config = ctx.config
         self.window = cap + (config.prefetch if config.prefetch is not None else cap)
         self.waiting: deque[Msg] = deque()
         self.running: dict[int, tuple[Msg, ClaimedJob]] = {}  # id(job) → its message
@@ -111,7 +148,7 @@ class Lane:
         self._linger = False  # the last no_wait request found nothing: hold the next open
         self._closed = False  # fetching is over: whatever still arrives is NAKed
         self.puller = Puller(
-            nc, names.stream(queue), names.CONSUMER, self._arrived, self._request_ended
+            nc, names.stream(queue), names.CONSUMER, self._arrived, self._request_ended, ctx.clock
         )
 
     # -- fetching -----------------------------------------------------------------
@@ -119,19 +156,19 @@ class Lane:
     def _want(self) -> int:
         """How many to ask for now: 0 while a request is open or the window is full
         enough (refill by half windows while every slot has work, not per job)."""
-        if self.puller.busy(time.monotonic()):
+        if self.puller.busy(self.ctx.clock()):
             return 0
         held = len(self.waiting) + self.busy
         want = self.window - held
-        if self.w.config.max_jobs is not None:
-            want = min(want, self.w.config.max_jobs - self.w.started)
+        if self.ctx.config.max_jobs is not None:
+            want = min(want, self.ctx.config.max_jobs - self.ctx.started)
         if held >= self.cap and want < max(1, self.window // 2):
             return 0
         return max(0, want)
 
     async def run(self) -> None:
         """Fetch until stopped, done, or (``stop_when_empty``) nothing is left."""
-        w, config = self.w, self.w.config
+        w, config = self.ctx, self.ctx.config
         wait = min(config.sleep, 0.25) if config.stop_when_empty else config.sleep
         await self.puller.start()
         beat = asyncio.create_task(self._beat())
@@ -156,21 +193,48 @@ class Lane:
                     await w.pause(config.sleep)
             await self._finish()
         finally:
-            beat.cancel()
-            await self._flush()
-            if self._pool is not None:
-                self._pool.close()
-            with contextlib.suppress(Exception):
-                await self.puller.stop()
+            await self._close(beat)
+
+    async def run_round(self) -> None:
+        """One round (``JetStreamWorker.run_once``): one request for what is deliverable
+        now, then run and settle all of it; the acks are out when it returns."""
+        await self.puller.start()
+        beat = asyncio.create_task(self._beat())
+        try:
+            want = self._want()
+            if want > 0:
+                await self.puller.request(want, 0.0, no_wait=True)
+                while self.puller.busy(self.ctx.clock()):  # until its last message or status
+                    self.room.clear()
+                    await self.room.wait()
+            while self.waiting or self.busy or self.tasks:
+                if self.busy:
+                    await self.idle.wait()
+                elif self.tasks:
+                    await asyncio.wait(set(self.tasks))
+                else:
+                    await asyncio.sleep(0)
+        finally:
+            self.cancel()  # only a round's timeout leaves async handlers running
+            await self._close(beat)
+
+    async def _close(self, beat: asyncio.Task[None]) -> None:
+        """The last acks out; the threads, the ticker and the subscription ended."""
+        beat.cancel()
+        await self._flush()
+        if self._pool is not None:
+            self._pool.close()
+        with contextlib.suppress(Exception):
+            await self.puller.stop()
 
     def _held(self) -> int:
         return len(self.waiting) + self.busy
 
     async def _wait_for_room(self) -> None:
         self.room.clear()
-        if self._want() > 0 or self.w.stopping.is_set():
+        if self._want() > 0 or self.ctx.stopping.is_set():
             return
-        left = self.puller.deadline - time.monotonic() if self.puller.open else None
+        left = self.puller.deadline - self.ctx.clock() if self.puller.open else None
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(None if left is None else max(left, 0.01)):
                 await self.room.wait()
@@ -191,7 +255,7 @@ class Lane:
 
     def _pump(self) -> None:
         """Start waiting messages while slots are free."""
-        w = self.w
+        w = self.ctx
         while self.waiting and self.busy < self.cap:
             msg = self.waiting.popleft()
             if self._closed or w.stopping.is_set() or w.done():
@@ -202,7 +266,7 @@ class Lane:
                 self._start(msg)
 
     def _start(self, msg: Msg) -> None:
-        w, queue = self.w, self.queue
+        w, queue = self.ctx, self.queue
         seq, delivered, sent_ms = _meta(msg)
         try:
             job = codec.decode_job(queue, seq, delivered, msg.headers, msg.data)
@@ -211,7 +275,7 @@ class Lane:
             log.warning("worker.foreign_message", queue=queue, seq=seq)
             self._bury(msg, seq, body)
             return
-        now_ms = time.time() * 1000
+        now_ms = self.ctx.now_ms()
         if job.available_at > now_ms:
             self._send(partial(msg.nak, delay=(job.available_at - now_ms) / 1000))
             return
@@ -245,23 +309,24 @@ class Lane:
             self._pool = SyncPool(
                 self.queue,
                 self.cap,
-                self.w.runner,
+                self.ctx.runner,
                 self._outcomes,
                 self._pool_stopping,
                 self._began,
+                self.ctx.clock,
             )
         return self._pool
 
     def _began(self, job: ClaimedJob) -> None:
         """On a pool thread: a job whose handler has a ``timeout`` begins now."""
-        self._outcomes.loop.call_soon_threadsafe(self._arm, job, time.monotonic())
+        self._outcomes.loop.call_soon_threadsafe(self._arm, job, self.ctx.clock())
 
     def _arm(self, job: ClaimedJob, began: float) -> None:
         entry = self.running.get(id(job))
-        handler = self.w.registry.get(job.job_name)
+        handler = self.ctx.registry.get(job.job_name)
         if entry is None or entry[1] is not job or handler is None or handler.timeout is None:
             return  # it finished before the loop heard it began
-        left = max(0.0, handler.timeout - (time.monotonic() - began))
+        left = max(0.0, handler.timeout - (self.ctx.clock() - began))
         loop = self._outcomes.loop
         self._timers[id(job)] = loop.call_later(left, self._timed_out, job, handler.timeout)
 
@@ -272,7 +337,7 @@ class Lane:
         del self._timers[key]
         msg, _ = self.running.pop(key)
         self._abandoned.add(key)
-        self.w.stats.timed_out += 1
+        self.ctx.stats.timed_out += 1
         self._freed()
         exc = JobTimeout(f"the handler ran past its {seconds} s timeout")
         self._settle(msg, Outcome(Kind.FAILED, job, failure_of(exc)))
@@ -281,7 +346,7 @@ class Lane:
     async def _run_async(self, job: ClaimedJob, handler: Handler) -> None:
         outcome: Outcome | None = None
         try:
-            outcome = await self.w.runner.run_async(job, handler)
+            outcome = await self.ctx.runner.run_async(job, handler)
         finally:
             if outcome is None:  # cancelled (a second signal): the ack wait returns it
                 self.running.pop(id(job), None)
@@ -321,53 +386,46 @@ class Lane:
             self.room.set()
 
     def _settle(self, msg: Msg, outcome: Outcome) -> None:
-        w, job = self.w, outcome.job
-        if outcome.kind is Kind.DONE:
+        """The policy's decision (``outbox.queue.policy``), as JetStream writes it."""
+        w, job = self.ctx, outcome.job
+        handler = w.registry.get(job.job_name)
+        snoozes = codec.snooze_count(msg.headers) if outcome.kind is Kind.SNOOZED else 0
+        decision = decide(
+            outcome,
+            max_attempts=w.registry.max_attempts(job.job_name, job.max_attempts),
+            backoff=None if handler is None else handler.backoff,
+            now_ms=w.now_ms(),
+            cancelled=job.id in w.runner.cancelled,
+            snoozes=snoozes,
+        )
+        w.hooks.job_settled(job, decision.action, decision.delay_ms, decision.error)
+        action = decision.action
+        if action is Action.ACK:
             w.stats.succeeded += 1
             self._send(msg.ack)
-            return
-        if outcome.kind is Kind.UNSTARTED:  # taken by a thread after stop was asked
+        elif action is Action.RELEASE:  # taken by a thread after stop was asked
             w.stats.released += 1
             self._send(msg.nak)
-            return
-        if outcome.kind is Kind.SNOOZED:
-            self._snooze(msg, job, outcome.snooze_s)
-            return
-        limit = w.registry.max_attempts(job.job_name, job.max_attempts)
-        if outcome.kind is Kind.FAILED and job.attempts < limit:
+        elif action is Action.RETRY:
             w.stats.retried += 1
-            handler = w.registry.get(job.job_name)
-            backoff = handler.backoff if handler is not None else None
-            delay = backoff.delay(job.attempts) if backoff is not None else 5.0
-            self._send(partial(msg.nak, delay=delay))
-        else:
-            failure = outcome.failure or Failure("outbox.Unknown", "", "")
+            self._send(partial(msg.nak, delay=decision.delay_ms / 1000))
+        elif action is Action.SNOOZE:
+            self._spawn(self._snooze_now(msg, job, snoozes + 1, decision.due_ms))
+        elif action in (Action.DEAD, Action.CANCEL):
+            w.stats.cancelled += action is Action.CANCEL
+            failure = decision.failure or UNKNOWN_FAILURE
             self._bury(msg, job.id, codec.dead_body(job, failure))
+        # Action.LOST needs a transactional handler, which a broker worker refuses.
 
-    def _snooze(self, msg: Msg, job: ClaimedJob, seconds: float | None) -> None:
-        """``Snooze(seconds)`` as on SQL: a bad ``seconds`` is a failed attempt, the snooze
-        past ``MAX_SNOOZES`` a dead letter (``SnoozeLimit``); else the job comes back as
-        a new message, due later, its attempt given back."""
-        try:
-            delay_ms = snooze_delay_ms(seconds)
-        except Exception as exc:
-            self._settle(msg, Outcome(Kind.FAILED, job, failure_of(exc)))
-            return
-        n = codec.snooze_count(msg.headers) + 1
-        if n > MAX_SNOOZES:
-            why = f"the job was snoozed {MAX_SNOOZES} times, the most a job may be"
-            self._bury(msg, job.id, codec.dead_body(job, Failure(SNOOZE_LIMIT, why, "")))
-            return
-        self._spawn(self._snooze_now(msg, job, n, delay_ms))
-
-    async def _snooze_now(self, msg: Msg, job: ClaimedJob, n: int, delay_ms: int) -> None:
-        """Publish the job again, then terminate this message; if the publish fails this
-        one is left alone and comes back after the ack wait (as a retry), nothing lost."""
+    async def _snooze_now(self, msg: Msg, job: ClaimedJob, n: int, due_ms: int) -> None:
+        """Publish the job again, due at ``due_ms``, then terminate this message; if the
+        publish fails this one is left alone and comes back after the ack wait (as a
+        retry), nothing lost."""
         headers = codec.job_headers(
             job.message_id,
             job.job_name,
             job.max_attempts,
-            int(time.time() * 1000) + delay_ms,
+            due_ms,
             job.created_at,
             msg_id=f"{job.message_id}:snooze:{job.id}",
             snoozes=n,
@@ -378,7 +436,7 @@ class Lane:
         except Exception as exc:
             log.warning("worker.snooze_failed", queue=self.queue, error=type(exc).__name__)
             return
-        self.w.stats.snoozed += 1
+        self.ctx.stats.snoozed += 1
         self._send(msg.term)
 
     def _send(self, send: Send) -> None:
@@ -406,7 +464,7 @@ class Lane:
         except Exception as exc:
             log.warning("worker.dead_letter_failed", queue=queue, error=type(exc).__name__)
             return
-        self.w.stats.dead += 1
+        self.ctx.stats.dead += 1
         self._send(msg.term)
 
     def _spawn(self, coro: Any) -> None:
@@ -418,7 +476,7 @@ class Lane:
         """In-progress acks each lease/3 for every message held: running, and fetched but
         waiting for a slot (its ack wait runs from the delivery, not from its start)."""
         while True:
-            await asyncio.sleep(self.w.config.lease / 3)
+            await asyncio.sleep(self.ctx.config.lease / 3)
             held = [msg for msg, _ in self.running.values()]
             held += self.waiting
             for msg in held:
@@ -430,18 +488,18 @@ class Lane:
         """NAK what has not started; give running jobs ``grace`` (a second signal ends
         the wait); then wait for dead-lettering still in flight."""
         self._closed = True
-        if self.w.stopping.is_set():  # a thread yet to take its job NAKs it
+        if self.ctx.stopping.is_set():  # a thread yet to take its job NAKs it
             self._pool_stopping.set()
         while self.waiting:
-            self.w.stats.released += 1
+            self.ctx.stats.released += 1
             self._send(self.waiting.popleft().nak)
         if self.busy or self.tasks:
-            deadline = self.w.config.grace
+            deadline = self.ctx.config.grace
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(deadline):
-                    await _first(self._settled(), self.w.cancelled.wait())
+                    await _first(self._settled(), self.ctx.cancelled.wait())
         if self.busy or self.tasks:
-            self.w.stats.graceful = False
+            self.ctx.stats.graceful = False
             self.cancel()
 
     async def _settled(self) -> None:

@@ -42,8 +42,9 @@ class Puller:
         consumer: str,
         on_msg: Callable[[Msg], None],
         on_end: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._nc, self._on_msg, self._on_end = nc, on_msg, on_end
+        self._nc, self._on_msg, self._on_end, self._clock = nc, on_msg, on_end, clock
         self._subject = f"{DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._inbox = ""
         self._sub: Any = None
@@ -76,7 +77,7 @@ class Puller:
         else:
             ask["expires"] = int(expires * 1e9)
         self.open, self.got, self.failed, self.lingered = batch, 0, "", not no_wait
-        self.deadline = time.monotonic() + (0.0 if no_wait else expires) + _SLACK
+        self.deadline = self._clock() + (0.0 if no_wait else expires) + _SLACK
         try:
             await self._nc.publish(self._subject, orjson.dumps(ask), reply=self._inbox)
         except Exception:

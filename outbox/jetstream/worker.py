@@ -24,7 +24,8 @@ A message's life, per delivery::
        │                    ack wait (the lease)
        └─ not ours (ForeignMessage) ─► dead-letter stream, AckTerm
 
-The attempt is JetStream's delivery count. A job handed off before it is due is NAKed
+What follows each attempt is ``outbox.queue.policy``'s decision, the same as on the SQL
+queue; the attempt is JetStream's delivery count. A job handed off before it is due is NAKed
 with the time left, once, and that delivery is not counted. The consumer's own
 ``max_deliver`` is a backstop only, set past the largest ``max_attempts`` a job can
 have: the per-job limit is the job's ``max_attempts`` (recorded, else the registry's),
@@ -49,6 +50,7 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Callable
 from typing import cast
 
 import structlog
@@ -59,9 +61,10 @@ from nats.js.errors import APIError
 
 from outbox.db.connection import Database
 from outbox.errors import BrokerError, ConfigurationError
+from outbox.hooks import NO_HOOKS, Hooks
 from outbox.jetstream import names, provision
 from outbox.jetstream.connect import BrokerUrl, connect
-from outbox.jetstream.lane import Lane
+from outbox.jetstream.lane import Lane, LaneContext
 from outbox.job import MAX_ATTEMPTS_LIMIT
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
 from outbox.queue.execute import Runner
@@ -69,6 +72,7 @@ from outbox.queue.registry import Registry
 
 log = structlog.get_logger("outbox.worker")
 _BACKSTOP_DELIVERIES = MAX_ATTEMPTS_LIMIT + 2
+STEP_TIMEOUT_S = 30.0
 
 
 def refuse_sql_only(registry: Registry, config: WorkerConfig) -> None:
@@ -99,34 +103,52 @@ def refuse_sql_only(registry: Registry, config: WorkerConfig) -> None:
 
 
 class JetStreamWorker:
-    """Runs the jobs of ``config.queues`` from JetStream until stopped (``run``); each
-    queue is one ``Lane`` (``outbox.jetstream.lane``)."""
+    """Runs the jobs of ``config.queues`` from JetStream until stopped (``run``), or one
+    round at a time (``run_once``); each queue is one ``Lane`` (``outbox.jetstream.lane``).
+
+    ``clock`` (monotonic seconds) schedules leases, timeouts and ``max_time``;
+    ``wall_clock`` (UNIX seconds) says when a job is due; ``hooks`` hears what happens
+    (``outbox.hooks``).
+    """
 
     def __init__(
         self,
         url: BrokerUrl,
         registry: Registry,
         config: WorkerConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
-        self.config = config or WorkerConfig()
-        self.config.check()
-        refuse_sql_only(registry, self.config)
-        self.url, self.registry = url, registry
+        config = config or WorkerConfig()
+        config.check()
+        refuse_sql_only(registry, config)
+        self.url, self.registry, self.config = url, registry, config
         self.worker_id = new_worker_id()
         # No transactional handler runs here, so the Runner never opens a database.
-        self.runner = Runner(registry, self.worker_id, cast(Database, None))
-        self.stats = WorkerStats()
-        self.stopping = asyncio.Event()
-        self.cancelled = asyncio.Event()  # a second signal: stop waiting for running jobs
-        self.started = 0
+        runner = Runner(registry, self.worker_id, cast(Database, None), hooks)
+        self.ctx = LaneContext(
+            config, registry, runner, WorkerStats(), hooks, clock, wall_clock, began=clock()
+        )
+        self.stats = self.ctx.stats
         self._lanes: list[Lane] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._began = time.monotonic()
 
     def run(self) -> WorkerStats:
         """Connect, run until stopped (signal, limits, or empty with stop_when_empty)."""
         asyncio.run(self._main())
         return self.stats
+
+    def run_once(self, timeout: float = STEP_TIMEOUT_S) -> int:
+        """One round: for each queue, fetch what is deliverable now (up to its window),
+        run it and settle every outcome; return how many jobs it claimed. Waits up to
+        ``timeout`` seconds; jobs still unsettled then come back after the ack wait.
+        A queue whose stream does not exist yet is skipped. The caller decides when the
+        next round happens; nothing is held between rounds (each connects anew)."""
+        before = self.stats.claimed
+        asyncio.run(self._round(timeout))
+        return self.stats.claimed - before
 
     def stop(self) -> None:
         """Ask for a graceful stop; safe from any thread (as a signal would)."""
@@ -134,25 +156,28 @@ class JetStreamWorker:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._stop)
         else:
-            self.stopping.set()
+            self.ctx.stopping.set()
 
     def _stop(self) -> None:
-        self.stopping.set()
+        self.ctx.stopping.set()
         for lane in self._lanes:
             lane.room.set()
 
-    def done(self) -> bool:
-        """``max_jobs`` started, or ``max_time`` over."""
-        c = self.config
-        if c.max_jobs is not None and self.started >= c.max_jobs:
-            return True
-        return c.max_time is not None and time.monotonic() - self._began >= c.max_time
-
-    async def pause(self, seconds: float) -> None:
-        """Sleep, unless stop is asked first."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self.stopping.wait()
+    async def _round(self, timeout: float) -> None:
+        nc = await connect(self.url)
+        try:
+            js = nc.jetstream()
+            async with asyncio.timeout(timeout):
+                for queue, cap in self.config.caps().items():
+                    if await self._consumer(js, queue, wait=False):
+                        await Lane(self.ctx, nc, js, queue, cap).run_round()
+        except TimeoutError:
+            log.warning("worker.round_timed_out", timeout_s=timeout)
+        finally:
+            with contextlib.suppress(Exception):
+                await nc.flush(timeout=2)
+            with contextlib.suppress(Exception):
+                await nc.close()
 
     async def _main(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
@@ -163,7 +188,7 @@ class JetStreamWorker:
             signals += 1
             if signals > 1:
                 self.stats.graceful = False
-                self.cancelled.set()
+                self.ctx.cancelled.set()
                 for lane in self._lanes:
                     lane.cancel()
             self._stop()
@@ -173,7 +198,7 @@ class JetStreamWorker:
                 loop.add_signal_handler(sig, on_signal)
         nc = await connect(self.url)
         caps = self.config.caps()
-        self._began = time.monotonic()
+        self.ctx.began = self.ctx.clock()
         try:
             js = nc.jetstream()
             log.info("worker.started", broker=self.url.shown, queues=list(caps))
@@ -190,7 +215,7 @@ class JetStreamWorker:
                 dead=self.stats.dead,
             )
 
-    async def _consumer(self, js: JetStreamContext, queue: str) -> bool:
+    async def _consumer(self, js: JetStreamContext, queue: str, *, wait: bool = True) -> bool:
         """The queue's consumer, once its stream exists: the relay (or an operator)
         creates streams with the fleet's settings; a worker never does, or it could make
         one with the wrong replicas. A stream set up wrongly is an error; a missing one
@@ -203,12 +228,12 @@ class JetStreamWorker:
             except BrokerError as exc:
                 if not provision.stream_missing(exc):
                     raise
-            if self.config.stop_when_empty or self.stopping.is_set():
+            if not wait or self.config.stop_when_empty or self.ctx.stopping.is_set():
                 return False
             if not warned:
                 log.warning("worker.waiting_for_stream", queue=queue, stream=names.stream(queue))
                 warned = True
-            await self.pause(self.config.sleep)
+            await self.ctx.pause(self.config.sleep)
         config = ConsumerConfig(
             durable_name=names.CONSUMER,
             ack_policy=AckPolicy.EXPLICIT,
@@ -226,8 +251,8 @@ class JetStreamWorker:
     async def _queue(self, nc: Client, js: JetStreamContext, queue: str, cap: int) -> None:
         if not await self._consumer(js, queue):
             return
-        lane = Lane(self, nc, js, queue, cap)
+        lane = Lane(self.ctx, nc, js, queue, cap)
         self._lanes.append(lane)
-        if self.stopping.is_set():
+        if self.ctx.stopping.is_set():
             lane.room.set()
         await lane.run()

@@ -28,11 +28,11 @@ from typing import Any
 
 import orjson
 
-from outbox import metrics
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
 from outbox.db.rows import ClaimedJob, Failure, JobFence
 from outbox.errors import OutboxError, PermanentFailure, Snooze
+from outbox.hooks import NO_HOOKS, Hooks
 from outbox.queue.context import JobContext
 from outbox.queue.registry import Handler, Registry
 
@@ -105,8 +105,11 @@ def _binder(fn: Callable[..., Any]) -> Callable[[Any], Any] | None:
 class Runner:
     """Calls handlers; shared by the sync threads and the async loop."""
 
-    def __init__(self, registry: Registry, worker_id: str, database: Database) -> None:
+    def __init__(
+        self, registry: Registry, worker_id: str, database: Database, hooks: Hooks = NO_HOOKS
+    ) -> None:
         self.registry = registry
+        self.hooks = hooks
         self.worker_id = worker_id
         self.database = database
         self._binders = {n: _binder(h.fn) for n in registry if (h := registry.get(n))}
@@ -139,7 +142,7 @@ class Runner:
     def run_sync(self, job: ClaimedJob, handler: Handler) -> Outcome:
         if job.id in self.cancelled:  # cancelled while it waited in the buffer
             return Outcome(Kind.CANCELLED, job)
-        metrics.job_started(job)
+        self.hooks.job_started(job)
         try:
             payload = self._prepare(job)
         except Exception as exc:
@@ -189,7 +192,7 @@ class Runner:
     async def run_async(self, job: ClaimedJob, handler: Handler) -> Outcome:
         if job.id in self.cancelled:
             return Outcome(Kind.CANCELLED, job)
-        metrics.job_started(job)
+        self.hooks.job_started(job)
         try:
             payload = self._prepare(job)
             coro = handler.fn(payload, self._ctx(job, None))
@@ -245,13 +248,15 @@ class SyncPool:
         results: SimpleQueue[Any],
         stopping: threading.Event,
         started: Callable[[ClaimedJob], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inbox: SimpleQueue[Any] = SimpleQueue()
         self._runner = runner
         self._results = results
         self._stopping = stopping
         self._started = started
-        # When each thread's current job started (monotonic seconds; 0.0 while idle).
+        self._clock = clock
+        # When each thread's current job started (by ``clock``; 0.0 while idle).
         self.busy_since = [0.0] * size
         self._threads = [
             threading.Thread(target=self._loop, args=(i,), name=f"outbox-{name}-{i}", daemon=True)
@@ -261,7 +266,7 @@ class SyncPool:
             t.start()
 
     def _loop(self, slot: int) -> None:
-        get, put, runner, clock = self.inbox.get, self._results.put, self._runner, time.monotonic
+        get, put, runner, clock = self.inbox.get, self._results.put, self._runner, self._clock
         while True:
             item = get()
             if item is STOP:
@@ -318,10 +323,12 @@ class AsyncPool:
         runner: Runner,
         results: SimpleQueue[Any],
         stopping: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._runner = runner
         self._results = results
         self._stopping = stopping
+        self._clock = clock
         self._loop = asyncio.new_event_loop()
         self._caps = caps
         self._sems: dict[str, asyncio.Semaphore] = {}
@@ -368,9 +375,9 @@ class AsyncPool:
             if self._stopping.is_set():
                 self._results.put(Outcome(Kind.UNSTARTED, job))
                 return
-            began = time.monotonic()
+            began = self._clock()
             outcome = await self._runner.run_async(job, handler)
-            outcome.ran_s = time.monotonic() - began
+            outcome.ran_s = self._clock() - began
             self._results.put(outcome)
         finally:
             sem.release()

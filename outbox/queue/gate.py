@@ -46,9 +46,11 @@ for jobs it applies to (their name has limits in the registry, or their queue ha
 from __future__ import annotations
 
 import hashlib
+import heapq
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -56,10 +58,16 @@ from outbox.db.rows import ClaimedJob, Failure, LimitAsk, LimitScope, LimitSlot
 from outbox.queue.limits import Limits
 from outbox.queue.registry import Registry
 
+if TYPE_CHECKING:
+    from outbox.queue.settle import Settler
+
 KEY_ERROR = "ConcurrencyKeyError"
 # The rate window is widened by this share of itself (capped): see the module docstring.
 WINDOW_MARGIN = 0.05
 WINDOW_MARGIN_CAP_MS = 1_000
+# A job sent back over a limit is claimed this long after it is due, so that the
+# database's clock has passed its time too.
+DUE_SLACK_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +78,23 @@ class KeyFailure:
     failure: Failure
 
 
+@dataclass(slots=True)
+class Passed:
+    """What ``Gate.through`` made of a claimed batch: the jobs to start, those handed
+    back (over a limit, or undecided when the database failed), those whose key could
+    not be computed (to dead-letter), and how many of the handed back were deferred."""
+
+    start: list[ClaimedJob]
+    back: list[ClaimedJob] = field(default_factory=list)
+    bad: list[KeyFailure] = field(default_factory=list)
+    deferred: int = 0
+
+
 class Gate:
-    """Which claimed jobs are limited, under which scopes, and the slots held here."""
+    """Which claimed jobs are limited, under which scopes, and the slots held here; and
+    the worker's bookkeeping about them, per queue: which claim no more than their free
+    threads (``gated``), which wait for a free thread (``full``), and when the jobs sent
+    back over a limit are due again."""
 
     def __init__(self, registry: Registry, queue_limits: dict[str, int]) -> None:
         self._limits = registry.limited
@@ -81,6 +104,49 @@ class Gate:
         }
         self.slots: dict[int, tuple[LimitSlot, ...]] = {}
         self.to_free: list[LimitSlot] = []
+        self.gated: set[str] = set()
+        self.full: set[str] = set()
+        self._due: dict[str, list[float]] = {}  # per queue, a heap of due times
+
+    def through(
+        self, queue: str, jobs: list[ClaimedJob], free: int, now: float, settler: Settler
+    ) -> Passed:
+        """Admit the limited jobs of a claimed batch, at most ``free`` (this queue's free
+        threads); ``now`` (the worker's clock, read before the admission: a wait counts
+        from the database's reading) dates the jobs sent back over a limit."""
+        limited = [j for j in jobs if self.applies(j)]
+        if not limited:
+            self.gated.discard(queue)
+            return Passed(jobs)
+        passed = Passed([j for j in jobs if not self.applies(j)])
+        asks, passed.bad = self.asks(limited)
+        verdicts = settler.admit(asks, max(free, 0)) if asks else []
+        decided = {v.job.id for v in verdicts}
+        passed.back = [a.job for a in asks if a.job.id not in decided]
+        (self.gated.add if any(v.wait_ms == 0 for v in verdicts) else self.gated.discard)(queue)
+        by_id = {a.job.id: a for a in asks}
+        admitted = []
+        for v in verdicts:
+            if v.admitted:
+                self.hold(by_id[v.job.id])
+                admitted.append(v.job)
+                continue
+            passed.back.append(v.job)
+            passed.deferred += 1
+            if v.wait_ms:
+                due = now + v.wait_ms / 1000 + DUE_SLACK_S
+                heapq.heappush(self._due.setdefault(queue, []), due)
+            else:
+                self.full.add(queue)
+        passed.start = admitted + passed.start
+        return passed
+
+    def next_due(self, queue: str, now: float) -> float:
+        """When the next job this worker sent back over a limit is due (else never)."""
+        due = self._due.get(queue)
+        while due and due[0] <= now:
+            heapq.heappop(due)
+        return due[0] if due else float("inf")
 
     @property
     def active(self) -> bool:

@@ -22,7 +22,6 @@ from outbox.db.connection import Connection, Database
 from outbox.db.driver import Driver
 from outbox.db.rows import (
     ClaimedJob,
-    Failure,
     JobClaim,
     JobDeadLetter,
     JobFence,
@@ -35,15 +34,14 @@ from outbox.db.rows import (
     LimitVerdict,
 )
 from outbox.errors import DatabaseError
-from outbox.queue.backoff import DEFAULT_BACKOFF
 from outbox.queue.config import WorkerStats
-from outbox.queue.control import MAX_SNOOZES, SNOOZE_LIMIT, snooze_delay_ms
-from outbox.queue.execute import failure_of
-from outbox.queue.registry import Handler, Registry
+from outbox.queue.control import MAX_SNOOZES
+from outbox.queue.execute import Outcome
+from outbox.queue.policy import UNKNOWN_DELAY_MS, UNKNOWN_FAILURE, Action, Decision, decide
+from outbox.queue.registry import Registry
 from outbox.queue.throughput import DEAD, RETRIED, SUCCEEDED, Tally
 
 UNKNOWN_JOB = "UnknownJob"
-UNKNOWN_DELAY_MS = 60_000
 REAP_BATCH = 200
 ADMIT_BATCH = 50
 
@@ -114,63 +112,72 @@ class Settler:
             else:
                 self.lost([job], during)
 
-    def cancel(self, job: ClaimedJob) -> None:
-        """A held job an operator cancelled: to the dead letters, class ``cancelled``."""
-        self.unchanged([job], "cancel")
-
     def _cancelled(self, job: ClaimedJob) -> None:
         self.stats.cancelled += 1
         self.log.warning("job.cancelled", message_id=job.message_id, job=job.job_name)
 
-    def snooze(self, job: ClaimedJob, seconds: float | None) -> None:
-        """``Snooze(seconds)``: back later, attempt given back; past the cap (or with a
-        bad ``seconds``) a dead letter, as documented in ``outbox.queue.control``."""
+    def decide(self, outcome: Outcome, *, cancelled: bool = False, snoozes: int = 0) -> Decision:
+        """``outbox.queue.policy.decide`` with this job's limit and handler. The database
+        applies the delays by its own clock, so no reading of a clock goes in."""
+        job = outcome.job
+        handler = self.registry.get(job.job_name)
+        return decide(
+            outcome,
+            max_attempts=self.registry.max_attempts(job.job_name, job.max_attempts),
+            backoff=None if handler is None else handler.backoff,
+            now_ms=0,
+            cancelled=cancelled,
+            snoozes=snoozes,
+        )
+
+    def apply(self, outcome: Outcome, decision: Decision) -> None:
+        """Write ``decision`` for a held job (not ACK, which the worker batches)."""
+        job, action = outcome.job, decision.action
+        if action is Action.SNOOZE:
+            self._snooze(outcome, decision)
+        elif action is Action.RELEASE:
+            self.release_unspent([job])
+        elif action is Action.CANCEL:
+            self.unchanged([job], "cancel")
+        elif action is Action.LOST:
+            self.unchanged([job], "transactional commit")
+        elif action in (Action.RETRY, Action.DEAD):
+            self._fail(job, decision, outcome.ran_s)
+
+    def _snooze(self, outcome: Outcome, decision: Decision) -> None:
+        """Back later, attempt given back; the store counts the snoozes, and the one past
+        ``MAX_SNOOZES`` is decided again as such (a dead letter)."""
+        job = outcome.job
         try:
-            delay_ms = snooze_delay_ms(seconds)
-        except Exception as exc:
-            self.fail(job, failure_of(exc), permanent=False)
-            return
-        try:
-            p = JobSnooze(self.worker_id, job, delay_ms, MAX_SNOOZES)
-            outcome = self._driver().job_snooze(p)
+            p = JobSnooze(self.worker_id, job, decision.delay_ms, MAX_SNOOZES)
+            result = self._driver().job_snooze(p)
         except DatabaseError as exc:
             self._trouble("snooze", exc)
             return
-        if outcome == "snoozed":
+        if result == "snoozed":
             self.stats.snoozed += 1
-        elif outcome == "limit":
-            message = f"the job was snoozed {MAX_SNOOZES} times, the most a job may be"
-            self.fail(job, Failure(SNOOZE_LIMIT, message, ""), permanent=True)
-        elif outcome == "cancelled":
-            self.cancel(job)
+        elif result == "limit":
+            self.apply(outcome, self.decide(outcome, snoozes=MAX_SNOOZES))
+        elif result == "cancelled":
+            self.unchanged([job], "cancel")
         else:
             self.lost([job], "snooze")
 
-    def fail(
-        self,
-        job: ClaimedJob,
-        failure: Failure,
-        *,
-        permanent: bool,
-        duration_ms: float | None = None,
-    ) -> None:
-        """Retry after the handler's backoff, or dead-letter at the limit / if permanent."""
-        limit = self.registry.max_attempts(job.job_name, job.max_attempts)
+    def _fail(self, job: ClaimedJob, decision: Decision, ran_s: float | None) -> None:
+        failure = decision.failure or UNKNOWN_FAILURE
         try:
             driver = self._driver()
-            if permanent or job.attempts >= limit:
+            if decision.action is Action.DEAD:
                 ok = driver.job_dead_letter(JobDeadLetter(self.worker_id, job, failure))
                 self.stats.dead += int(ok)
                 column = DEAD
-                event = "job.dead"
             else:
-                handler = self.registry.get(job.job_name)
-                delay_ms = _retry_delay_ms(handler, job.attempts)
-                release = JobRelease(self.worker_id, job, delay_ms, failure.exception_class)
+                release = JobRelease(
+                    self.worker_id, job, decision.delay_ms, failure.exception_class
+                )
                 ok = driver.job_release(release)
                 self.stats.retried += int(ok)
                 column = RETRIED
-                event = "job.retry"
         except DatabaseError as exc:
             self._trouble("fail", exc)
             return
@@ -179,13 +186,13 @@ class Settler:
             return
         self.tally.add(column, (job,))
         self.log.warning(
-            event,
+            f"job.{decision.action}",
             message_id=job.message_id,
             queue=job.queue,
             job=job.job_name,
             attempt=job.attempts,
-            duration_ms=duration_ms,
-            max_attempts=limit,
+            duration_ms=None if ran_s is None else round(ran_s * 1000, 2),
+            max_attempts=self.registry.max_attempts(job.job_name, job.max_attempts),
             error=failure.exception_class,
         )
 
@@ -330,12 +337,3 @@ class Settler:
         self.close()
         time.sleep(self.pause_s)
 
-
-def _retry_delay_ms(handler: Handler | None, attempt: int) -> int:
-    """The handler's backoff; one that raises falls back to the default, never kills the worker."""
-    if handler is None:
-        return UNKNOWN_DELAY_MS
-    try:
-        return int(handler.backoff.delay_ms(attempt))
-    except Exception:
-        return DEFAULT_BACKOFF.delay_ms(attempt)

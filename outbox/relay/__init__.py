@@ -7,8 +7,9 @@ prune) live in ``outbox.relay.admin``, the counts in ``outbox.status``.
 """
 
 from outbox.db.rows import HandoffResult
-from outbox.relay.service import Relay, RelayConfig, RunTotals
+from outbox.relay.service import Relay, RelayConfig
 from outbox.relay.target import SqlQueueTarget, Target
+from outbox.relay.totals import RunTotals
 
 BatchResult = HandoffResult  # the name earlier releases exported
 

@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from outbox.db.connection import LazyConnection
 from outbox.db.rows import HandoffResult
-
-if TYPE_CHECKING:
-    from outbox.relay.service import RunTotals
+from outbox.relay.totals import RunTotals
 
 Once = Callable[[LazyConnection, int], HandoffResult]
 

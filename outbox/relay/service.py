@@ -29,14 +29,15 @@ from dataclasses import dataclass
 
 import structlog
 
-from outbox import metrics
 from outbox.config import settings
 from outbox.db.connection import Database, LazyConnection
 from outbox.db.rows import HandoffResult, OutboxHandoff
 from outbox.errors import BrokerError, ConfigurationError, DatabaseError, TargetRefused
+from outbox.hooks import NO_HOOKS, Hooks
 from outbox.relay.inflight import InFlight
 from outbox.relay.listen import ListenWaiter, PollWaiter, Waiter
 from outbox.relay.target import SqlQueueTarget, Target
+from outbox.relay.totals import RunTotals
 
 log = structlog.get_logger("outbox.relay")
 
@@ -79,26 +80,6 @@ class RelayConfig:
             raise ConfigurationError("reconnect_max must be > 0")
 
 
-@dataclass(frozen=True, slots=True)
-class RunTotals:
-    """What ``run`` or ``watch`` did, summed over its batches."""
-
-    batches: int = 0
-    claimed: int = 0
-    handed_off: int = 0
-    quarantined: int = 0
-    ms: float = 0.0
-
-    def add(self, batch: HandoffResult) -> RunTotals:
-        return RunTotals(
-            batches=self.batches + 1,
-            claimed=self.claimed + batch.claimed,
-            handed_off=self.handed_off + batch.handed_off,
-            quarantined=self.quarantined + batch.quarantined,
-            ms=round(self.ms + batch.ms, 2),
-        )
-
-
 class Relay:
     """Moves committed intents from ``outbox_messages`` to a ``Target`` (default: the
     SQL queue, ``outbox_jobs``).
@@ -113,8 +94,10 @@ class Relay:
         config: RelayConfig | None = None,
         *,
         target: Target | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.database = database
+        self.hooks = hooks
         self.config = config or RelayConfig()
         self.target: Target = target or SqlQueueTarget()
         self._conn = LazyConnection(database)
@@ -134,7 +117,7 @@ class Relay:
             conn.drop()
             raise
         _log_batch(result)
-        metrics.relay_batch(result)
+        self.hooks.relay_batch(result)
         return result
 
     @property

@@ -29,6 +29,7 @@ import structlog
 
 from outbox.db.connection import Connection, Database, LazyConnection
 from outbox.errors import ConfigurationError, DatabaseError
+from outbox.hooks import NO_HOOKS, Hooks
 from outbox.queue.registry import Registry
 from outbox.schedule import store
 from outbox.schedule.entries import Entry
@@ -94,11 +95,13 @@ class Scheduler:
         config: SchedulerConfig | None = None,
         *,
         clock: Callable[[], float] | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.database = database
         self.registry = registry
         self.config = config or SchedulerConfig()
         self._clock = clock
+        self.hooks = hooks
         self._conn = LazyConnection(database)
         self._since: dict[str, datetime] = {}
 
@@ -120,6 +123,7 @@ class Scheduler:
         except DatabaseError:
             self._conn.drop()
             raise
+        self.hooks.scheduler_tick(len(done))
         return done
 
     def _look(self, entry: Entry, at: datetime) -> list[Recorded]:

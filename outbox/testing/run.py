@@ -11,10 +11,12 @@ What "due" means comes from the ``Clock`` passed (frozen until advanced); withou
 from the database's clock. With a clock, the registry's periodic jobs are ticked too:
 every tick since the clock's previous ``run_pending`` is recorded (``all`` catch-up).
 
+What follows an attempt is the worker's own policy (``outbox.queue.policy``).
 Differences from a worker, on purpose: each job runs inside a savepoint (so a failing
 handler's writes roll back while the test's transaction goes on), a transactional
 handler's ``ctx.connection`` is the test's connection, a retry waits the backoff's
-full bound (no jitter, so tests are repeatable), and ``timeout`` is not enforced.
+full bound (no jitter, so tests are repeatable), ``timeout`` is not enforced, and
+snoozes are not counted against ``MAX_SNOOZES``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from outbox.db.connection import Connection, Database
 from outbox.db.rows import ClaimedJob
 from outbox.errors import ConfigurationError
 from outbox.job import scheduler_keys
-from outbox.queue.execute import Kind, Outcome, Runner
+from outbox.queue.execute import Outcome, Runner
+from outbox.queue.policy import UNKNOWN_FAILURE, Action, decide
 from outbox.queue.registry import Handler, Registry
 from outbox.record import record
 from outbox.schedule.store import job_of
@@ -182,56 +185,49 @@ def _run_one(
     registry: Registry,
     now_ms: int,
 ) -> Ran:
+    """Run ``job`` in a savepoint and write the policy's decision (``outbox.queue.policy``)
+    as the worker would; a retry waits the backoff's bound (``jitter=False``)."""
     _q(target, "testing_savepoint")
     outcome = _execute(runner, wrapped, job, handler)
-    if outcome.kind in (Kind.DONE, Kind.ACKED):
+    decision = decide(
+        outcome,
+        max_attempts=registry.max_attempts(job.job_name, job.max_attempts),
+        backoff=handler.backoff,
+        now_ms=now_ms,
+        jitter=False,
+    )
+    if decision.action is Action.ACK:
         _q(target, "testing_release_job")
         _q(target, "testing_done", {"id": job.id})
         return Ran(job.job_name, job.message_id, job.attempts, "done")
     _q(target, "testing_rollback_job")
     _q(target, "testing_release_job")
-    if outcome.kind is Kind.SNOOZED:
-        return _snoozed(target, job, outcome.snooze_s, now_ms)
-    failure = outcome.failure
-    error = failure.exception_class if failure else "Unknown"
-    limit = registry.max_attempts(job.job_name, job.max_attempts)
-    if outcome.kind is Kind.PERMANENT or job.attempts >= limit:
-        _q(
-            target,
-            "testing_dead",
-            {
-                "id": job.id,
-                "attempts": job.attempts,
-                "exception_class": error[:200],
-                "exception_message": failure.message if failure else "",
-                "exception_trace": failure.trace if failure else "",
-                "now_ms": now_ms,
-            },
-        )
-        _q(target, "testing_done", {"id": job.id})
-        return Ran(job.job_name, job.message_id, job.attempts, "dead", error)
-    delay_ms = round(handler.backoff.bound(job.attempts) * 1000)
-    params = {
+    if decision.action in (Action.SNOOZE, Action.RELEASE):  # the attempt given back
+        back = {"id": job.id, "attempts": job.attempts - 1, "error": None}
+        _q(target, "testing_retry", {**back, "available_at": decision.due_ms or now_ms})
+        return Ran(job.job_name, job.message_id, job.attempts, "snoozed")
+    failure = decision.failure or UNKNOWN_FAILURE
+    error = failure.exception_class
+    if decision.action is Action.RETRY:
+        params = {
+            "id": job.id,
+            "attempts": job.attempts,
+            "available_at": decision.due_ms,
+            "error": error[:200],
+        }
+        _q(target, "testing_retry", params)
+        return Ran(job.job_name, job.message_id, job.attempts, "retry", error)
+    dead = {
         "id": job.id,
         "attempts": job.attempts,
-        "available_at": now_ms + delay_ms,
-        "error": error[:200],
+        "exception_class": error[:200],
+        "exception_message": failure.message,
+        "exception_trace": failure.trace,
+        "now_ms": now_ms,
     }
-    _q(target, "testing_retry", params)
-    return Ran(job.job_name, job.message_id, job.attempts, "retry", error)
-
-
-def _snoozed(target: Target, job: ClaimedJob, seconds: object, now_ms: int) -> Ran:
-    """``Snooze``: due again after its seconds by the test's clock, attempt given back."""
-    delay = seconds if isinstance(seconds, (int, float)) and seconds > 0 else 0
-    params = {
-        "id": job.id,
-        "attempts": job.attempts - 1,
-        "available_at": now_ms + round(delay * 1000),
-        "error": None,
-    }
-    _q(target, "testing_retry", params)
-    return Ran(job.job_name, job.message_id, job.attempts, "snoozed")
+    _q(target, "testing_dead", dead)
+    _q(target, "testing_done", {"id": job.id})
+    return Ran(job.job_name, job.message_id, job.attempts, "dead", error)
 
 
 def _execute(runner: Runner, wrapped: Connection, job: ClaimedJob, handler: Handler) -> Outcome:
