@@ -42,19 +42,6 @@ READY_CACHE_S = 1.0
 UNKNOWN = "unknown"
 Role = Literal["relay", "worker"]
 
-_current: Exporter | None = None
-
-
-# -- the one module-level hook left ---------------------------------------------------
-
-
-def transaction_retried(operation: str) -> None:
-    """``Connection``'s retry policy is about to run ``operation`` again. (Until
-    ``Database`` takes ``on_retry=``, the database modules call this; the exporter that
-    serves is its target.)"""
-    if _current is not None:
-        _current.transaction_retried(operation)
-
 
 # -- the exporter --------------------------------------------------------------------
 
@@ -198,8 +185,7 @@ class Exporter:
         self._worker = worker
 
     def start(self, bind: str, port: int) -> int:
-        """Serve on ``bind:port`` in a daemon thread and become the hooks' target."""
-        global _current
+        """Serve on ``bind:port`` in a daemon thread."""
         try:
             self._server = ThreadingHTTPServer((bind, port), _handler(self))
         except OSError as exc:
@@ -210,15 +196,11 @@ class Exporter:
         threading.Thread(
             target=self._server.serve_forever, name="outbox-metrics", daemon=True
         ).start()
-        _current = self
         served = int(self._server.server_address[1])
         log.info("metrics.serving", bind=bind, port=served, paths="/metrics /healthz /readyz")
         return served
 
     def stop(self) -> None:
-        global _current
-        if _current is self:
-            _current = None
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -241,15 +223,20 @@ def serving(
     queues: Sequence[str] = (),
     jobs: Container[str] = (),
 ) -> Iterator[Exporter | None]:
-    """An exporter on ``bind:port`` for the block (nothing when ``port`` is None)."""
+    """An exporter on ``bind:port`` for the block (nothing when ``port`` is None).
+
+    For the block the exporter is also ``database``'s retry hook: every connection opened
+    from it counts its retried transactions."""
     if port is None:
         yield None
         return
     exporter = Exporter(database, role, queues=queues, jobs=jobs)
     exporter.start(bind, port)
+    before, database.on_retry = database.on_retry, exporter.transaction_retried
     try:
         yield exporter
     finally:
+        database.on_retry = before
         exporter.stop()
 
 

@@ -8,7 +8,6 @@ import click
 
 from outbox.cli import preflight
 from outbox.db.connection import Connection, Database
-from outbox.metrics import transaction_retried
 
 
 @dataclass
@@ -18,7 +17,7 @@ class CliContext:
 
     def database(self) -> Database:
         """The database as given; nothing is checked or created (``migrate``, ``demo``)."""
-        return Database(self.database_url, on_retry=transaction_retried)
+        return Database(self.database_url)
 
     def connect(self) -> Connection:
         """A connection to an existing, migrated database; else one clear error.

@@ -8,7 +8,7 @@ import pytest
 
 from outbox.db.connection import Connection, Database
 from outbox.errors import DatabaseError
-from tests.gaps import Gap, skip_unless
+from tests.fixtures.gaps import Gap, skip_unless
 
 
 def test_on_retry_is_called_with_the_operation_each_time_it_runs_again(

@@ -38,7 +38,7 @@ from outbox.db.rows import (
 )
 from outbox.errors import DatabaseError
 from outbox.queue import push
-from tests.relay_support import set_column
+from tests.fixtures.relays import set_column
 
 W = "w:ops"
 LEASE_MS = 30_000

@@ -29,7 +29,7 @@ from outbox.cli import main
 from outbox.db.connection import Database
 from outbox.db.migrate import LATEST, migrate
 from outbox.errors import DatabaseError
-from outbox.metrics import Exporter, transaction_retried
+from outbox.metrics import Exporter, serving
 from outbox.relay import Relay
 from tests.fixtures.databases import raw_connect
 from tests.fixtures.ports import free_port
@@ -229,21 +229,22 @@ def test_metrics_port_goes_with_watch_and_must_be_a_port(db_url: str) -> None:
 def test_transactions_retried_are_counted_by_operation(tmp_path: Path) -> None:
     """A relay whose database stays busy retries, three times, and each retry counts."""
     url = f"sqlite:///{tmp_path / 'busy.db'}"
-    db = Database(url, sqlite_busy_timeout_ms=20, on_retry=transaction_retried)
+    db = Database(url, sqlite_busy_timeout_ms=20)
     with db.connect() as conn:
         migrate(conn)
-    exporter = Exporter(db, "relay")
-    port = exporter.start("127.0.0.1", free_port())
+    port = free_port()
     blocker = sqlite3.connect(tmp_path / "busy.db", isolation_level=None)
     try:
         blocker.execute("BEGIN IMMEDIATE")  # holds the writer lock throughout
-        with Relay(db) as relay, pytest.raises(DatabaseError):
-            relay.run_once()
-        assert _value(port, "outbox_transactions_retried_total", operation="relay batch") == 3
+        with serving(db, "relay", port) as exporter:
+            assert exporter is not None
+            with Relay(db, hooks=exporter) as relay, pytest.raises(DatabaseError):
+                relay.run_once()
+            assert _value(port, "outbox_transactions_retried_total", operation="relay batch") == 3
+        assert db.on_retry is None  # the hook ends with the block
     finally:
         blocker.rollback()
         blocker.close()
-        exporter.stop()
 
 
 def test_a_port_in_use_is_one_clear_error(database: Database, db_url: str) -> None:

@@ -3,9 +3,11 @@ COMMIT, and rows corrupted by hand. Nothing committed is lost or handed off twic
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,17 +82,17 @@ def test_connection_dropped_around_commit_is_read_back_on_the_next_run(
     ids = _seed(ledger_url, 5)
     relay = Relay(database, RelayConfig(batch_size=10))
     conn = database.connect()
-    kill, commit = _killer(ledger_url, conn), conn._commit
+    kill, commit = _killer(ledger_url, conn), conn._backend.commit
 
-    def cut_commit() -> None:
+    def cut_commit(raw: Any) -> None:
         if when == "before_commit":
             kill()
-            commit()
+            commit(raw)
         else:
-            commit()
+            commit(raw)
             kill()
 
-    conn._commit = cut_commit  # type: ignore[method-assign]
+    conn._backend = dataclasses.replace(conn._backend, commit=cut_commit)
     relay._conn.use(conn)
     if when == "before_commit":
         with pytest.raises(DatabaseError):

@@ -24,7 +24,7 @@ from outbox.queue.policy import (
     decide,
     retry_delay_ms,
 )
-from tests.queue_support import ROOT
+from tests.fixtures.workers import ROOT
 
 NOW = 1_700_000_000_000
 BOOM = Failure("ValueError", "boom", "trace")
