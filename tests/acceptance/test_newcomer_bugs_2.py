@@ -1,0 +1,123 @@
+"""Issue 24, "what a new user trips over, round two": each item as a newcomer met it,
+through the CLI or the public API, on every backend where a database is involved."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.orm import Session
+
+from outbox import Job, Registry, record
+from outbox.db.connection import Connection, Database
+from outbox.queue import Worker, WorkerConfig
+from outbox.queue.context import JobContext
+from outbox.relay import Relay
+from outbox.testing import run_pending
+from tests.fixtures.databases import sqlalchemy_url
+from tests.queue_support import ROOT, count
+
+SAMPLE = ROOT / "examples" / "sample_app"
+
+
+def _outbox(*args: str, cwd: Path = ROOT, pythonpath: str = str(ROOT), **env: str) -> Any:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    full_env.update(PYTHONPATH=pythonpath, OUTBOX_LOG_FORMAT="json", **env)
+    return subprocess.run(
+        [sys.executable, "-m", "outbox", *args],
+        cwd=cwd,
+        env=full_env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+# -- 1. a transactional handler gets the same ctx.connection in tests and under a worker --
+
+
+def _writer(seen: list[tuple[type, bool]], app_conn: Any) -> Registry:
+    """A transactional handler noting the type of its connection, and whether it is
+    ``app_conn`` (only the type is kept: a worker closes its own connection)."""
+    registry = Registry()
+
+    @registry.job("t.write", transactional=True)
+    def write(payload: Any, ctx: JobContext) -> None:
+        seen.append((type(ctx.connection), ctx.connection is app_conn))
+        cur = ctx.connection.cursor()  # type: ignore[union-attr]
+        cur.execute(f"INSERT INTO t_written (id) VALUES ({int(payload)})")
+        cur.close()
+
+    return registry
+
+
+def test_run_pending_and_the_worker_give_a_handler_the_same_dbapi_connection(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    conn.execute_sql("CREATE TABLE t_written (id INTEGER NOT NULL)")
+    in_test: list[tuple[type, bool]] = []
+    record(app_conn, "k-test", Job("t.write", 1))
+    report = run_pending(app_conn, _writer(in_test, app_conn))
+    assert report.done == 1
+    assert in_test == [(type(app_conn), True)]  # the test's own DB-API connection
+    app_conn.commit()
+    in_worker: list[tuple[type, bool]] = []
+    record(app_conn, "k-worker", Job("t.write", 2))
+    app_conn.commit()
+    with Relay(database) as relay:
+        relay.run()
+    with Worker(database, _writer(in_worker, app_conn), WorkerConfig()) as worker:
+        while worker.run_once():
+            pass
+    assert in_worker == [(type(app_conn), False)]
+    assert count(conn, "t_written") == 2
+
+
+def _sample_registry(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.syspath_prepend(str(SAMPLE))
+    from shop import jobs, models, service
+
+    return jobs, models, service
+
+
+def test_the_sample_apps_jobs_write_the_email_under_a_real_worker_and_under_run_pending(
+    database: Database, db_url: str, conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs, models, service = _sample_registry(monkeypatch)
+    engine = create_engine(sqlalchemy_url(db_url))
+    try:
+        models.Base.metadata.create_all(engine)
+        with Session(engine) as session:
+            service.register_user(session, "ada@example.com")
+            session.commit()
+        pythonpath = os.pathsep.join([str(SAMPLE), str(ROOT)])
+        relay = _outbox("--database-url", db_url, "relay", pythonpath=pythonpath)
+        assert relay.returncode == 0, relay.stderr
+        worker = _outbox(
+            "--database-url", db_url, "worker", "default", "crm",
+            "--app", "shop.jobs:registry", "--stop-when-empty", pythonpath=pythonpath,
+        )  # fmt: skip
+        assert worker.returncode == 0, worker.stderr
+        assert count(conn, "outbox_failed_jobs") == 0, conn.execute_sql(
+            "SELECT exception_message FROM outbox_failed_jobs"
+        )
+        assert count(conn, "shop_emails") == 1
+        with Session(engine) as session:
+            service.register_user(session, "grace@example.com")
+            report = run_pending(session, jobs.registry)
+            assert report.done == 2 and report.failed == 0
+            emails = session.scalar(select(func.count()).select_from(models.Email))
+            assert emails == 2
+            session.rollback()
+    finally:
+        with engine.begin() as c:
+            c.execute(text("DELETE FROM shop_emails"))
+        models.Base.metadata.drop_all(engine)
+        engine.dispose()
