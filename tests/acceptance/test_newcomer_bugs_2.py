@@ -121,3 +121,67 @@ def test_the_sample_apps_jobs_write_the_email_under_a_real_worker_and_under_run_
             c.execute(text("DELETE FROM shop_emails"))
         models.Base.metadata.drop_all(engine)
         engine.dispose()
+
+
+# -- 2. the queue-control API works on the application's own connections ----------------
+
+
+@pytest.mark.parametrize("kind", ["dbapi", "sqlalchemy_connection", "sqlalchemy_session"])
+def test_queue_control_runs_in_the_callers_transaction_on_its_own_connection(
+    database: Database,
+    db_url: str,
+    app_conn: Any,
+    conn: Connection,
+    kind: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from outbox import cancel_job, pause_queue, paused_queues, push, resume_queue
+
+    mid = push(app_conn, Job("t.any", 1, queue="mail"))
+    app_conn.commit()
+    engine = None
+    if kind == "dbapi":
+        caller, commit = app_conn, app_conn.commit
+    else:
+        engine = create_engine(sqlalchemy_url(db_url))
+        caller = engine.connect() if kind == "sqlalchemy_connection" else Session(engine)
+        commit = caller.commit
+    opened: list[str] = []
+    monkeypatch.setattr(Database, "connect", lambda self: opened.append("x"))  # never called
+    try:
+        pause_queue(caller, "mail")
+        assert paused_queues(caller) == ["mail"]
+        commit()
+        assert cancel_job(caller, mid) == "dead"
+        assert resume_queue(caller, "mail") is True
+        assert resume_queue(caller, "mail") is False
+        commit()
+    finally:
+        if engine is not None:
+            caller.close()
+            engine.dispose()
+    assert opened == []
+    monkeypatch.undo()
+    assert count(conn, "outbox_paused_queues") == 0
+    assert count(conn, "outbox_failed_jobs", "exception_class = 'cancelled'") == 1
+
+
+def test_queue_control_joins_the_callers_transaction_so_a_rollback_undoes_it(
+    database: Database, app_conn: Any, conn: Connection
+) -> None:
+    from outbox import pause_queue
+
+    pause_queue(app_conn, "mail")
+    app_conn.rollback()
+    assert count(conn, "outbox_paused_queues") == 0
+
+
+def test_queue_control_refuses_an_unknown_object_naming_the_kinds_it_takes() -> None:
+    from outbox import pause_queue
+    from outbox.errors import UnsupportedConnection
+
+    with pytest.raises(UnsupportedConnection) as caught:
+        pause_queue(object(), "mail")
+    message = str(caught.value)
+    assert "psycopg Connection" in message and "sqlite3.Connection" in message
+    assert "PyMySQL" in message and "SQLAlchemy" in message and "database URL" in message
