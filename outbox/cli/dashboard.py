@@ -103,13 +103,16 @@ def dashboard_command(
 
 
 def _check(database: Database) -> None:
-    """A mistyped SQLite path or a database without the tables stops here (exit 1), as
-    for every command. A database that is down does not: the pages answer 503 until it
-    is back, and an operator may start the dashboard to watch it come back."""
+    """A mistyped SQLite path, a database without the tables, a wrong password or a
+    database that does not exist stops here (exit 1), as for every command. A database
+    that is down does not: the pages answer 503 until it is back, and an operator may
+    start the dashboard to watch it come back."""
     preflight.check_sqlite_file(database)
     try:
         conn = database.connect()
-    except DatabaseError:
+    except DatabaseError as exc:
+        if not preflight.connect_failure(exc)[0]:
+            raise
         return
     with conn:
         preflight.check_schema(conn, database)

@@ -6,8 +6,13 @@
   fault: a worker or ``relay --watch`` would otherwise retry it forever. It is said once,
   naming ``outbox migrate``, and the command exits 1.
 - A database that is down *is* transient: a long-running command waits for it, with
-  backoff, logging each failed attempt by error class (never its message, which can
-  quote the URL), until it answers or SIGTERM/SIGINT arrives.
+  backoff, logging each failed attempt by error class and code (the MariaDB errno, or
+  what libpq said, as a SQLSTATE; never the message, which can quote the URL), until it
+  answers or SIGTERM/SIGINT arrives. Only what a restart fixes is waited for: nothing
+  listening (connection refused, an unresolvable or unreachable host), a server starting
+  up, shutting down or out of connection slots. A server that answered "no" (a wrong
+  password, an unknown role or database, a pg_hba rule) is a configuration error: said
+  once, as ``outbox status`` says it, and exit 1.
 """
 
 from __future__ import annotations
@@ -25,6 +30,29 @@ from outbox.db.connection import Connection, Database
 from outbox.db.dialect import SQLITE
 from outbox.db.migrate import LATEST, applied_versions
 from outbox.errors import ConfigurationError, DatabaseError
+
+# libpq reports a refusal at connect without a SQLSTATE, as "FATAL:  <message>": these are
+# the server's answers that a wait cures, by the SQLSTATE the server logs with them.
+_PG_WAIT = {
+    "the database system is starting up": "57P03",
+    "the database system is shutting down": "57P03",
+    "the database system is in recovery mode": "57P03",
+    "the database system is not yet accepting connections": "57P03",
+    "sorry, too many clients already": "53300",
+    "remaining connection slots are reserved": "53300",
+}
+# libpq's words for a failure with no server answer, as the errno behind them.
+_PG_ERRNO = {
+    "Connection refused": "ECONNREFUSED",
+    "timeout expired": "ETIMEDOUT",
+    "No route to host": "EHOSTUNREACH",
+    "failed to resolve host": "EAI_NONAME",
+    "could not translate host name": "EAI_NONAME",
+}
+# MariaDB/MySQL client errnos with no server answer behind them (can't connect via socket
+# or TCP, unknown host, server gone, lost connection) and the server's "too many
+# connections" / "shutdown in progress".
+_MYSQL_WAIT = frozenset({2002, 2003, 2005, 2006, 2013, 1040, 1053})
 
 log = structlog.get_logger("outbox.cli")
 
@@ -73,10 +101,11 @@ def ready(database: Database, *, wait: bool = False, stop: threading.Event | Non
         try:
             conn = database.connect()
         except DatabaseError as exc:
-            if not wait:
+            waits, code = connect_failure(exc)
+            if not wait or not waits:
                 raise
             cause = type(exc.__cause__).__name__ if exc.__cause__ else type(exc).__name__
-            log.error("database.unavailable", error=cause, retry_in_s=pause)
+            log.error("database.unavailable", error=cause, code=code, retry_in_s=pause)
             if stop is not None and stop.wait(pause):
                 raise Stopped from None
             if stop is None:
@@ -86,6 +115,30 @@ def ready(database: Database, *, wait: bool = False, stop: threading.Event | Non
         with conn:
             check_schema(conn, database)
         return
+
+
+def connect_failure(exc: DatabaseError) -> tuple[bool, str | int | None]:
+    """Whether waiting can cure this failed connect, and its code (SQLSTATE or errno).
+
+    A server that is not there is waited for; one that answered and refused is not.
+    """
+    cause = exc.__cause__
+    if cause is None:
+        return False, None
+    module = type(cause).__module__
+    if module.startswith("pymysql"):
+        errno = cause.args[0] if cause.args and isinstance(cause.args[0], int) else None
+        return errno in _MYSQL_WAIT, errno
+    if module.startswith("psycopg"):
+        said = str(cause)
+        if "FATAL:" not in said:  # libpq got no answer: refused, timed out, no such host
+            return True, next((e for m, e in _PG_ERRNO.items() if m in said), None)
+        answer = said.split("FATAL:", 1)[1].strip()
+        for start, sqlstate in _PG_WAIT.items():
+            if answer.startswith(start):
+                return True, sqlstate
+        return False, None
+    return False, None
 
 
 @contextmanager

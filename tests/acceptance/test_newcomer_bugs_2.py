@@ -6,11 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from outbox import Job, Registry, record
@@ -19,13 +22,19 @@ from outbox.queue import Worker, WorkerConfig
 from outbox.queue.context import JobContext
 from outbox.relay import Relay
 from outbox.testing import run_pending
+from tests.fixtures import databases as backends
 from tests.fixtures.databases import sqlalchemy_url
+from tests.gaps import Gap, skip_mark
+from tests.pg_cluster import free_port
 from tests.queue_support import ROOT, count
 
 SAMPLE = ROOT / "examples" / "sample_app"
+SECRET = "hunter2-never-shown"
 
 
-def _outbox(*args: str, cwd: Path = ROOT, pythonpath: str = str(ROOT), **env: str) -> Any:
+def _outbox(
+    *args: str, cwd: Path = ROOT, pythonpath: str = str(ROOT), timeout: float = 120, **env: str
+) -> Any:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
     full_env.update(PYTHONPATH=pythonpath, OUTBOX_LOG_FORMAT="json", **env)
     return subprocess.run(
@@ -35,7 +44,7 @@ def _outbox(*args: str, cwd: Path = ROOT, pythonpath: str = str(ROOT), **env: st
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
 
@@ -185,3 +194,62 @@ def test_queue_control_refuses_an_unknown_object_naming_the_kinds_it_takes() -> 
     message = str(caught.value)
     assert "psycopg Connection" in message and "sqlite3.Connection" in message
     assert "PyMySQL" in message and "SQLAlchemy" in message and "database URL" in message
+
+
+# -- 3. a wrong password or a missing database is an answer, not an outage -------------
+
+
+def _refusals() -> list[tuple[str, str]]:
+    pg = make_url(backends.PG_ADMIN_URL)
+    my = make_url(backends.MYSQL_ADMIN_URL)
+    cases = []
+    if "postgresql" in backends.BACKENDS:
+        no_db = pg.set(database="outbox_no_such_db")
+        cases.append((no_db.render_as_string(hide_password=False), 'database "outbox_no_such_db"'))
+        no_role = pg.set(username="outbox_no_such_role")
+        cases.append((no_role.render_as_string(hide_password=False), "outbox_no_such_role"))
+    if "mysql" in backends.BACKENDS:
+        bad_pw = my.set(password=SECRET, database="x")
+        cases.append((bad_pw.render_as_string(hide_password=False), "Access denied"))
+        no_db = my.set(database="outbox_no_such_db")
+        cases.append((no_db.render_as_string(hide_password=False), "Unknown database"))
+    return cases
+
+
+LONG_RUNNING = [
+    ("worker", "default", "--app", "tests.queue_support:registry"),
+    ("relay", "--watch"),
+    ("dashboard", "--bind", f"127.0.0.1:{free_port()}"),
+]
+
+
+@pytest.mark.parametrize("command", LONG_RUNNING, ids=lambda c: c[0])
+@pytest.mark.parametrize(("url", "said"), _refusals())
+def test_a_refused_login_or_missing_database_exits_1_with_the_servers_answer(
+    url: str, said: str, command: tuple[str, ...]
+) -> None:
+    done = _outbox("--database-url", url, *command, timeout=30)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot connect to"), done.stderr
+    assert said in lines[0] and SECRET not in done.stderr + done.stdout
+    assert "database.unavailable" not in done.stderr
+
+
+@skip_mark("postgresql" not in backends.BACKENDS, Gap.POSTGRESQL_NOT_SELECTED)
+def test_a_server_that_is_not_listening_is_waited_for_with_its_errno_logged() -> None:
+    url = make_url(backends.PG_ADMIN_URL).set(port=free_port())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "outbox", "--database-url",
+         url.render_as_string(hide_password=False), "--log-format", "json", "relay", "--watch"],
+        cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(2)
+        assert proc.poll() is None  # still waiting
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    events = [orjson.loads(line) for line in err.splitlines() if line.startswith("{")]
+    waits = [e for e in events if e["event"] == "database.unavailable"]
+    assert waits and waits[0]["code"] == "ECONNREFUSED", err
