@@ -20,6 +20,7 @@ from outbox.errors import ConfigurationError, DatabaseError
 
 DEFAULT_BIND = "127.0.0.1:8642"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+WILDCARD_HOSTS = ("0.0.0.0", "::")
 
 
 def parse_bind(value: str) -> tuple[str, int]:
@@ -56,8 +57,9 @@ def is_loopback(host: str) -> bool:
 )
 @click.option(
     "--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
-    help="Another Host name to answer (the bind host and loopback names always are); "
-    "repeat for more. Default: none.",
+    help="Another Host name to answer (loopback, the bind host, the machine's own "
+    "addresses and, on 0.0.0.0 or ::, its host names always are); repeat for more; "
+    "needed on 0.0.0.0 or :: with a token. Default: none.",
 )
 @click.option(
     "--app", default=None, metavar="MODULE:ATTR",
@@ -81,13 +83,13 @@ def dashboard_command(
             "the dashboard needs its extra: pip install 'outbox[dashboard]'"
         ) from exc
     token = os.environ.get("OUTBOX_DASHBOARD_TOKEN") or None
-    names = {*LOOPBACK_NAMES, host, *(h for spec in allowed_hosts for h in spec.split())}
+    extra = {h for spec in allowed_hosts for h in spec.split()}
     asgi = create_app(
         cli.database_url,
         token=token,
         show_payloads=show_payloads,
         refresh_s=refresh,
-        allowed_hosts=None if host in ("0.0.0.0", "::") and not allowed_hosts else names,
+        allowed_hosts=_host_names(host, extra, token),
         registry=registry,
     )
     database = cli.database()
@@ -100,6 +102,24 @@ def dashboard_command(
         click.echo(f"warning: listening on {host}, not loopback: anyone who reaches it can "
                    "read the counts and lists", err=True)
     uvicorn.run(asgi, host=host, port=port, log_level="warning", access_log=False)
+
+
+def _host_names(host: str, extra: set[str], token: str | None) -> set[str]:
+    """The Host names to answer; the check holds on every bind (it is what stops a
+    DNS-rebinding page). On every interface, that is the machine's own names (its
+    addresses are always answered); with a token set, actions must not hinge on a
+    guess, so the name operators use must be given."""
+    from outbox.dashboard.app import own_names
+
+    names = {*LOOPBACK_NAMES, *extra}
+    if host not in WILDCARD_HOSTS:
+        return names | {host.lower()}
+    if token and not extra:
+        raise click.UsageError(
+            f"--bind {host} with OUTBOX_DASHBOARD_TOKEN set needs --allowed-host NAME: the "
+            "name operators reach the dashboard by (its Host header)"
+        )
+    return names | own_names()
 
 
 def _check(database: Database) -> None:

@@ -4,9 +4,11 @@ through the CLI or the public API, on every backend where a database is involved
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +20,12 @@ from sqlalchemy.orm import Session
 
 from outbox import Job, Registry, record
 from outbox.db.connection import Connection, Database
+from outbox.db.migrate import migrate
 from outbox.queue import Worker, WorkerConfig
 from outbox.queue.context import JobContext
 from outbox.relay import Relay
 from outbox.testing import run_pending
+from tests.dashboard.client import get
 from tests.fixtures import databases as backends
 from tests.fixtures.databases import sqlalchemy_url
 from tests.gaps import Gap, skip_mark
@@ -253,3 +257,83 @@ def test_a_server_that_is_not_listening_is_waited_for_with_its_errno_logged() ->
     events = [orjson.loads(line) for line in err.splitlines() if line.startswith("{")]
     waits = [e for e in events if e["event"] == "database.unavailable"]
     assert waits and waits[0]["code"] == "ECONNREFUSED", err
+
+
+# -- 5. the dashboard's Host check holds on every bind -----------------------------------
+
+
+def _dashboard_on(bind_host: str, db_url: str, *args: str, **env: str) -> tuple[Any, int]:
+    port = free_port()
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    full_env.update(env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "outbox", "--database-url", db_url, "dashboard",
+         "--bind", f"{bind_host}:{port}", *args],
+        cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            if get(f"http://127.0.0.1:{port}/api/status").status == 200:
+                return proc, port
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("the dashboard did not answer in 60 s")
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'dash.db'}"
+    with Database(url).connect() as c:
+        migrate(c)
+    return url
+
+
+def test_a_wildcard_bind_keeps_the_host_check_answering_only_the_machines_names(
+    sqlite_db: str,
+) -> None:
+    proc, port = _dashboard_on("0.0.0.0", sqlite_db)
+    url = f"http://127.0.0.1:{port}/api/status"
+    try:
+        assert get(url, headers={"Host": "evil.example"}).status == 400  # DNS rebinding
+        assert get(url, headers={"Host": f"evil.example:{port}"}).status == 400
+        assert get(url, headers={"Host": f"0.0.0.0:{port}"}).status == 400
+        assert get(url, headers={"Host": f"localhost:{port}"}).status == 200
+        assert get(url, headers={"Host": socket.gethostname()}).status == 200
+        assert get(url, headers={"Host": f"127.0.0.1:{port}"}).status == 200
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+def test_an_allowed_host_is_answered_on_a_wildcard_bind(sqlite_db: str) -> None:
+    proc, port = _dashboard_on("0.0.0.0", sqlite_db, "--allowed-host", "ops.internal")
+    url = f"http://127.0.0.1:{port}/api/status"
+    try:
+        assert get(url, headers={"Host": "ops.internal"}).status == 200
+        assert get(url, headers={"Host": "evil.example"}).status == 400
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("bind", ["0.0.0.0:8642", "[::]:8642"])
+def test_a_wildcard_bind_with_a_token_needs_an_allowed_host(sqlite_db: str, bind: str) -> None:
+    done = _outbox(
+        "--database-url", sqlite_db, "dashboard", "--bind", bind,
+        OUTBOX_DASHBOARD_TOKEN="a-token-of-sixteen-chars",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "needs --allowed-host NAME" in done.stderr and "Traceback" not in done.stderr
+    assert "outbox dashboard on" not in done.stdout
+
+
+def test_the_host_check_answers_the_machines_own_addresses_only() -> None:
+    from outbox.dashboard.app import is_own_address
+
+    assert is_own_address("127.0.0.1") and is_own_address("127.0.0.2")
+    assert not is_own_address("0.0.0.0") and not is_own_address("192.0.2.1")  # TEST-NET-1
+    assert not is_own_address("evil.example")
