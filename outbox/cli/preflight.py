@@ -80,7 +80,8 @@ def check_sqlite_file(database: Database) -> None:
 
 
 def check_schema(conn: Connection, database: Database) -> None:
-    """The outbox tables must be there, at a version this code knows how to use."""
+    """The outbox tables must be there, at a version this code knows how to use; a newer
+    one (a rolling deploy, newer code migrated first) is used, and logged once."""
     versions = conn.read(applied_versions, operation="check the outbox schema")
     if not versions:
         raise ConfigurationError(
@@ -91,6 +92,8 @@ def check_schema(conn: Connection, database: Database) -> None:
             f"{database.describe()} has outbox schema version {max(versions)}, this outbox "
             f"needs {LATEST}; run `outbox migrate`"
         )
+    if max(versions) > LATEST:  # a rolling deploy: newer code migrated first; it is said
+        log.warning("schema.newer", database_version=max(versions), code_version=LATEST)
 
 
 def ready(database: Database, *, wait: bool = False, stop: threading.Event | None = None) -> None:

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from outbox import Job, Registry, record
 from outbox.db.connection import Connection, Database
-from outbox.db.migrate import migrate
+from outbox.db.migrate import LATEST, migrate
 from outbox.queue import Worker, WorkerConfig
 from outbox.queue.context import JobContext
 from outbox.relay import Relay
@@ -337,3 +337,46 @@ def test_the_host_check_answers_the_machines_own_addresses_only() -> None:
     assert is_own_address("127.0.0.1") and is_own_address("127.0.0.2")
     assert not is_own_address("0.0.0.0") and not is_own_address("192.0.2.1")  # TEST-NET-1
     assert not is_own_address("evil.example")
+
+
+# -- 4. a schema newer than the code is said, not reported as up to date ---------------
+
+
+def _from_the_future(conn: Connection) -> int:
+    version = LATEST + 1
+    conn.execute("migrate_record_version", {"version": version, "description": "future"})
+    return version
+
+
+def test_migrate_on_a_newer_schema_says_so_and_does_nothing(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    newer = _from_the_future(conn)
+    done = _outbox("--database-url", db_url, "migrate")
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"the database is at version {newer}, newer than this release ({LATEST}); nothing to do"
+        in done.stdout
+    )
+    assert "up to date" not in done.stdout
+
+
+def test_a_long_running_command_on_a_newer_schema_logs_it_once_at_start(
+    database: Database, db_url: str, conn: Connection
+) -> None:
+    newer = _from_the_future(conn)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "outbox", "--database-url", db_url, "--log-format", "json",
+         "relay", "--watch"],
+        cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(2.5)
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    events = [orjson.loads(line) for line in err.splitlines() if line.startswith("{")]
+    said = [e for e in events if e["event"] == "schema.newer"]
+    assert len(said) == 1, err
+    assert (said[0]["database_version"], said[0]["code_version"]) == (newer, LATEST)
