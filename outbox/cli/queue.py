@@ -198,6 +198,7 @@ def worker_command(
         if metrics_port is not None:
             raise click.UsageError("--metrics-port is not served with --broker yet")
         cli_broker.require_client()
+        cli_broker.check_jetstream(url)
         from outbox.jetstream.worker import JetStreamWorker
 
         if not JetStreamWorker(url, registry, config).run().graceful:

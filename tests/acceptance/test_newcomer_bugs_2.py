@@ -380,3 +380,68 @@ def test_a_long_running_command_on_a_newer_schema_logs_it_once_at_start(
     said = [e for e in events if e["event"] == "schema.newer"]
     assert len(said) == 1, err
     assert (said[0]["database_version"], said[0]["code_version"]) == (newer, LATEST)
+
+
+# -- 6, 7. NATS: a refused login and a server without JetStream, one line each ---------
+
+
+def _nats_server(tmp: Path, *args: str) -> tuple[subprocess.Popen[bytes], int]:
+    from tests.nats.servers import BINARY
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [BINARY, "-a", "127.0.0.1", "-p", str(port), "-l", str(tmp / f"{port}.log"), *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("nats-server did not start")
+
+
+@pytest.fixture(scope="module")
+def nats_servers(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One server with JetStream and a password, one without JetStream; stopped after."""
+    tmp = tmp_path_factory.mktemp("nats")
+    locked, locked_port = _nats_server(tmp, "-js", "-sd", str(tmp / "js"), "--user", "ops",
+                                       "--pass", SECRET)  # fmt: skip
+    plain, plain_port = _nats_server(tmp)
+    yield {
+        "wrong_password": f"nats://ops:not-{SECRET}@127.0.0.1:{locked_port}",
+        "no_jetstream": f"nats://127.0.0.1:{plain_port}",
+    }
+    for proc in (locked, plain):
+        proc.terminate()
+        proc.wait(10)
+
+
+NATS_COMMANDS = [
+    ("worker", "default", "--app", "tests.queue_support:registry", "--broker"),
+    ("relay", "--target"),
+    ("relay", "--watch", "--target"),
+]
+
+
+@pytest.mark.parametrize("command", NATS_COMMANDS, ids=" ".join)
+@pytest.mark.parametrize(
+    ("server", "said"),
+    [
+        ("wrong_password", "authentication failed"),
+        ("no_jetstream", "JetStream is not enabled on the NATS server at 127.0.0.1:"),
+    ],
+)
+def test_nats_refusals_are_one_line_and_exit_1(
+    nats_servers: dict[str, str], sqlite_db: str, server: str, said: str,
+    command: tuple[str, ...],
+) -> None:  # fmt: skip
+    done = _outbox("--database-url", sqlite_db, *command, nats_servers[server], timeout=60)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert said in lines[0]
+    assert SECRET not in done.stderr + done.stdout and "is nats-server running" not in lines[0]
