@@ -32,7 +32,7 @@ from outbox.db.adapters import described, psycopg_has_rows
 from outbox.db.dialect import MYSQL, POSTGRESQL, SQLITE, Dialect
 from outbox.db.errors import is_retryable, translate
 from outbox.db.sql import Statement, queries
-from outbox.db.url import describe, mysql_args, postgresql_args, scrub
+from outbox.db.url import check_sqlite_query, describe, mysql_args, postgresql_args, scrub
 from outbox.errors import ConfigurationError, DatabaseError, OutboxError
 
 if TYPE_CHECKING:
@@ -266,6 +266,8 @@ class Database:
         self.dialect = _dialect_of(self.url)
         if self.dialect is not SQLITE:
             self._driver_args()  # refuse a bad URL parameter now, not at the first connection
+        else:
+            check_sqlite_query(self.url)
         self.sqlite_busy_timeout_ms = sqlite_busy_timeout_ms
 
     def describe(self) -> str:

@@ -104,6 +104,17 @@ def scrub(url: URL, text: str) -> str:
     return text
 
 
+def check_sqlite_query(url: URL) -> None:
+    """A SQLite URL takes no query parameters: refuse one rather than ignore it (the busy
+    timeout is ``Database(..., sqlite_busy_timeout_ms=)``; ``?timeout=abc`` meant nothing)."""
+    if url.query:
+        names = ", ".join(sorted(url.query))
+        raise ConfigurationError(
+            f"a SQLite URL takes no query parameters (got {names}); outbox sets the busy "
+            "timeout itself (Database(url, sqlite_busy_timeout_ms=...))"
+        )
+
+
 def postgresql_args(url: URL) -> dict[str, Any]:
     """Keyword arguments for ``psycopg.connect`` (libpq keywords), from any accepted form."""
     args: dict[str, Any] = {}

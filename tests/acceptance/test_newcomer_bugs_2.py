@@ -445,3 +445,58 @@ def test_nats_refusals_are_one_line_and_exit_1(
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     assert said in lines[0]
     assert SECRET not in done.stderr + done.stdout and "is nats-server running" not in lines[0]
+
+
+# -- 8. settings are checked where they are used, never at import ----------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("OUTBOX_POOLER", "bogus"), ("OUTBOX_NOTIFY", "maybe"), ("OUTBOX_EAGER", "banana")],
+)
+def test_a_bad_setting_never_breaks_import_outbox(name: str, value: str) -> None:
+    env = {**os.environ, name: value}
+    done = subprocess.run(
+        [sys.executable, "-c", "import outbox, outbox.testing"],
+        env=env, cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("OUTBOX_POOLER", "bogus", "OUTBOX_POOLER must be one of none, session, transaction"),
+        ("OUTBOX_NOTIFY", "maybe", "OUTBOX_NOTIFY must be one of 1, true, yes, on or 0"),
+    ],
+)
+def test_the_cli_refuses_a_bad_setting_in_one_line_exit_2(
+    sqlite_db: str, name: str, value: str, said: str
+) -> None:
+    done = _outbox("--database-url", sqlite_db, "status", **{name: value})
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_session_pooling_is_accepted(sqlite_db: str) -> None:
+    assert _outbox("--database-url", sqlite_db, "status", OUTBOX_POOLER="session").returncode == 0
+
+
+def test_outbox_eager_takes_a_boolean_and_names_itself_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from outbox.errors import ConfigurationError
+    from outbox.testing.eager import eager_on
+
+    monkeypatch.setenv("OUTBOX_EAGER", "banana")
+    with pytest.raises(ConfigurationError, match="OUTBOX_EAGER must be one of"):
+        eager_on()
+    monkeypatch.setenv("OUTBOX_EAGER", "true")
+    assert eager_on()
+
+
+def test_a_sqlite_url_with_a_query_is_refused_not_ignored(tmp_path: Path) -> None:
+    done = _outbox("--database-url", f"sqlite:///{tmp_path}/x.db?timeout=abc", "migrate")
+    assert done.returncode == 2, done.stderr
+    assert "a SQLite URL takes no query parameters (got timeout)" in done.stderr
+    assert "Traceback" not in done.stderr
