@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 
 import click
 
@@ -94,6 +95,7 @@ def dashboard_command(
     )
     database = cli.database()
     _check(database)
+    listener = listen(host, port)  # before it is announced: a port in use is said as such
     mode = "actions need the token" if token else "read-only (no OUTBOX_DASHBOARD_TOKEN)"
     shown = f"[{host}]" if ":" in host else host
     dialect = database.dialect.name
@@ -101,7 +103,8 @@ def dashboard_command(
     if not is_loopback(host):
         click.echo(f"warning: listening on {host}, not loopback: anyone who reaches it can "
                    "read the counts and lists", err=True)
-    uvicorn.run(asgi, host=host, port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(uvicorn.Config(asgi, log_level="warning", access_log=False))
+    server.run(sockets=[listener])
 
 
 def _host_names(host: str, extra: set[str], token: str | None) -> set[str]:
@@ -120,6 +123,29 @@ def _host_names(host: str, extra: set[str], token: str | None) -> set[str]:
             "name operators reach the dashboard by (its Host header)"
         )
     return names | own_names()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to HOST:PORT for uvicorn, or one line and exit 1 (a port in use, a
+    name that does not resolve), as ``--metrics-port`` says it."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(
+            f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    return sock
 
 
 def _check(database: Database) -> None:

@@ -29,6 +29,10 @@ from outbox.queue import admin, control
 from outbox.queue.registry import DEFAULT_MAX_ATTEMPTS
 from outbox.queue.worker import Worker, WorkerConfig
 
+# Jobs one worker process runs at once, over all its queues: each sync slot is a thread,
+# and past this a process stalls starting them; run more worker processes instead.
+MAX_CONCURRENCY = 1000
+
 
 def parse_queues(specs: tuple[str, ...]) -> dict[str, int | None]:
     """``search=8 mail`` → ``{"search": 8, "mail": None}``; a bad one is a usage error."""
@@ -40,9 +44,11 @@ def parse_queues(specs: tuple[str, ...]) -> dict[str, int | None]:
                 f"{name!r} is not a queue name (1-200 chars of A-Z a-z 0-9 _ . : -)",
                 param_hint="QUEUE",
             )
-        if sep and not (cap.isdigit() and int(cap) >= 1):
+        if sep and not (cap.isdigit() and 1 <= int(cap) <= MAX_CONCURRENCY):
             raise click.BadParameter(
-                f"{spec!r}: the cap after '=' must be a whole number >= 1", param_hint="QUEUE"
+                f"{spec!r}: the cap after '=' must be a whole number from 1 to "
+                f"{MAX_CONCURRENCY}",
+                param_hint="QUEUE",
             )
         if name in out:
             raise click.BadParameter(f"queue {name!r} is given twice", param_hint="QUEUE")
@@ -83,9 +89,10 @@ def parse_queue_limits(specs: tuple[str, ...]) -> dict[str, int]:
 )
 @click.option(
     "--concurrency",
-    type=click.IntRange(1),
+    type=click.IntRange(1, MAX_CONCURRENCY),
     default=1,
-    help="Jobs run at once in each queue given without =CAP.",
+    help=f"Jobs run at once in each queue given without =CAP; at most {MAX_CONCURRENCY} "
+    "in all queues together (run more workers for more).",
 )
 @click.option(
     "--prefetch",
@@ -179,6 +186,13 @@ def worker_command(
         raise click.BadParameter(
             f"queue {name!r} is not one this worker runs ({', '.join(served)})",
             param_hint="--queue-concurrency",
+        )
+    slots = sum(concurrency if cap is None else cap for cap in served.values())
+    if slots > MAX_CONCURRENCY:
+        raise click.BadParameter(
+            f"{slots} jobs at once over these queues; one worker runs at most "
+            f"{MAX_CONCURRENCY} (run more worker processes)",
+            param_hint="--concurrency",
         )
     registry = load_registry(app)
     config = WorkerConfig(
@@ -548,7 +562,17 @@ def demo_command(cli: CliContext, intents: int) -> None:
 
     if cli.log_level == "info":  # the summary tells the story; per-retry warnings would bury it
         log.configure("auto", "error")
-    run_demo(cli.database(), intents=intents, echo=click.echo)
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    from outbox.db.errors import translate
+
+    database = cli.database()
+    try:
+        run_demo(database, intents=intents, echo=click.echo)
+    except SQLAlchemyError as exc:  # the demo's own business writes (a read-only file, ...)
+        orig = exc.orig if isinstance(exc, DBAPIError) else None
+        cause: BaseException = orig if orig is not None else exc
+        raise translate(cause, f"demo on {database.describe()}") from exc
 
 
 commands: list[click.Command] = [worker_command, queue_group, demo_command]

@@ -500,3 +500,92 @@ def test_a_sqlite_url_with_a_query_is_refused_not_ignored(tmp_path: Path) -> Non
     assert done.returncode == 2, done.stderr
     assert "a SQLite URL takes no query parameters (got timeout)" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# -- 9. --concurrency has an upper bound, said in --help -------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--concurrency", "100000"), ("a=600", "b=600"), ("search=1001",)],
+    ids=["flag", "sum", "cap"],
+)
+def test_a_worker_refuses_more_threads_than_it_can_start(
+    sqlite_db: str, args: tuple[str, ...]
+) -> None:
+    from outbox.cli.queue import MAX_CONCURRENCY
+
+    flags = [a for a in args if a.startswith("--") or a.isdigit()]
+    queues = [a for a in args if a not in flags]
+    done = _outbox(
+        "--database-url", sqlite_db, "worker", *queues, "--app", "tests.queue_support:registry",
+        *flags, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert str(MAX_CONCURRENCY) in done.stderr and "Traceback" not in done.stderr
+    helped = _outbox("worker", "--help")
+    assert f"at most {MAX_CONCURRENCY}" in " ".join(helped.stdout.split())
+
+
+# -- 10, 11, 12. one line, not a traceback: a read-only demo database, an unwritable init
+# path, a dashboard that cannot bind -------------------------------------------------
+
+
+def _one_error_line(done: Any, code: int, said: str) -> None:
+    assert done.returncode == code, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+@pytest.fixture
+def immutable(sqlite_db: str) -> Any:
+    """The SQLite file made read-only for everyone, root included (``chattr +i``)."""
+    path = make_url(sqlite_db).database or ""
+    if subprocess.run(["chattr", "+i", path], capture_output=True, check=False).returncode:
+        os.chmod(path, 0o444)
+        if os.access(path, os.W_OK):
+            pytest.skip(Gap.SQLITE_FILE.reason)  # root without chattr: nothing is read-only
+    yield sqlite_db
+    subprocess.run(["chattr", "-i", path], capture_output=True, check=False)
+    os.chmod(path, 0o644)
+
+
+def test_the_demo_on_a_read_only_sqlite_file_says_so_in_one_line(immutable: str) -> None:
+    done = _outbox("--database-url", immutable, "demo", "--intents", "10")
+    _one_error_line(done, 1, "failed: OperationalError (SQLITE_READONLY)")
+
+
+def test_init_in_a_folder_it_cannot_write_exits_1_saying_cannot_write() -> None:
+    done = _outbox("init", "/sys/jobs.py")  # not writable, root included
+    _one_error_line(done, 1, "cannot write /sys/jobs.py")
+
+
+def test_a_dashboard_that_cannot_bind_exits_1_before_announcing_itself(sqlite_db: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _outbox("--database-url", sqlite_db, "dashboard", "--bind", f"127.0.0.1:{port}")
+    _one_error_line(done, 1, f"cannot serve the dashboard on 127.0.0.1:{port}")
+    assert "outbox dashboard on" not in done.stdout
+    done = _outbox("--database-url", sqlite_db, "dashboard", "--bind", "nosuch.invalid:8642")
+    _one_error_line(done, 1, "cannot serve the dashboard on nosuch.invalid:8642")
+    assert "outbox dashboard on" not in done.stdout
+
+
+# -- 15. the demo's closing hint runs as printed ----------------------------------------
+
+
+def test_the_demos_closing_hint_carries_its_database_and_this_outbox(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tour.db'}"
+    venv_outbox = Path(sys.prefix) / "bin" / "outbox"
+    env = {"VIRTUAL_ENV": "", "PATH": "/usr/bin:/bin"}  # the venv is not active
+    done = _outbox("--database-url", url, "demo", "--intents", "10", cwd=tmp_path, **env)
+    assert done.returncode == 0, done.stderr
+    hint = done.stdout.strip().splitlines()[-1].split("Try: ", 1)[1]
+    for command in hint.split("; "):
+        ran = subprocess.run(command, shell=True, cwd=tmp_path, env={**os.environ, **env},
+                             capture_output=True, text=True, check=False)  # fmt: skip
+        assert ran.returncode == 0, (command, ran.stderr)
+    assert hint.startswith(f"{venv_outbox} --database-url {url} ")
