@@ -27,18 +27,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from outbox.db.adapters import adapt, adapt_async
 from outbox.db.caller import keys_held, run, run_async
 from outbox.errors import ConfigurationError, InvalidJob
 from outbox.job import NAME_PATTERN, Job, canonical_json, key_digest
+from outbox.log import get_logger
 from outbox.record import record_many, record_many_async
 
 if TYPE_CHECKING:
     from outbox.queue.registry import Registry
 
-log = structlog.get_logger("outbox.events")
+log = get_logger("outbox.events")
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,12 +24,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-import structlog
-
 from outbox.db.connection import Connection, Database
 from outbox.db.dialect import SQLITE
 from outbox.db.migrate import LATEST, applied_versions
 from outbox.errors import ConfigurationError, DatabaseError
+from outbox.log import get_logger
 
 # libpq reports a refusal at connect without a SQLSTATE, as "FATAL:  <message>": these are
 # the server's answers that a wait cures, by the SQLSTATE the server logs with them.
@@ -54,7 +53,7 @@ _PG_ERRNO = {
 # connections" / "shutdown in progress".
 _MYSQL_WAIT = frozenset({2002, 2003, 2005, 2006, 2013, 1040, 1053})
 
-log = structlog.get_logger("outbox.cli")
+log = get_logger("outbox.cli")
 
 FIRST_PAUSE_S = 0.5
 MAX_PAUSE_S = 5.0

@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
-import structlog
 from sqlalchemy.engine import URL, make_url
 
 from outbox import metrics
@@ -34,6 +33,7 @@ from outbox.db.errors import is_retryable, translate
 from outbox.db.sql import Statement, queries
 from outbox.db.url import check_sqlite_query, describe, mysql_args, postgresql_args, scrub
 from outbox.errors import ConfigurationError, DatabaseError, OutboxError
+from outbox.log import get_logger
 
 if TYPE_CHECKING:
     from outbox.db.driver import Driver
@@ -47,7 +47,7 @@ RETRY_CAP_S = 0.5
 SQLITE_BUSY_TIMEOUT_MS = 5_000
 ACCEPTED_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb")
 
-log = structlog.get_logger("outbox.db")
+log = get_logger("outbox.db")
 
 
 def _sqlite_sha256(text: str | None) -> str | None:

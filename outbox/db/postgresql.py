@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from outbox.db.connection import Connection
 from outbox.db.dialect import POSTGRESQL
 from outbox.db.driver import (
@@ -36,8 +34,9 @@ from outbox.db.rows import (
     StoredIntent,
 )
 from outbox.errors import DatabaseError, OutboxError
+from outbox.log import get_logger
 
-log = structlog.get_logger("outbox.relay")
+log = get_logger("outbox.relay")
 
 _LISTEN = {RELAY_CHANNEL: "listen_relay", JOBS_CHANNEL: "listen_jobs"}
 

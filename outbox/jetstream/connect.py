@@ -23,14 +23,14 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import nats
-import structlog
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from outbox.errors import BrokerError
 from outbox.jetstream.url import BrokerUrl, is_broker_url, parse_url
+from outbox.log import get_logger
 
-log = structlog.get_logger("outbox.jetstream")
+log = get_logger("outbox.jetstream")
 T = TypeVar("T")
 __all__ = ["Broker", "BrokerUrl", "connect", "is_broker_url", "parse_url"]
 

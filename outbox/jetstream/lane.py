@@ -37,7 +37,6 @@ from functools import partial
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
-import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -45,6 +44,7 @@ from nats.js import JetStreamContext
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.jetstream import codec, names
 from outbox.jetstream.pull import Puller
+from outbox.log import get_logger
 from outbox.queue.control import MAX_SNOOZES, SNOOZE_LIMIT, snooze_delay_ms
 from outbox.queue.execute import JobTimeout, Kind, Outcome, SyncPool, failure_of
 from outbox.queue.registry import Handler
@@ -52,7 +52,7 @@ from outbox.queue.registry import Handler
 if TYPE_CHECKING:
     from outbox.jetstream.worker import JetStreamWorker
 
-log = structlog.get_logger("outbox.worker")
+log = get_logger("outbox.worker")
 Send = Callable[[], Awaitable[None]]
 
 

@@ -56,14 +56,13 @@ from contextlib import contextmanager
 from queue import Empty, SimpleQueue
 from typing import Any
 
-import structlog
-
 from outbox import metrics
 from outbox.config import settings
 from outbox.db.connection import Database
 from outbox.db.driver import JOBS_CHANNEL
 from outbox.db.listen import Listener
 from outbox.db.rows import ClaimedJob
+from outbox.log import get_logger
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
 from outbox.queue.execute import AsyncPool, JobTimeout, Kind, Outcome, Runner, SyncPool, failure_of
 from outbox.queue.gate import Gate
@@ -74,7 +73,7 @@ from outbox.queue.throughput import FLUSH_EVERY_S, SUCCEEDED
 
 __all__ = ["UNKNOWN_JOB", "Worker", "WorkerConfig", "WorkerStats"]
 
-log = structlog.get_logger("outbox.worker")
+log = get_logger("outbox.worker")
 
 WAKE = object()
 ACK_DELAY_S = 0.05

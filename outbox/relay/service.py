@@ -27,18 +27,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import structlog
-
 from outbox import metrics
 from outbox.config import settings
 from outbox.db.connection import Database, LazyConnection
 from outbox.db.rows import HandoffResult, OutboxHandoff
 from outbox.errors import BrokerError, ConfigurationError, DatabaseError, TargetRefused
+from outbox.log import get_logger
 from outbox.relay.inflight import InFlight
 from outbox.relay.listen import ListenWaiter, PollWaiter, Waiter
 from outbox.relay.target import SqlQueueTarget, Target
 
-log = structlog.get_logger("outbox.relay")
+log = get_logger("outbox.relay")
 
 MAX_BATCH_SIZE = 10_000
 

@@ -589,3 +589,35 @@ def test_the_demos_closing_hint_carries_its_database_and_this_outbox(tmp_path: P
                              capture_output=True, text=True, check=False)  # fmt: skip
         assert ran.returncode == 0, (command, ran.stderr)
     assert hint.startswith(f"{venv_outbox} --database-url {url} ")
+
+
+# -- 13. as a library, nothing on stdout unless someone configured logging -------------
+
+_IN_PROCESS = """
+import logging, sys
+from outbox import Database, Event, Job, Relay, Registry, emit, record
+if sys.argv[2] == "stdlib":
+    logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format="%(name)s %(message)s")
+db = Database(sys.argv[1])
+with db.connect() as conn, conn.transaction():
+    record(conn.raw, "k1", Job("t.any", 1))
+    emit(conn.raw, "k2", Event("nobody.listens", {}), registry=Registry())
+Relay(db).run()
+"""
+
+
+@pytest.mark.parametrize("logging_setup", ["none", "stdlib"])
+def test_an_application_running_the_relay_in_process_gets_no_lines_on_stdout(
+    sqlite_db: str, logging_setup: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _IN_PROCESS, sqlite_db, logging_setup],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    if logging_setup == "none":
+        assert done.stderr == ""  # a NullHandler on "outbox": nothing unless asked
+    else:  # through the application's own logging, one event=... line each
+        assert "outbox.relay event='relay.batch'" in done.stderr
+        assert "outbox.events event='event.no_listeners'" in done.stderr
