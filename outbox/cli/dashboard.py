@@ -8,8 +8,10 @@ Everything is checked here, before the server starts.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import socket
+from typing import Any
 
 import click
 
@@ -20,6 +22,21 @@ from outbox.db.connection import Database
 from outbox.errors import ConfigurationError, DatabaseError
 
 DEFAULT_BIND = "127.0.0.1:8642"
+
+
+class _FiniteSeconds(click.FloatRange):
+    """At least 1 second, and a number: click's range lets ``nan`` through."""
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return float(number)
+
+
+FINITE_SECONDS = _FiniteSeconds(1)
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 WILDCARD_HOSTS = ("0.0.0.0", "::")
 
@@ -53,24 +70,36 @@ def is_loopback(host: str) -> bool:
     help="Show payloads and exception messages to signed-in operators (escaped).",
 )
 @click.option(
-    "--refresh", type=click.FloatRange(1), default=5.0, show_default=True,
+    "--refresh",
+    type=FINITE_SECONDS,
+    default=5.0,
+    show_default=True,
     help="Seconds between live updates of the overview.",
 )
 @click.option(
-    "--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
     help="Another Host name to answer (loopback, the bind host, the machine's own "
     "addresses and, on 0.0.0.0 or ::, its host names always are); repeat for more; "
     "needed on 0.0.0.0 or :: with a token. Default: none.",
 )
 @click.option(
-    "--app", default=None, metavar="MODULE:ATTR",
+    "--app",
+    default=None,
+    metavar="MODULE:ATTR",
     help="The Registry whose periodic jobs the Schedules page shows (the one your "
     "scheduler runs). Default: none; the page says how to give it.",
 )
 @pass_cli
 def dashboard_command(
-    cli: CliContext, bind: str, show_payloads: bool, refresh: float,
-    allowed_hosts: tuple[str, ...], app: str | None,
+    cli: CliContext,
+    bind: str,
+    show_payloads: bool,
+    refresh: float,
+    allowed_hosts: tuple[str, ...],
+    app: str | None,
 ) -> None:
     """Serve the web dashboard (read-only unless OUTBOX_DASHBOARD_TOKEN is set)."""
     host, port = parse_bind(bind)
@@ -101,8 +130,11 @@ def dashboard_command(
     dialect = database.dialect.name
     click.echo(f"outbox dashboard on http://{shown}:{port}/ for {dialect}: {mode}")
     if not is_loopback(host):
-        click.echo(f"warning: listening on {host}, not loopback: anyone who reaches it can "
-                   "read the counts and lists", err=True)
+        click.echo(
+            f"warning: listening on {host}, not loopback: anyone who reaches it can "
+            "read the counts and lists",
+            err=True,
+        )
     server = uvicorn.Server(uvicorn.Config(asgi, log_level="warning", access_log=False))
     server.run(sockets=[listener])
 

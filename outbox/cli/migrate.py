@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from outbox.cli import preflight
 from outbox.cli.context import CliContext, pass_cli
 from outbox.db.dialect import DIALECTS
 from outbox.db.migrate import LATEST, applied_versions, migrate, render_sql
@@ -33,6 +34,7 @@ def migrate_command(cli: CliContext, print_sql: bool, dialect: str | None) -> No
         click.echo(render_sql(DIALECTS[dialect] if dialect else cli.database().dialect), nl=False)
         return
     db = cli.database()
+    preflight.check_sqlite_folder(db)
     with db.connect() as conn:
         applied = migrate(conn)
         at = max(applied_versions(conn), default=LATEST)

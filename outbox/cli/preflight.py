@@ -78,6 +78,22 @@ def check_sqlite_file(database: Database) -> None:
         )
 
 
+def check_sqlite_folder(database: Database) -> None:
+    """The commands that create a SQLite file (``migrate``, ``demo``) need its folder:
+    SQLite's own "unable to open database file" names neither the file nor the folder."""
+    if database.dialect is not SQLITE:
+        return
+    name = database.url.database or ""
+    if name in ("", ":memory:") or name.startswith("file:"):
+        return
+    folder = Path(name).resolve().parent
+    if not folder.is_dir():
+        raise ConfigurationError(
+            f"no folder {str(folder)!r} for the SQLite database {database.describe()}; "
+            "create it first"
+        )
+
+
 def check_schema(conn: Connection, database: Database) -> None:
     """The outbox tables must be there, at a version this code knows how to use; a newer
     one (a rolling deploy, newer code migrated first) is used, and logged once."""

@@ -567,6 +567,7 @@ def demo_command(cli: CliContext, intents: int) -> None:
     from outbox.db.errors import translate
 
     database = cli.database()
+    preflight.check_sqlite_folder(database)
     try:
         run_demo(database, intents=intents, echo=click.echo)
     except SQLAlchemyError as exc:  # the demo's own business writes (a read-only file, ...)

@@ -318,7 +318,7 @@ def retry_command(cli: CliContext, message_id: str, accept_current: bool) -> Non
     click.echo(f"message {message_id} {how}returned to pending")
 
 
-@click.command("prune")
+@click.command("prune", context_settings={"ignore_unknown_options": True})  # -1: a value
 @click.argument("days", type=click.IntRange(min=0))
 @click.argument("limit", type=click.IntRange(min=1), default=1000)
 @pass_cli

@@ -31,7 +31,14 @@ from outbox.db.adapters import described, psycopg_has_rows
 from outbox.db.dialect import MYSQL, POSTGRESQL, SQLITE, Dialect
 from outbox.db.errors import is_retryable, translate
 from outbox.db.sql import Statement, queries
-from outbox.db.url import check_sqlite_query, describe, mysql_args, postgresql_args, scrub
+from outbox.db.url import (
+    check_sqlite_query,
+    describe,
+    libpq_multi_host,
+    mysql_args,
+    postgresql_args,
+    scrub,
+)
 from outbox.errors import ConfigurationError, DatabaseError, OutboxError
 from outbox.log import get_logger
 
@@ -332,7 +339,7 @@ def parse_url(url: str) -> URL:
     """The URL parsed; unparseable text is a ``ConfigurationError`` (never echoing it,
     since it may hold a password)."""
     try:
-        return make_url(url)
+        return make_url(libpq_multi_host(url))
     except Exception as exc:
         raise ConfigurationError(
             "cannot parse the database URL; expected e.g. sqlite:///outbox.db or "

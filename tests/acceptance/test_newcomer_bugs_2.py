@@ -621,3 +621,126 @@ def test_an_application_running_the_relay_in_process_gets_no_lines_on_stdout(
     else:  # through the application's own logging, one event=... line each
         assert "outbox.relay event='relay.batch'" in done.stderr
         assert "outbox.events event='event.no_listeners'" in done.stderr
+
+
+# -- 14. messages that said what went wrong, not where ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        (
+            "from outbox import Registry\nregistry = Registry()\n"
+            "@registry.periodic('0 3 * * *')\ndef nightly(payload, ctx):\n    pass\n",
+            "missing 1 required keyword-only argument: 'name'",
+        ),
+        (
+            "import math\nfrom outbox import Backoff\nB = Backoff(base=math.nan)\n",
+            "Backoff needs a number base > 0 and cap >= base, in seconds (got base=nan",
+        ),
+    ],
+    ids=["periodic-without-name", "backoff-nan"],
+)
+def test_an_app_failing_at_import_in_our_api_shows_the_message(
+    tmp_path: Path, source: str, said: str
+) -> None:
+    (tmp_path / "cr.py").write_text(source)
+    done = _outbox("schedule", "list", "--app", "cr:registry", cwd=tmp_path,
+                   pythonpath=f"{tmp_path}{os.pathsep}{ROOT}")  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_in_memory_sqlite_url_is_shown_as_written() -> None:
+    assert Database("sqlite:///:memory:").describe() == "sqlite:///:memory:"
+
+
+@pytest.mark.parametrize("command", [("migrate",), ("demo", "--intents", "10")])
+def test_a_sqlite_file_in_a_missing_folder_names_the_folder(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    missing = tmp_path / "no-such-folder"
+    done = _outbox("--database-url", f"sqlite:///{missing}/jobs.db", *command)
+    _one_error_line(done, 1, f"no folder '{missing}' for the SQLite database")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0.5"])
+def test_refresh_must_be_a_finite_number_of_seconds_exit_2_naming_the_option(
+    sqlite_db: str, value: str
+) -> None:
+    done = _outbox("--database-url", sqlite_db, "dashboard", "--refresh", value)
+    assert done.returncode == 2, done.stderr
+    assert "'--refresh'" in done.stderr and "refresh_s" not in done.stderr
+
+
+def test_a_cron_of_seven_fields_is_refused() -> None:
+    from outbox.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="7 fields; give five, or six"):
+        Registry().periodic("0 0 3 * * * 2030", name="t.yearly")
+    Registry().periodic("0 0 3 * * *", name="t.six")  # six, with seconds: fine
+
+
+def test_schedule_list_on_a_registry_without_schedules_says_so(sqlite_db: str) -> None:
+    done = _outbox("--database-url", sqlite_db, "schedule", "list",
+                   "--app", "tests.scheduler_app:empty")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "no schedules: tests.scheduler_app:empty declares no periodic jobs"
+
+
+def test_schedule_list_has_upper_snake_headers(sqlite_db: str) -> None:
+    done = _outbox("--database-url", sqlite_db, "schedule", "list",
+                   "--app", "tests.scheduler_app:registry")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[:3] == ["NAME", "CRON", "TIMEZONE"]
+
+
+def test_scheduler_once_twice_reports_nothing_new_the_second_time(sqlite_db: str) -> None:
+    args = ("--database-url", sqlite_db, "scheduler", "--once", "--app",
+            "tests.scheduler_app:registry")  # fmt: skip
+    first, second = _outbox(*args), _outbox(*args)
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert "recorded 2 new ticks" in first.stdout
+    assert "recorded 0 new ticks; 2 due were recorded already" in second.stdout
+
+
+@pytest.mark.parametrize(("args", "said"), [(("-1",), "DAYS"), (("1", "-5"), "LIMIT")])
+def test_prune_with_a_negative_value_says_the_value_is_out_of_range(
+    sqlite_db: str, args: tuple[str, ...], said: str
+) -> None:
+    done = _outbox("--database-url", sqlite_db, "prune", *args)
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "is not in the range" in done.stderr
+    assert "No such option" not in done.stderr
+
+
+@pytest.mark.parametrize("token", [" " * 20, "a" * 20, " padded-short "])
+def test_a_blank_or_trivial_dashboard_token_is_refused(token: str) -> None:
+    from outbox.dashboard.auth import check_token
+    from outbox.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="OUTBOX_DASHBOARD_TOKEN must be"):
+        check_token(token)
+
+
+def test_a_mysql_password_in_the_query_is_taken_as_libpq_takes_it() -> None:
+    from outbox.db.url import mysql_args
+
+    db = Database(f"mysql://root@127.0.0.1:3306/db?password={SECRET}")
+    assert mysql_args(db.url)["password"] == SECRET
+    assert SECRET not in db.describe()
+
+
+def test_libpqs_multi_host_form_is_parsed() -> None:
+    from outbox.db.url import postgresql_args
+
+    db = Database("postgresql://u@h1:5999,h2:5432/db")
+    args = postgresql_args(db.url)
+    assert (args["host"], args["port"], args["dbname"]) == ("h1,h2", "5999,5432", "db")
+
+
+def test_an_unknown_mysql_charset_is_refused_naming_it() -> None:
+    from outbox.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="'bogus' is not a MariaDB/MySQL character set"):
+        Database("mysql://root@127.0.0.1:3306/db?charset=bogus")
