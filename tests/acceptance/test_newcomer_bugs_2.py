@@ -685,7 +685,8 @@ def test_schedule_list_on_a_registry_without_schedules_says_so(sqlite_db: str) -
     done = _outbox("--database-url", sqlite_db, "schedule", "list",
                    "--app", "tests.scheduler_app:empty")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "no schedules: tests.scheduler_app:empty declares no periodic jobs"
+    said = "no schedules: tests.scheduler_app:empty declares no periodic jobs"
+    assert done.stdout.strip() == said
 
 
 def test_schedule_list_has_upper_snake_headers(sqlite_db: str) -> None:
