@@ -43,11 +43,11 @@ def check_token(token: str | None) -> str | None:
     """An empty token means none; a short one is refused where it is configured."""
     if token is None or token == "":
         return None
-    weak = len(token.strip()) < MIN_TOKEN_LENGTH or len(set(token)) < 2  # 20 spaces, "aaaa…"
+    weak = len(token.strip()) < MIN_TOKEN_LENGTH  # 20 spaces are no secret
     if weak or not token.isascii() or not token.isprintable():
         raise ConfigurationError(
             f"OUTBOX_DASHBOARD_TOKEN must be at least {MIN_TOKEN_LENGTH} printable ASCII "
-            "characters, not blank or one repeated character (e.g. from "
+            "characters, not counting spaces at either end (e.g. from "
             "`python -c 'import secrets; print(secrets.token_urlsafe())'`)"
         )
     return token
