@@ -158,7 +158,12 @@ def _plan(key: str, event: Event, registry: Registry | None) -> _Plan:
     if listeners is None:
         listeners = _PROCESS.of(event.name)
     if not listeners:
-        log.warning("event.no_listeners", name=event.name)
+        log.warning(
+            "event.no_listeners",
+            name=event.name,
+            hint="nothing recorded: no listener of this event is declared in this process "
+            "(import the module that declares them, or pass registry=)",
+        )
         return []
     return [(li, listener_key(key, event.name, li.job_name)) for li in listeners]
 

@@ -8,35 +8,22 @@ Everything is checked here, before the server starts.
 from __future__ import annotations
 
 import ipaddress
-import math
 import os
 import socket
-from typing import Any
 
 import click
 
 from outbox.cli import preflight
 from outbox.cli.app import load_registry
 from outbox.cli.context import CliContext, pass_cli
+from outbox.cli.params import Seconds
 from outbox.db.connection import Database
 from outbox.errors import ConfigurationError, DatabaseError
 
 DEFAULT_BIND = "127.0.0.1:8642"
 
 
-class _FiniteSeconds(click.FloatRange):
-    """At least 1 second, and a number: click's range lets ``nan`` through."""
 
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
-        return float(number)
-
-
-FINITE_SECONDS = _FiniteSeconds(1)
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 WILDCARD_HOSTS = ("0.0.0.0", "::")
 
@@ -71,7 +58,7 @@ def is_loopback(host: str) -> bool:
 )
 @click.option(
     "--refresh",
-    type=FINITE_SECONDS,
+    type=Seconds(1),
     default=5.0,
     show_default=True,
     help="Seconds between live updates of the overview.",

@@ -19,7 +19,7 @@ from outbox.cli import broker as cli_broker
 from outbox.cli import preflight, prompt, tables
 from outbox.cli.app import load_registry
 from outbox.cli.context import CliContext, pass_cli
-from outbox.cli.params import MESSAGE_ID, MESSAGE_ID_OR_ALL, QUEUE_NAME
+from outbox.cli.params import MESSAGE_ID, MESSAGE_ID_OR_ALL, QUEUE_NAME, Seconds
 from outbox.cli.serving import metrics_options
 from outbox.db.connection import Connection
 from outbox.errors import MessageNotFound
@@ -95,6 +95,15 @@ def parse_queue_limits(specs: tuple[str, ...]) -> dict[str, int]:
     "in all queues together (run more workers for more).",
 )
 @click.option(
+    "--unknown-job-delay",
+    type=Seconds(0, 86_400),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="A claimed job no handler here knows (another worker's registry) goes back, "
+    "attempt refunded, due again after this long, for a worker that knows it.",
+)
+@click.option(
     "--prefetch",
     type=click.IntRange(1),
     default=None,
@@ -158,6 +167,7 @@ def worker_command(
     queues: tuple[str, ...],
     app: str,
     concurrency: int,
+    unknown_job_delay: float,
     prefetch: int | None,
     lease: float,
     sleep: float,
@@ -206,6 +216,7 @@ def worker_command(
         max_time=max_time,
         stop_when_empty=stop_when_empty or once,
         queue_limits=limits,
+        unknown_job_delay=unknown_job_delay,
     )
     url = cli_broker.broker_url(broker, "--broker")
     if url is not None:
@@ -507,6 +518,13 @@ def pause_command(cli: CliContext, queue_name: str) -> None:
     """
     with cli.connect() as conn:
         control.pause(conn, queue_name)
+        empty = conn.driver.queue_job_count(queue_name) == 0
+    if empty:  # a typo pauses nothing that exists; say so rather than look like success
+        click.echo(
+            f"paused queue {queue_name}; it has no jobs now (a new queue, or a mistyped "
+            "name?): jobs that arrive in it wait until it is resumed"
+        )
+        return
     click.echo(f"paused queue {queue_name}")
 
 

@@ -59,6 +59,7 @@ class Settler:
         log: Any,
         pause_s: float,
         tally: Tally | None = None,
+        unknown_delay_ms: int = UNKNOWN_DELAY_MS,
     ) -> None:
         self.database = database
         self.registry = registry
@@ -67,6 +68,7 @@ class Settler:
         self.stats = stats
         self.log = log
         self.pause_s = pause_s
+        self.unknown_delay_ms = unknown_delay_ms
         self.tally = tally or Tally(worker_id)  # the dashboard chart's counts
         self._conn: Connection | None = None
         self.in_trouble = False  # the last database operation failed
@@ -239,10 +241,10 @@ class Settler:
                 queue=job.queue,
                 job=job.job_name,
                 attempt=job.attempts,
-                retry_in_s=UNKNOWN_DELAY_MS / 1000,
+                retry_in_s=self.unknown_delay_ms / 1000,
             )
         try:
-            unspent = JobReleaseUnspent(self._fence(jobs), UNKNOWN_DELAY_MS, UNKNOWN_JOB)
+            unspent = JobReleaseUnspent(self._fence(jobs), self.unknown_delay_ms, UNKNOWN_JOB)
             self._driver().job_release_unspent(unspent)
         except DatabaseError as exc:
             self._trouble("release", exc)

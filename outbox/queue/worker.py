@@ -142,6 +142,7 @@ class Worker:
             self.stats,
             self._log,
             min(self.config.sleep, 1.0),
+            unknown_delay_ms=round(self.config.unknown_job_delay * 1000),
         )
 
     # -- control ------------------------------------------------------------------

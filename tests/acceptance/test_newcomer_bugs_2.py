@@ -3,6 +3,7 @@ through the CLI or the public API, on every backend where a database is involved
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from sqlalchemy.orm import Session
 from outbox import Job, Registry, record
 from outbox.db.connection import Connection, Database
 from outbox.db.migrate import LATEST, migrate
+from outbox.errors import ConfigurationError
 from outbox.queue import Worker, WorkerConfig
 from outbox.queue.context import JobContext
 from outbox.relay import Relay
@@ -745,3 +747,45 @@ def test_an_unknown_mysql_charset_is_refused_naming_it() -> None:
 
     with pytest.raises(ConfigurationError, match="'bogus' is not a MariaDB/MySQL character set"):
         Database("mysql://root@127.0.0.1:3306/db?charset=bogus")
+
+
+# -- 15. quiet footguns, made loud -------------------------------------------------------
+
+
+def test_emit_with_no_listener_declared_warns_naming_the_event(app_conn: Any) -> None:
+    from structlog.testing import capture_logs
+
+    from outbox import Event, emit
+
+    with capture_logs() as logs:
+        assert emit(app_conn, "k1", Event("nobody.listens", {}), registry=Registry()) == []
+    (said,) = [e for e in logs if e["event"] == "event.no_listeners"]
+    assert said["log_level"] == "warning" and said["name"] == "nobody.listens"
+    assert "import the module that declares them" in said["hint"]
+
+
+def test_pausing_a_queue_with_no_jobs_says_so(sqlite_db: str) -> None:
+    done = _outbox("--database-url", sqlite_db, "queue", "pause", "mial")
+    assert done.returncode == 0, done.stderr
+    assert "paused queue mial; it has no jobs now (a new queue, or a mistyped name?)" in (
+        done.stdout
+    )
+
+
+def test_the_release_delay_of_an_unknown_job_is_a_setting(
+    database: Database, app_conn: Any, conn: Connection
+) -> None:
+    from outbox import push
+
+    push(app_conn, Job("t.elsewhere", 1))
+    app_conn.commit()
+    before = conn.driver.clock_now()
+    config = WorkerConfig(unknown_job_delay=600, stop_when_empty=True)
+    with Worker(database, Registry(), config) as worker:
+        worker.run_once()
+    (available_at,) = conn.execute_sql("SELECT available_at FROM outbox_jobs")[0]
+    assert 590_000 <= int(available_at) - before <= 610_000  # not the old fixed 60 s
+    with pytest.raises(ConfigurationError, match="unknown_job_delay"):
+        WorkerConfig(unknown_job_delay=math.nan).check()
+    done = _outbox("worker", "--help")
+    assert "--unknown-job-delay" in done.stdout
