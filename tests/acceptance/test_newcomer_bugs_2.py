@@ -243,20 +243,26 @@ def test_a_refused_login_or_missing_database_exits_1_with_the_servers_answer(
 
 
 @skip_mark("postgresql" not in backends.BACKENDS, Gap.POSTGRESQL_NOT_SELECTED)
-def test_a_server_that_is_not_listening_is_waited_for_with_its_errno_logged() -> None:
-    url = make_url(backends.PG_ADMIN_URL).set(port=free_port())
+def _relay_watch_events(url: str, seconds: float = 2.5) -> tuple[list[dict[str, Any]], str]:
+    """``relay --watch`` on ``url`` for ``seconds`` (it must still run), then SIGTERM:
+    its JSON log events, and its stderr for messages."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "outbox", "--database-url",
-         url.render_as_string(hide_password=False), "--log-format", "json", "relay", "--watch"],
+        [sys.executable, "-m", "outbox", "--database-url", url, "--log-format", "json",
+         "relay", "--watch"],
         cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:
-        time.sleep(2)
-        assert proc.poll() is None  # still waiting
+        time.sleep(seconds)
+        assert proc.poll() is None  # still running (or waiting)
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
-    events = [orjson.loads(line) for line in err.splitlines() if line.startswith("{")]
+    return [orjson.loads(line) for line in err.splitlines() if line.startswith("{")], err
+
+
+def test_a_server_that_is_not_listening_is_waited_for_with_its_errno_logged() -> None:
+    url = make_url(backends.PG_ADMIN_URL).set(port=free_port())
+    events, err = _relay_watch_events(url.render_as_string(hide_password=False))
     waits = [e for e in events if e["event"] == "database.unavailable"]
     assert waits and waits[0]["code"] == "ECONNREFUSED", err
 
@@ -367,18 +373,7 @@ def test_a_long_running_command_on_a_newer_schema_logs_it_once_at_start(
     database: Database, db_url: str, conn: Connection
 ) -> None:
     newer = _from_the_future(conn)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "outbox", "--database-url", db_url, "--log-format", "json",
-         "relay", "--watch"],
-        cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    try:
-        time.sleep(2.5)
-        assert proc.poll() is None
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    events = [orjson.loads(line) for line in err.splitlines() if line.startswith("{")]
+    events, err = _relay_watch_events(db_url)
     said = [e for e in events if e["event"] == "schema.newer"]
     assert len(said) == 1, err
     assert (said[0]["database_version"], said[0]["code_version"]) == (newer, LATEST)
