@@ -45,6 +45,9 @@ class Gap(Enum):
     POSTGRESQL_NOT_SELECTED = "postgresql is not in OUTBOX_TEST_BACKENDS for this run"
     NO_POSTGRESQL_BINARIES = "no PostgreSQL 15 server binaries here to start a private cluster"
     SOAK_ONLY = "a long soak run: only with OUTBOX_SOAK=1"
+    NO_READ_ONLY_FILE = (
+        "running as root without chattr: no file can be made read-only for this process"
+    )
 
     @property
     def reason(self) -> str:

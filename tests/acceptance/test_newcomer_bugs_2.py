@@ -30,7 +30,7 @@ from outbox.testing import run_pending
 from tests.dashboard.client import get
 from tests.fixtures import databases as backends
 from tests.fixtures.databases import sqlalchemy_url
-from tests.gaps import Gap, skip_mark
+from tests.gaps import Gap, skip_gap, skip_mark
 from tests.pg_cluster import free_port
 from tests.queue_support import ROOT, count
 
@@ -542,7 +542,7 @@ def immutable(sqlite_db: str) -> Any:
     if subprocess.run(["chattr", "+i", path], capture_output=True, check=False).returncode:
         os.chmod(path, 0o444)
         if os.access(path, os.W_OK):
-            pytest.skip(Gap.SQLITE_FILE.reason)  # root without chattr: nothing is read-only
+            skip_gap(Gap.NO_READ_ONLY_FILE)
     yield sqlite_db
     subprocess.run(["chattr", "-i", path], capture_output=True, check=False)
     os.chmod(path, 0o644)
