@@ -29,7 +29,7 @@ from outbox import metrics
 from outbox.config import settings
 from outbox.db.adapters import described, psycopg_has_rows
 from outbox.db.dialect import MYSQL, POSTGRESQL, SQLITE, Dialect
-from outbox.db.errors import is_retryable, translate
+from outbox.db.errors import error_code, is_retryable, translate
 from outbox.db.sql import Statement, queries
 from outbox.db.url import (
     check_sqlite_query,
@@ -290,7 +290,11 @@ class Database:
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             first = scrub(self.url, first)
-            raise DatabaseError(f"cannot connect to {self.describe()}: {first}") from exc
+            raise DatabaseError(
+                f"cannot connect to {self.describe()}: {first}",
+                operation="connect",
+                code=error_code(exc),
+            ) from exc
         return Connection(raw, self.dialect)
 
     def _connect_raw(self) -> Any:

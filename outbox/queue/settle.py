@@ -327,7 +327,7 @@ class Settler:
     def _trouble(self, during: str, exc: DatabaseError) -> None:
         """Log the error class, drop the connection, pause; leases cover what is held."""
         cause = type(exc.__cause__).__name__ if exc.__cause__ else type(exc).__name__
-        self.log.error("worker.database_error", during=during, error=cause)
+        self.log.error("worker.database_error", during=during, error=cause, code=exc.code)
         self.in_trouble = True
         self.close()
         time.sleep(self.pause_s)

@@ -190,7 +190,8 @@ class Relay:
                 try:
                     batch = self.run_once()
                 except DatabaseError as exc:
-                    log.warning("relay.batch_failed", error=type(exc.__cause__ or exc).__name__)
+                    cause = type(exc.__cause__ or exc).__name__
+                    log.warning("relay.batch_failed", error=cause, code=exc.code)
                     waiter.wait(stop, failing.next())
                     continue
                 except BrokerError as exc:

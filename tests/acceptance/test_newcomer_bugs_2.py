@@ -784,3 +784,13 @@ def test_the_release_delay_of_an_unknown_job_is_a_setting(
         WorkerConfig(unknown_job_delay=math.nan).check()
     done = _outbox("worker", "--help")
     assert "--unknown-job-delay" in done.stdout
+
+
+@skip_mark("mysql" not in backends.BACKENDS, Gap.PYMYSQL_CONNECTION)
+def test_a_failed_connect_carries_the_drivers_code_for_the_logs() -> None:
+    from outbox.errors import DatabaseError
+
+    url = make_url(backends.MYSQL_ADMIN_URL).set(password=SECRET)
+    with pytest.raises(DatabaseError) as caught:
+        Database(url.render_as_string(hide_password=False)).connect()
+    assert (caught.value.operation, caught.value.code) == ("connect", 1045)
