@@ -12,18 +12,37 @@ workers poll either way.
 only, so nothing may outlive a transaction on it: psycopg prepares no statement
 (``prepare_threshold=None``; a prepared statement lives in the session) and relays and
 workers never LISTEN (a notification goes to whichever client holds the connection);
-they poll. Checked at import: any other value is a ``ConfigurationError``.
+they poll. ``session`` (PgBouncer's ``pool_mode = session``: a server connection is the
+client's for its whole session) behaves as ``none``.
+
+Each is read when first used, not at import, so a bad value never breaks
+``import outbox``: it is a one-line ``ConfigurationError`` naming the variable and the
+accepted values where it is used; the CLI checks them all (``check``) before a command
+runs, and exits 2.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from outbox.errors import ConfigurationError
 
+_ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
-POOLER_MODES = ("none", "transaction")
+POOLER_MODES = ("none", "session", "transaction")
+
+
+def flag(name: str, default: bool) -> bool:
+    """The boolean environment variable ``name``: 1/true/yes/on or 0/false/no/off
+    (any case; unset or empty is ``default``), else a ``ConfigurationError``."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in _ON or value in _OFF:
+        return value in _ON
+    raise ConfigurationError(
+        f"{name} must be one of {', '.join(_ON)} or {', '.join(_OFF)}, not {value!r}"
+    )
 
 
 def _pooler_from_env() -> bool:
@@ -35,15 +54,42 @@ def _pooler_from_env() -> bool:
     return value == "transaction"
 
 
-@dataclass(slots=True)
 class Settings:
-    """The settings in force; the defaults come from the environment at import."""
+    """The settings in force: from the environment when first read, or ``configure``."""
 
-    notify: bool = os.environ.get("OUTBOX_NOTIFY", "1").strip().lower() not in _OFF
-    pooler: bool = _pooler_from_env()
+    __slots__ = ("_notify", "_pooler")
+
+    def __init__(self) -> None:
+        self._notify: bool | None = None
+        self._pooler: bool | None = None
+
+    @property
+    def notify(self) -> bool:
+        if self._notify is None:
+            self._notify = flag("OUTBOX_NOTIFY", True)
+        return self._notify
+
+    @notify.setter
+    def notify(self, value: bool) -> None:
+        self._notify = value
+
+    @property
+    def pooler(self) -> bool:
+        if self._pooler is None:
+            self._pooler = _pooler_from_env()
+        return self._pooler
+
+    @pooler.setter
+    def pooler(self, value: bool) -> None:
+        self._pooler = value
 
 
 settings = Settings()
+
+
+def check() -> None:
+    """Read every setting now, so a bad value is refused before anything runs."""
+    _ = settings.notify, settings.pooler
 
 
 def configure(*, notify: bool | None = None, pooler: bool | None = None) -> None:

@@ -16,17 +16,22 @@ Each run uses a queue and keys of its own, so running it twice on one database i
 
 from __future__ import annotations
 
+import os
 import secrets
+import shlex
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, insert
 
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
+from outbox.db.url import secrets_of
 from outbox.events import Event, emit
 from outbox.job import Job
 from outbox.queue.backoff import Backoff
@@ -179,8 +184,27 @@ def run_demo(database: Database, *, intents: int, echo: Callable[[str], None]) -
     echo(f"  relay handed off      {totals.handed_off:>4} intents to the queue")
     stats = _drain(database, registry, queue, tally)
     _summary(tally, stats, echo)
-    echo(f"  done in {time.monotonic() - began:.1f} s. Try: outbox queue failed; outbox status")
+    took = time.monotonic() - began
+    prefix = try_prefix(database)
+    echo(f"  done in {took:.1f} s. Try: {prefix} queue failed; {prefix} status")
     return tally
+
+
+def try_prefix(database: Database) -> str:
+    """The closing hint's command, runnable as printed: this ``outbox`` by its path when
+    its virtualenv is not active (not on PATH), and the database the demo ran on (its
+    password never printed: then the URL is read from ``$OUTBOX_DATABASE_URL``)."""
+    command = "outbox"
+    in_venv = sys.prefix != sys.base_prefix
+    if in_venv and os.environ.get("VIRTUAL_ENV") != sys.prefix:
+        exe = Path(sys.prefix) / "bin" / "outbox"
+        try:
+            command = str(exe.relative_to(Path.cwd()))
+        except ValueError:
+            command = str(exe)
+    secret = secrets_of(database.url)
+    shown = '"$OUTBOX_DATABASE_URL"' if secret else shlex.quote(database.describe())
+    return f"{command} --database-url {shown}"
 
 
 def _summary(tally: Tally, stats: WorkerStats, echo: Callable[[str], None]) -> None:

@@ -27,15 +27,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import structlog
-
 from outbox.db.adapters import adapt, adapt_async
 from outbox.db.caller import keys_held, run, run_async
 from outbox.errors import ConfigurationError, InvalidJob
 from outbox.job import NAME_PATTERN, Job, canonical_json, key_digest
+from outbox.log import get_logger
 from outbox.record import record_many, record_many_async
 
-log = structlog.get_logger("outbox.events")
+log = get_logger("outbox.events")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +164,12 @@ def _plan(key: str, event: Event, registry: HasListeners | None) -> _Plan:
     if listeners is None:
         listeners = _PROCESS.of(event.name)
     if not listeners:
-        log.warning("event.no_listeners", name=event.name)
+        log.warning(
+            "event.no_listeners",
+            name=event.name,
+            hint="nothing recorded: no listener of this event is declared in this process "
+            "(import the module that declares them, or pass registry=)",
+        )
         return []
     return [(li, listener_key(key, event.name, li.job_name)) for li in listeners]
 

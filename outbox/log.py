@@ -1,4 +1,4 @@
-"""Logging: configured once by the CLI; the library only calls ``get_logger``.
+"""Logging: configured once by the CLI; the library only calls ``get_logger`` (below).
 
 Events are named (``relay.batch``) and carry counts and ids as fields: never a payload,
 never an exception message (those live only in the dead-letter row). The same things go
@@ -113,4 +113,45 @@ def configure(fmt: LogFormat = "auto", level: str = "info") -> None:
 
 
 def get_logger(name: str) -> Any:
-    return structlog.get_logger(name)
+    """The library's logger ``name``: structlog's once anyone (the CLI, the application)
+    configured structlog; until then the stdlib logger of that name, which writes only
+    where the application's logging says (we add a ``NullHandler`` to ``outbox``, so an
+    application that configured nothing gets nothing, and never our lines on stdout)."""
+    return _LibraryLogger(name, {})
+
+
+class _LibraryLogger:
+    """Decides per call, so a logger made at import follows a configuration made later."""
+
+    __slots__ = ("_context", "_name")
+
+    def __init__(self, name: str, context: dict[str, Any]) -> None:
+        self._name = name
+        self._context = context
+
+    def bind(self, **values: Any) -> _LibraryLogger:
+        return _LibraryLogger(self._name, {**self._context, **values})
+
+    def __getattr__(self, method: str) -> Any:
+        if structlog.is_configured():
+            target = structlog.get_logger(self._name)
+        else:
+            target = _stdlib_logger(self._name)
+        return getattr(target.bind(**self._context) if self._context else target, method)
+
+
+def _stdlib_logger(name: str) -> Any:
+    """``name`` through stdlib logging: one ``event key=value`` line, filtered by level
+    there (a debug line costs a level check, nothing more)."""
+    return structlog.wrap_logger(
+        logging.getLogger(name),
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            _one_line,
+            structlog.processors.KeyValueRenderer(key_order=["event"], drop_missing=True),
+        ],
+        wrapper_class=structlog.stdlib.BoundLogger,
+    )
+
+
+logging.getLogger("outbox").addHandler(logging.NullHandler())

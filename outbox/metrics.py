@@ -25,9 +25,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Literal
 
-import structlog
-
 from outbox.errors import ConfigurationError, OutboxError
+from outbox.log import get_logger
 
 if TYPE_CHECKING:
     from outbox.db.connection import Connection, Database
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
     from outbox.db.rows import HandoffResult as BatchResult
     from outbox.queue.worker import Worker
 
-log = structlog.get_logger("outbox.metrics")
+log = get_logger("outbox.metrics")
 
 BACKLOG_REFRESH_S = 5.0
 READY_CACHE_S = 1.0

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from outbox import log
+from outbox import config, log
 from outbox.cli import conventions, dashboard, init, migrate, queue, relay, scheduler
 from outbox.cli.context import CliContext
 from outbox.db.connection import Database
@@ -90,6 +90,10 @@ def main(ctx: click.Context, database_url: str, log_format: str, log_level: str)
     1 operational error, 2 usage error, 3 a `status` threshold crossed.
     """
     log.configure(log_format, log_level)  # type: ignore[arg-type]
+    try:
+        config.check()
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
     ctx.obj = CliContext(database_url=database_url, log_level=log_level)
 
 

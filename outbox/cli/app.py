@@ -55,13 +55,22 @@ def _not_found(module_name: str, exc: ModuleNotFoundError) -> str:
     return f"importing {module_name!r} failed: it imports {missing!r}, which is not installed"
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _where(exc: BaseException) -> str:
-    """``RuntimeError at app/jobs.py:12``: the class and the innermost frame."""
+    """``RuntimeError at app/jobs.py:12``: the class and the innermost frame, with the
+    message when it is ours or Python's own about a call (a ``TypeError``: a missing
+    ``name=``), never the application's (which may quote data)."""
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
         return type(exc).__name__
     last = frames[-1]
-    return f"{type(exc).__name__} at {last.filename}:{last.lineno}"
+    where = f"{type(exc).__name__} at {last.filename}:{last.lineno}"
+    ours = os.path.abspath(last.filename).startswith(_PACKAGE + os.sep)
+    if (ours or isinstance(exc, TypeError)) and str(exc):
+        return f"{where}: {str(exc).splitlines()[0]}"
+    return where
 
 
 def _bad(message: str) -> click.BadParameter:

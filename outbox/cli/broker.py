@@ -61,6 +61,27 @@ def require_client() -> None:
         raise ConfigurationError("NATS needs the nats extra: pip install 'outbox[nats]'") from None
 
 
+def check_jetstream(url: BrokerUrl) -> None:
+    """At start: the server answers, takes the login, and has JetStream enabled.
+
+    Each is one line and exit 1 here, before a relay or worker runs and would otherwise
+    meet a server without JetStream as a failed batch or a traceback.
+    """
+    from nats.errors import NoRespondersError
+    from nats.js.errors import ServiceUnavailableError
+
+    from outbox.jetstream.connect import Broker
+
+    with Broker(url) as broker:
+        try:
+            broker.call(broker.js.account_info(), 10.0)
+        except (ServiceUnavailableError, NoRespondersError):
+            raise ConfigurationError(
+                f"JetStream is not enabled on the NATS server at {url.shown}: start "
+                "nats-server with -js (or a jetstream block in its configuration)"
+            ) from None
+
+
 def broker_option(help_text: str) -> Callable[[F], F]:
     return click.option("--broker", metavar="URL", default=None, help=help_text)
 
@@ -160,6 +181,7 @@ def make_target(
     settings = JetStreamSettings(
         streams, "require" if provisioning == "require" else "create", publish_timeout, in_flight
     )
+    check_jetstream(url)
     jet = JetStreamTarget(url, settings, reconnect_max=reconnect_max)
     jet.open()
     return jet

@@ -44,6 +44,8 @@ def init_command(path: Path) -> None:
         raise click.ClickException(
             f"{path} exists; outbox init never overwrites (move it away or name another PATH)"
         ) from None
+    except OSError as exc:  # a folder we may not write in (permissions, a read-only mount)
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
     module = module_of(path)
     app = f"{module or path.stem}:registry"
     click.echo(f"wrote {path}: a registry with one job and one periodic job. Next:")

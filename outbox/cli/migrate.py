@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import click
 
+from outbox.cli import preflight
 from outbox.cli.context import CliContext, pass_cli
 from outbox.db.dialect import DIALECTS
-from outbox.db.migrate import LATEST, migrate, render_sql
+from outbox.db.migrate import LATEST, applied_versions, migrate, render_sql
 
 
 @click.command("migrate")
@@ -33,10 +34,17 @@ def migrate_command(cli: CliContext, print_sql: bool, dialect: str | None) -> No
         click.echo(render_sql(DIALECTS[dialect] if dialect else cli.database().dialect), nl=False)
         return
     db = cli.database()
+    preflight.check_sqlite_folder(db)
     with db.connect() as conn:
         applied = migrate(conn)
+        at = max(applied_versions(conn), default=LATEST)
     if applied:
         click.echo(f"migrated {db.describe()} to version {LATEST} (applied {applied})")
+    elif at > LATEST:  # a newer release migrated it: fine mid-rollout, but say so
+        click.echo(
+            f"{db.describe()}: the database is at version {at}, newer than this release "
+            f"({LATEST}); nothing to do"
+        )
     else:
         click.echo(f"{db.describe()} is up to date (version {LATEST})")
 

@@ -3,6 +3,7 @@ naming the argument, before any database is touched."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -53,3 +54,15 @@ class QueueName(_TextType):
 MESSAGE_ID = MessageId()
 MESSAGE_ID_OR_ALL = MessageId(allow_all=True)
 QUEUE_NAME = QueueName()
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds in a range, and finite: click's range lets ``nan`` through."""
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return float(number)

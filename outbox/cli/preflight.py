@@ -6,8 +6,13 @@
   fault: a worker or ``relay --watch`` would otherwise retry it forever. It is said once,
   naming ``outbox migrate``, and the command exits 1.
 - A database that is down *is* transient: a long-running command waits for it, with
-  backoff, logging each failed attempt by error class (never its message, which can
-  quote the URL), until it answers or SIGTERM/SIGINT arrives.
+  backoff, logging each failed attempt by error class and code (the MariaDB errno, or
+  what libpq said, as a SQLSTATE; never the message, which can quote the URL), until it
+  answers or SIGTERM/SIGINT arrives. Only what a restart fixes is waited for: nothing
+  listening (connection refused, an unresolvable or unreachable host), a server starting
+  up, shutting down or out of connection slots. A server that answered "no" (a wrong
+  password, an unknown role or database, a pg_hba rule) is a configuration error: said
+  once, as ``outbox status`` says it, and exit 1.
 """
 
 from __future__ import annotations
@@ -19,14 +24,36 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-import structlog
-
 from outbox.db.connection import Connection, Database
 from outbox.db.dialect import SQLITE
 from outbox.db.migrate import LATEST, applied_versions
 from outbox.errors import ConfigurationError, DatabaseError
+from outbox.log import get_logger
 
-log = structlog.get_logger("outbox.cli")
+# libpq reports a refusal at connect without a SQLSTATE, as "FATAL:  <message>": these are
+# the server's answers that a wait cures, by the SQLSTATE the server logs with them.
+_PG_WAIT = {
+    "the database system is starting up": "57P03",
+    "the database system is shutting down": "57P03",
+    "the database system is in recovery mode": "57P03",
+    "the database system is not yet accepting connections": "57P03",
+    "sorry, too many clients already": "53300",
+    "remaining connection slots are reserved": "53300",
+}
+# libpq's words for a failure with no server answer, as the errno behind them.
+_PG_ERRNO = {
+    "Connection refused": "ECONNREFUSED",
+    "timeout expired": "ETIMEDOUT",
+    "No route to host": "EHOSTUNREACH",
+    "failed to resolve host": "EAI_NONAME",
+    "could not translate host name": "EAI_NONAME",
+}
+# MariaDB/MySQL client errnos with no server answer behind them (can't connect via socket
+# or TCP, unknown host, server gone, lost connection) and the server's "too many
+# connections" / "shutdown in progress".
+_MYSQL_WAIT = frozenset({2002, 2003, 2005, 2006, 2013, 1040, 1053})
+
+log = get_logger("outbox.cli")
 
 FIRST_PAUSE_S = 0.5
 MAX_PAUSE_S = 5.0
@@ -51,8 +78,25 @@ def check_sqlite_file(database: Database) -> None:
         )
 
 
+def check_sqlite_folder(database: Database) -> None:
+    """The commands that create a SQLite file (``migrate``, ``demo``) need its folder:
+    SQLite's own "unable to open database file" names neither the file nor the folder."""
+    if database.dialect is not SQLITE:
+        return
+    name = database.url.database or ""
+    if name in ("", ":memory:") or name.startswith("file:"):
+        return
+    folder = Path(name).resolve().parent
+    if not folder.is_dir():
+        raise ConfigurationError(
+            f"no folder {str(folder)!r} for the SQLite database {database.describe()}; "
+            "create it first"
+        )
+
+
 def check_schema(conn: Connection, database: Database) -> None:
-    """The outbox tables must be there, at a version this code knows how to use."""
+    """The outbox tables must be there, at a version this code knows how to use; a newer
+    one (a rolling deploy, newer code migrated first) is used, and logged once."""
     versions = conn.read(applied_versions, operation="check the outbox schema")
     if not versions:
         raise ConfigurationError(
@@ -63,6 +107,8 @@ def check_schema(conn: Connection, database: Database) -> None:
             f"{database.describe()} has outbox schema version {max(versions)}, this outbox "
             f"needs {LATEST}; run `outbox migrate`"
         )
+    if max(versions) > LATEST:  # a rolling deploy: newer code migrated first; it is said
+        log.warning("schema.newer", database_version=max(versions), code_version=LATEST)
 
 
 def ready(database: Database, *, wait: bool = False, stop: threading.Event | None = None) -> None:
@@ -73,10 +119,11 @@ def ready(database: Database, *, wait: bool = False, stop: threading.Event | Non
         try:
             conn = database.connect()
         except DatabaseError as exc:
-            if not wait:
+            waits, code = connect_failure(exc)
+            if not wait or not waits:
                 raise
             cause = type(exc.__cause__).__name__ if exc.__cause__ else type(exc).__name__
-            log.error("database.unavailable", error=cause, retry_in_s=pause)
+            log.error("database.unavailable", error=cause, code=code, retry_in_s=pause)
             if stop is not None and stop.wait(pause):
                 raise Stopped from None
             if stop is None:
@@ -86,6 +133,30 @@ def ready(database: Database, *, wait: bool = False, stop: threading.Event | Non
         with conn:
             check_schema(conn, database)
         return
+
+
+def connect_failure(exc: DatabaseError) -> tuple[bool, str | int | None]:
+    """Whether waiting can cure this failed connect, and its code (SQLSTATE or errno).
+
+    A server that is not there is waited for; one that answered and refused is not.
+    """
+    cause = exc.__cause__
+    if cause is None:
+        return False, None
+    module = type(cause).__module__
+    if module.startswith("pymysql"):
+        errno = cause.args[0] if cause.args and isinstance(cause.args[0], int) else None
+        return errno in _MYSQL_WAIT, errno
+    if module.startswith("psycopg"):
+        said = str(cause)
+        if "FATAL:" not in said:  # libpq got no answer: refused, timed out, no such host
+            return True, next((e for m, e in _PG_ERRNO.items() if m in said), None)
+        answer = said.split("FATAL:", 1)[1].strip()
+        for start, sqlstate in _PG_WAIT.items():
+            if answer.startswith(start):
+                return True, sqlstate
+        return False, None
+    return False, None
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from outbox.cli import broker as cli_broker
 from outbox.cli import preflight, prompt, tables
 from outbox.cli.app import load_registry
 from outbox.cli.context import CliContext, pass_cli
-from outbox.cli.params import MESSAGE_ID, MESSAGE_ID_OR_ALL, QUEUE_NAME
+from outbox.cli.params import MESSAGE_ID, MESSAGE_ID_OR_ALL, QUEUE_NAME, Seconds
 from outbox.cli.serving import metrics_options
 from outbox.db.connection import Connection
 from outbox.errors import MessageNotFound
@@ -29,6 +29,10 @@ from outbox.metrics import serving
 from outbox.queue import admin, control
 from outbox.queue.registry import DEFAULT_MAX_ATTEMPTS
 from outbox.queue.worker import Worker, WorkerConfig
+
+# Jobs one worker process runs at once, over all its queues: each sync slot is a thread,
+# and past this a process stalls starting them; run more worker processes instead.
+MAX_CONCURRENCY = 1000
 
 
 def parse_queues(specs: tuple[str, ...]) -> dict[str, int | None]:
@@ -41,9 +45,11 @@ def parse_queues(specs: tuple[str, ...]) -> dict[str, int | None]:
                 f"{name!r} is not a queue name (1-200 chars of A-Z a-z 0-9 _ . : -)",
                 param_hint="QUEUE",
             )
-        if sep and not (cap.isdigit() and int(cap) >= 1):
+        if sep and not (cap.isdigit() and 1 <= int(cap) <= MAX_CONCURRENCY):
             raise click.BadParameter(
-                f"{spec!r}: the cap after '=' must be a whole number >= 1", param_hint="QUEUE"
+                f"{spec!r}: the cap after '=' must be a whole number from 1 to "
+                f"{MAX_CONCURRENCY}",
+                param_hint="QUEUE",
             )
         if name in out:
             raise click.BadParameter(f"queue {name!r} is given twice", param_hint="QUEUE")
@@ -84,9 +90,19 @@ def parse_queue_limits(specs: tuple[str, ...]) -> dict[str, int]:
 )
 @click.option(
     "--concurrency",
-    type=click.IntRange(1),
+    type=click.IntRange(1, MAX_CONCURRENCY),
     default=1,
-    help="Jobs run at once in each queue given without =CAP.",
+    help=f"Jobs run at once in each queue given without =CAP; at most {MAX_CONCURRENCY} "
+    "in all queues together (run more workers for more).",
+)
+@click.option(
+    "--unknown-job-delay",
+    type=Seconds(0, 86_400),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="A claimed job no handler here knows (another worker's registry) goes back, "
+    "attempt refunded, due again after this long, for a worker that knows it.",
 )
 @click.option(
     "--prefetch",
@@ -152,6 +168,7 @@ def worker_command(
     queues: tuple[str, ...],
     app: str,
     concurrency: int,
+    unknown_job_delay: float,
     prefetch: int | None,
     lease: float,
     sleep: float,
@@ -181,6 +198,13 @@ def worker_command(
             f"queue {name!r} is not one this worker runs ({', '.join(served)})",
             param_hint="--queue-concurrency",
         )
+    slots = sum(concurrency if cap is None else cap for cap in served.values())
+    if slots > MAX_CONCURRENCY:
+        raise click.BadParameter(
+            f"{slots} jobs at once over these queues; one worker runs at most "
+            f"{MAX_CONCURRENCY} (run more worker processes)",
+            param_hint="--concurrency",
+        )
     registry = load_registry(app)
     config = WorkerConfig(
         queues=served,
@@ -193,12 +217,14 @@ def worker_command(
         max_time=max_time,
         stop_when_empty=stop_when_empty or once,
         queue_limits=limits,
+        unknown_job_delay=unknown_job_delay,
     )
     url = cli_broker.broker_url(broker, "--broker")
     if url is not None:
         if metrics_port is not None:
             raise click.UsageError("--metrics-port is not served with --broker yet")
         cli_broker.require_client()
+        cli_broker.check_jetstream(url)
         from outbox.jetstream.worker import JetStreamWorker
 
         if not JetStreamWorker(url, registry, config).run().graceful:
@@ -495,6 +521,13 @@ def pause_command(cli: CliContext, queue_name: str) -> None:
     """
     with cli.connect() as conn:
         control.pause(conn, queue_name)
+        empty = conn.driver.queue_job_count(queue_name) == 0
+    if empty:  # a typo pauses nothing that exists; say so rather than look like success
+        click.echo(
+            f"paused queue {queue_name}; it has no jobs now (a new queue, or a mistyped "
+            "name?): jobs that arrive in it wait until it is resumed"
+        )
+        return
     click.echo(f"paused queue {queue_name}")
 
 
@@ -550,7 +583,18 @@ def demo_command(cli: CliContext, intents: int) -> None:
 
     if cli.log_level == "info":  # the summary tells the story; per-retry warnings would bury it
         log.configure("auto", "error")
-    run_demo(cli.database(), intents=intents, echo=click.echo)
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    from outbox.db.errors import translate
+
+    database = cli.database()
+    preflight.check_sqlite_folder(database)
+    try:
+        run_demo(database, intents=intents, echo=click.echo)
+    except SQLAlchemyError as exc:  # the demo's own business writes (a read-only file, ...)
+        orig = exc.orig if isinstance(exc, DBAPIError) else None
+        cause: BaseException = orig if orig is not None else exc
+        raise translate(cause, f"demo on {database.describe()}") from exc
 
 
 commands: list[click.Command] = [worker_command, queue_group, demo_command]

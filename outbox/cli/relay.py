@@ -7,6 +7,7 @@ message. Progress bars go to stderr, and only when it is a terminal.
 
 from __future__ import annotations
 
+import re
 import sys
 
 import click
@@ -319,7 +320,23 @@ def retry_command(cli: CliContext, message_id: str, accept_current: bool) -> Non
     click.echo(f"message {message_id} {how}returned to pending")
 
 
-@click.command("prune")
+class _NumbersCommand(click.Command):
+    """Takes ``-1`` as a (refused) value, not an unknown option: ``prune -1`` should say
+    DAYS must be >= 0. Only flags, so every other word is a value."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        numbers = [a for a in args if _NEGATIVE.fullmatch(a)]
+        if not numbers or "--" in args:
+            return super().parse_args(ctx, args)
+        flags = [a for a in args if a not in numbers and a.startswith("-")]
+        values = [a for a in args if a not in flags]
+        return super().parse_args(ctx, [*flags, "--", *values])
+
+
+_NEGATIVE = re.compile(r"-\d+")
+
+
+@click.command("prune", cls=_NumbersCommand)
 @click.argument("days", type=click.IntRange(min=0))
 @click.argument("limit", type=click.IntRange(min=1), default=1000)
 @pass_cli

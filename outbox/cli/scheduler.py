@@ -15,8 +15,16 @@ import orjson
 from outbox.cli import preflight
 from outbox.cli.app import load_registry
 from outbox.cli.context import CliContext, pass_cli
+from outbox.db.connection import Database
+from outbox.queue.registry import Registry
 from outbox.schedule import store
-from outbox.schedule.service import CATCH_UP_POLICIES, Scheduler, SchedulerConfig, status
+from outbox.schedule.service import (
+    CATCH_UP_POLICIES,
+    Scheduler,
+    SchedulerConfig,
+    recent_ticks,
+    status,
+)
 
 _APP_HELP = "MODULE:ATTR of a Registry."
 
@@ -75,11 +83,27 @@ def scheduler_command(
             return
         with Scheduler(database, registry, config) as scheduler:
             if once:
+                known = _recorded_already(database, registry, max_catch_up)
                 done = scheduler.run_once()
-                click.echo(f"recorded {len(done)} {'tick' if len(done) == 1 else 'ticks'}")
+                new = sum(r.tick not in known[r.schedule] for r in done)
+                again = f"; {len(done) - new} due were recorded already" if len(done) > new else ""
+                click.echo(f"recorded {new} new {'tick' if new == 1 else 'ticks'}{again}")
                 return
             total = scheduler.watch(stop)
     click.echo(f"scheduler stopped; recorded {total} {'tick' if total == 1 else 'ticks'}")
+
+
+def _recorded_already(
+    database: Database, registry: Registry, recent: int
+) -> dict[str, set[datetime]]:
+    """Each schedule's latest ticks that are recorded now: what ``--once`` finds again
+    (its ``record()`` returns the same message id) is not a tick it recorded."""
+    with database.connect() as conn:
+        now = datetime.fromtimestamp(store.now(conn), UTC)
+        return {
+            e.name: set(store.recorded_ticks(conn, e, recent_ticks(e, now, recent + 1)))
+            for e in registry.schedules
+        }
 
 
 @click.group("schedule")
@@ -105,9 +129,12 @@ def list_command(cli: CliContext, app: str, as_json: bool) -> None:
         for row in rows:
             click.echo(orjson.dumps(row).decode())
         return
+    if not rows:
+        click.echo(f"no schedules: {app} declares no periodic jobs")
+        return
     click.echo(
-        f"{'name':24} {'cron':16} {'timezone':16} {'job':24} {'queue':12} "
-        f"{'last tick (UTC)':20} next tick (UTC)"
+        f"{'NAME':24} {'CRON':16} {'TIMEZONE':16} {'JOB':24} {'QUEUE':12} "
+        f"{'LAST_TICK':20} NEXT_TICK"
     )
     for row in rows:
         click.echo(

@@ -8,6 +8,9 @@ Host headers (400), which stops a DNS-rebinding page from reading a loopback das
 
 from __future__ import annotations
 
+import functools
+import ipaddress
+import socket
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -183,17 +186,47 @@ class SecurityHeaders:
 
 
 class HostGuard:
-    """Answers 400 to a Host header not in ``allowed`` (names without the port)."""
+    """Answers 400 to a Host header not in ``allowed`` (names without the port), unless
+    it is an address of this machine: a page that rebinds its own name to us still sends
+    that name, so an IP literal is never a rebinding, and one of ours reached us."""
 
     def __init__(self, app: ASGIApp, allowed: frozenset[str]) -> None:
         self.app = app
         self.allowed = allowed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and host_name(scope) not in self.allowed:
-            await PlainTextResponse("unexpected Host header", status_code=400)(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            name = host_name(scope)
+            if name not in self.allowed and not is_own_address(name):
+                answer = PlainTextResponse("unexpected Host header", status_code=400)
+                await answer(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+
+@functools.lru_cache(maxsize=256)
+def is_own_address(name: str) -> bool:
+    """Is ``name`` an IP address of one of this machine's interfaces? (Only a local
+    address can be bound, so binding a throwaway UDP socket to it says so.)"""
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    if address.is_unspecified or address.is_multicast:  # 0.0.0.0 binds, but names no host
+        return False
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.bind((str(address), 0))
+    except OSError:
+        return False
+    return True
+
+
+def own_names() -> frozenset[str]:
+    """This machine's own host names, for a dashboard listening on every interface."""
+    names = {socket.gethostname(), socket.getfqdn()}
+    return frozenset(n.lower() for n in names if n)
 
 
 def host_name(scope: Scope) -> str:

@@ -43,10 +43,12 @@ def check_token(token: str | None) -> str | None:
     """An empty token means none; a short one is refused where it is configured."""
     if token is None or token == "":
         return None
-    if len(token) < MIN_TOKEN_LENGTH or not token.isascii() or not token.isprintable():
+    weak = len(token.strip()) < MIN_TOKEN_LENGTH  # 20 spaces are no secret
+    if weak or not token.isascii() or not token.isprintable():
         raise ConfigurationError(
             f"OUTBOX_DASHBOARD_TOKEN must be at least {MIN_TOKEN_LENGTH} printable ASCII "
-            "characters (e.g. from `python -c 'import secrets; print(secrets.token_urlsafe())'`)"
+            "characters, not counting spaces at either end (e.g. from "
+            "`python -c 'import secrets; print(secrets.token_urlsafe())'`)"
         )
     return token
 

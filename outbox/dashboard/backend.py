@@ -19,16 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import structlog
 from starlette.concurrency import run_in_threadpool
 
 from outbox.dashboard import store
 from outbox.db.connection import Connection, Database
+from outbox.log import get_logger
 from outbox.queue import control
 
 T = TypeVar("T")
 IDLE_CONNECTIONS = 4
-log = structlog.get_logger("outbox.dashboard")
+log = get_logger("outbox.dashboard")
 
 
 @dataclass(frozen=True, slots=True)

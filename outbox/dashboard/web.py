@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
-import structlog
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -19,10 +18,11 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from outbox.dashboard import auth
 from outbox.dashboard.backend import Backend
 from outbox.dashboard.store import COUNT_CAP
+from outbox.log import get_logger
 from outbox.queue.registry import Registry
 
 MAX_FORM_BYTES = 64 * 1024
-log = structlog.get_logger("outbox.dashboard")
+log = get_logger("outbox.dashboard")
 
 
 class Problem(Exception):

@@ -18,16 +18,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-import structlog
 from sqlalchemy.engine import URL, make_url
 
 from outbox.db.dialect import Dialect
 from outbox.db.driver import Backend, ConnectOptions, Driver, Row
 from outbox.db.drivers import backend_for, backend_of
-from outbox.db.errors import is_retryable, translate
+from outbox.db.errors import error_code, is_retryable, translate
 from outbox.db.sql import Statement, queries
-from outbox.db.url import describe, scrub
+from outbox.db.url import describe, libpq_multi_host, scrub
 from outbox.errors import ConfigurationError, DatabaseError, OutboxError
+from outbox.log import get_logger
 
 T = TypeVar("T")
 OnRetry = Callable[[str], None]
@@ -37,7 +37,7 @@ RETRY_BASE_S = 0.02
 RETRY_CAP_S = 0.5
 SQLITE_BUSY_TIMEOUT_MS = 5_000
 
-log = structlog.get_logger("outbox.db")
+log = get_logger("outbox.db")
 
 
 class Connection:
@@ -249,7 +249,11 @@ class Database:
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             first = scrub(self.url, first)
-            raise DatabaseError(f"cannot connect to {self.describe()}: {first}") from exc
+            raise DatabaseError(
+                f"cannot connect to {self.describe()}: {first}",
+                operation="connect",
+                code=error_code(exc),
+            ) from exc
         return Connection(raw, self.dialect, on_retry=self.on_retry)
 
 
@@ -257,7 +261,7 @@ def parse_url(url: str) -> URL:
     """The URL parsed; unparseable text is a ``ConfigurationError`` (never echoing it,
     since it may hold a password)."""
     try:
-        return make_url(url)
+        return make_url(libpq_multi_host(url))
     except Exception as exc:
         raise ConfigurationError(
             "cannot parse the database URL; expected e.g. sqlite:///outbox.db or "

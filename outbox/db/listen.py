@@ -21,9 +21,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from outbox.db.connection import Database
+from outbox.log import get_logger
 
 POLL_S = 1.0  # a safety net only: close() wakes the thread at once
 RECONNECT_MIN_S = 0.5
@@ -47,7 +46,7 @@ class Listener:
         self._database = database
         self._channel = channel
         self._on_notify = on_notify
-        self._log = structlog.get_logger(f"outbox.{owner}")
+        self._log = get_logger(f"outbox.{owner}")
         self._owner = owner
         self._reconnect_max = reconnect_max
         self._closed = threading.Event()

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 from sqlalchemy.engine import URL
 
 from outbox.config import settings
@@ -36,8 +35,9 @@ from outbox.db.rows import (
 from outbox.db.shared import Outcome, SharedDriver, claim_params, claimed_jobs, timed
 from outbox.db.url import postgresql_args
 from outbox.errors import DatabaseError, OutboxError
+from outbox.log import get_logger
 
-log = structlog.get_logger("outbox.relay")
+log = get_logger("outbox.relay")
 
 _LISTEN = {RELAY_CHANNEL: "listen_relay", JOBS_CHANNEL: "listen_jobs"}
 

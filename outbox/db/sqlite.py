@@ -22,6 +22,7 @@ from outbox.db.adapters import described
 from outbox.db.dialect import SQLITE
 from outbox.db.driver import Backend, ConnectOptions
 from outbox.db.shared import SharedDriver
+from outbox.db.url import check_sqlite_query
 
 
 class SqliteDriver(SharedDriver):
@@ -31,6 +32,7 @@ class SqliteDriver(SharedDriver):
 
 
 def connector(url: URL, options: ConnectOptions) -> Callable[[], sqlite3.Connection]:
+    check_sqlite_query(url)  # a bad URL parameter is refused now, not at the first connection
     path = url.database or ":memory:"
     timeout_ms = int(options.sqlite_busy_timeout_ms)
 

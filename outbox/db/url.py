@@ -18,6 +18,7 @@ part of a URL ever reaches a message or a log.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -75,8 +76,28 @@ def is_secret(key: str) -> bool:
     return any(mark in lowered for mark in _SECRET_MARKS)
 
 
+def libpq_multi_host(text: str) -> str:
+    """libpq's multi-host form ``postgresql://u@h1:5999,h2:5432/db`` (which SQLAlchemy
+    cannot parse) as the query form it can: ``postgresql://u@/db?host=h1:5999&host=h2:5432``.
+    Any other text comes back unchanged."""
+    found = _PG_MULTI_HOST.match(text)
+    if found is None:
+        return text
+    scheme, user, hosts, path, query = found.groups()
+    listed = "&".join(f"host={quote(h, safe=':[]')}" for h in hosts.split(",") if h)
+    joined = f"{query}&{listed}" if query else listed
+    return f"{scheme}{user or ''}{path or '/'}?{joined}"
+
+
+_PG_MULTI_HOST = re.compile(
+    r"^(postgres(?:ql)?(?:\+\w+)?://)([^@/?#]*@)?([^@/?#]*,[^@/?#]*)(/[^?#]*)?(?:\?([^#]*))?$"
+)
+
+
 def describe(url: URL) -> str:
     """The URL for messages and logs: password and secret query values as ``***``."""
+    if url.drivername.startswith("sqlite") and url.database == ":memory:":
+        return f"{url.drivername}:///:memory:"  # SQLAlchemy would write %3Amemory%3A
     base = url.set(query={}).render_as_string(hide_password=True)
     if not url.query:
         return base
@@ -102,6 +123,17 @@ def scrub(url: URL, text: str) -> str:
     for secret in sorted(secrets_of(url), key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
+
+
+def check_sqlite_query(url: URL) -> None:
+    """A SQLite URL takes no query parameters: refuse one rather than ignore it (the busy
+    timeout is ``Database(..., sqlite_busy_timeout_ms=)``; ``?timeout=abc`` meant nothing)."""
+    if url.query:
+        names = ", ".join(sorted(url.query))
+        raise ConfigurationError(
+            f"a SQLite URL takes no query parameters (got {names}); outbox sets the busy "
+            "timeout itself (Database(url, sqlite_busy_timeout_ms=...))"
+        )
 
 
 def postgresql_args(url: URL) -> dict[str, Any]:
@@ -175,17 +207,39 @@ def mysql_args(url: URL) -> dict[str, Any]:
         "database": url.database,
         "charset": "utf8mb4",
     }
-    unknown = sorted(k for k in url.query if k not in MYSQL_PARAMS)
+    query = dict(url.query)
+    if "password" in query:  # as libpq takes ?password=, for a password the URL cannot hold
+        password = query.pop("password")
+        if isinstance(password, tuple):
+            raise ConfigurationError("the database URL gives ?password= more than once")
+        args["password"] = password
+    unknown = sorted(k for k in query if k not in MYSQL_PARAMS)
     if unknown:
         raise ConfigurationError(
             f"unsupported MySQL/MariaDB URL parameter(s): {', '.join(unknown)}; "
             f"accepted: {', '.join(sorted(MYSQL_PARAMS))}"
         )
-    for key, value in url.query.items():
+    for key, value in query.items():
         if isinstance(value, tuple):
             raise ConfigurationError(f"the database URL gives ?{key}= more than once")
         args[key] = _mysql_value(key, value)
+    _check_charset(str(args["charset"]))
     return args
+
+
+def _check_charset(name: str) -> None:
+    """PyMySQL fails on an unknown charset with an AttributeError at connect; say it now."""
+    from pymysql.charset import charset_by_name
+
+    try:
+        known = charset_by_name(name) is not None
+    except KeyError:
+        known = False
+    if not known:
+        raise ConfigurationError(
+            f"database URL parameter 'charset': {name!r} is not a MariaDB/MySQL character "
+            "set (e.g. utf8mb4, the default)"
+        )
 
 
 def _mysql_value(key: str, value: str) -> Any:

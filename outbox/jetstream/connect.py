@@ -23,14 +23,14 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import nats
-import structlog
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from outbox.errors import BrokerError
 from outbox.jetstream.url import BrokerUrl, is_broker_url, parse_url
+from outbox.log import get_logger
 
-log = structlog.get_logger("outbox.jetstream")
+log = get_logger("outbox.jetstream")
 T = TypeVar("T")
 __all__ = ["Broker", "BrokerUrl", "connect", "is_broker_url", "parse_url"]
 
@@ -47,6 +47,12 @@ async def connect(
     url: BrokerUrl, *, timeout: float = 2.0, reconnects: int = 3, name: str = "outbox"
 ) -> Client:
     """A connected client, or ``BrokerError`` naming the servers (never the password)."""
+    refused = [False]  # nats-py reports a refused login only to the error callback
+
+    async def on_error(exc: Exception) -> None:
+        refused[0] = refused[0] or "authorization violation" in str(exc).lower()
+        await _quiet_error(exc)
+
     try:
         return await nats.connect(
             servers=list(url.servers),
@@ -57,12 +63,14 @@ async def connect(
             reconnect_time_wait=1,
             max_reconnect_attempts=reconnects,
             allow_reconnect=True,
-            error_cb=_quiet_error,
+            error_cb=on_error,
             disconnected_cb=_quiet_event,
             reconnected_cb=_quiet_event,
             closed_cb=_quiet_event,
         )
     except Exception as exc:
+        if refused[0]:
+            raise BrokerError(f"NATS at {url.shown}: authentication failed") from None
         raise BrokerError(
             f"cannot reach NATS at {url.shown} ({type(exc).__name__}); is nats-server running "
             "with JetStream (-js)?",

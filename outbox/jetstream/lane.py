@@ -41,7 +41,6 @@ from functools import partial
 from queue import Empty, SimpleQueue
 from typing import Any
 
-import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -50,12 +49,13 @@ from outbox.db.rows import ClaimedJob, Failure
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.jetstream import codec, names
 from outbox.jetstream.pull import Puller
+from outbox.log import get_logger
 from outbox.queue.config import WorkerConfig, WorkerStats
 from outbox.queue.execute import JobTimeout, Kind, Outcome, Runner, SyncPool, failure_of
 from outbox.queue.policy import UNKNOWN_FAILURE, Action, decide
 from outbox.queue.registry import Handler, Registry
 
-log = structlog.get_logger("outbox.worker")
+log = get_logger("outbox.worker")
 Send = Callable[[], Awaitable[None]]
 
 

@@ -53,7 +53,6 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-import structlog
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
@@ -66,11 +65,12 @@ from outbox.jetstream import names, provision
 from outbox.jetstream.connect import BrokerUrl, connect
 from outbox.jetstream.lane import Lane, LaneContext
 from outbox.job import MAX_ATTEMPTS_LIMIT
+from outbox.log import get_logger
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
 from outbox.queue.execute import Runner
 from outbox.queue.registry import Registry
 
-log = structlog.get_logger("outbox.worker")
+log = get_logger("outbox.worker")
 _BACKSTOP_DELIVERIES = MAX_ATTEMPTS_LIMIT + 2
 STEP_TIMEOUT_S = 30.0
 

@@ -28,8 +28,11 @@ class Backoff:
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not (self.base > 0 and self.cap >= self.base):
-            raise ValueError("backoff needs base > 0 and cap >= base")
+        if not (self.base > 0 and self.cap >= self.base):  # NaN fails both, as it should
+            raise ValueError(
+                f"Backoff needs a number base > 0 and cap >= base, in seconds "
+                f"(got base={self.base!r}, cap={self.cap!r})"
+            )
 
     def bound(self, attempt: int) -> float:
         """The largest delay after failed attempt number ``attempt`` (1-based)."""

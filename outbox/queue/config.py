@@ -34,6 +34,9 @@ class WorkerConfig:
     - ``listen`` (True): use LISTEN/NOTIFY where the database has it.
     - ``queue_limits`` (none): queue name → how many of its jobs may run at once across
       every worker (``outbox.queue.gate``), beside each worker's own cap.
+    - ``unknown_job_delay`` (60 s): when a claimed job's name has no handler here (another
+      worker's registry, a rolling deploy), it goes back, attempt refunded, due again
+      after this many seconds, for a worker that knows it.
     """
 
     queues: dict[str, int | None] = field(default_factory=lambda: {"default": None})
@@ -48,6 +51,7 @@ class WorkerConfig:
     reap_every: float | None = None
     listen: bool = True
     queue_limits: dict[str, int] = field(default_factory=dict)
+    unknown_job_delay: float = 60.0
 
     def caps(self) -> dict[str, int]:
         return {q: (n or self.concurrency) for q, n in self.queues.items()}
@@ -73,6 +77,8 @@ class WorkerConfig:
             raise ConfigurationError("concurrency and prefetch must be at least 1")
         if self.lease < 0.3 or self.sleep <= 0 or self.grace < 0:
             raise ConfigurationError("lease must be >= 0.3 s, sleep > 0 and grace >= 0")
+        if not 0 <= self.unknown_job_delay <= 86_400:  # NaN fails too
+            raise ConfigurationError("unknown_job_delay must be from 0 to 86400 seconds")
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ from collections.abc import Container
 from datetime import UTC, datetime
 from typing import Any
 
-import structlog
+from outbox.log import get_logger
 
 DBAPIConnection = Any
 """The driver's own connection, by the database URL: ``sqlite3.Connection``,
@@ -79,7 +79,7 @@ class JobContext:
     def log(self) -> Any:
         """Bound on first use: most handlers never log, and binding costs."""
         if self._log is None:
-            self._log = structlog.get_logger("outbox.job").bind(
+            self._log = get_logger("outbox.job").bind(
                 message_id=self.message_id, job=self.job_name, attempt=self.attempt
             )
         return self._log

@@ -21,18 +21,28 @@ recorded as cancelled all the same. A flagged job whose worker dies or stops bef
 finishes comes back to the queue with the flag; the next worker to hold it records the
 cancellation when it finishes.
 
-Each function takes an open ``Connection`` (``Database(url).connect()``), or a
-``Database`` or a URL, which it connects to for the call.
+Each function takes the application's own connection (a SQLAlchemy ``Connection`` or
+``Session``, a psycopg 3 ``Connection``, a ``sqlite3.Connection`` or a PyMySQL
+``Connection``: the kinds ``record()`` takes, resolved the same way), and then joins its
+transaction like ``record()``: the change takes effect when the caller commits, and no
+other connection is opened. Or it takes outbox's own ``Connection``
+(``Database(url).connect()``), a ``Database`` or a URL, and runs in a transaction of its
+own (connecting for the call when given a ``Database`` or URL), retried on deadlock.
+Each operation is one plan (``outbox.db.caller``) whichever connection runs it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
+from outbox.db.adapters import adapt
+from outbox.db.caller import Plan, run
 from outbox.db.connection import Connection, Database
-from outbox.errors import InvalidJob, MessageNotFound
+from outbox.db.dialect import Dialect
+from outbox.db.driver import CANCELLED_FAILURE
+from outbox.errors import InvalidJob, MessageNotFound, UnsupportedConnection
 from outbox.job import check_name
 from outbox.queue.admin import check_message_id
 
@@ -42,7 +52,10 @@ MAX_SNOOZES = 100
 MAX_SNOOZE_SECONDS = 365 * 86_400
 SNOOZE_LIMIT = "SnoozeLimit"
 
-Target = Connection | Database | str
+# outbox's own Connection, a Database or a URL; or any connection record() accepts.
+Target = Connection | Database | str | Any
+T = TypeVar("T")
+_OURS = "an outbox Database, its Connection or a database URL"
 
 
 def check_queue_name(queue: object) -> str:
@@ -51,7 +64,7 @@ def check_queue_name(queue: object) -> str:
 
 
 @contextmanager
-def _connected(target: Target) -> Iterator[Connection]:
+def _connected(target: Connection | Database | str) -> Iterator[Connection]:
     if isinstance(target, Connection):
         yield target
         return
@@ -63,24 +76,109 @@ def _connected(target: Target) -> Iterator[Connection]:
         conn.close()
 
 
+def _call(
+    target: Target, plan: Callable[[Dialect], Plan[T]], operation: str, *, reads: bool = False
+) -> T:
+    """Run ``plan`` on ``target``: in the caller's transaction on an application's
+    connection; on our own, in a transaction of ours with the retry policy (outside
+    one for a plan that only ``reads``: no writer lock on SQLite)."""
+    if not isinstance(target, (Connection, Database, str)):
+        try:
+            caller = adapt(target)
+        except UnsupportedConnection as exc:
+            raise UnsupportedConnection(f"{exc}, or {_OURS}") from None
+        return run(plan(caller.dialect), caller, operation)
+    with _connected(target) as conn:
+        run_ours = conn.read if reads else conn.transact
+        return run_ours(lambda c: _drive(plan(c.dialect), c), operation=operation)
+
+
+def _drive(plan: Plan[T], conn: Connection) -> T:
+    """``plan`` on outbox's own connection, inside the transaction ``_call`` opened."""
+    try:
+        name, params = next(plan)
+        while True:
+            name, params = plan.send(conn.execute(name, params))
+    except StopIteration as done:
+        value: T = done.value
+        return value
+
+
+def _wake(dialect: Dialect) -> Plan[None]:
+    """Idle workers wake at commit on LISTEN dialects; elsewhere they poll."""
+    if dialect.supports_listen:
+        yield ("relay_notify", {})
+
+
+def _pause(queue: str) -> Callable[[Dialect], Plan[None]]:
+    def plan(dialect: Dialect) -> Plan[None]:
+        yield ("queue_pause", {"queue": queue})
+        yield from _wake(dialect)
+
+    return plan
+
+
+def _resume(queue: str) -> Callable[[Dialect], Plan[bool]]:
+    def plan(dialect: Dialect) -> Plan[bool]:
+        listed = yield ("queue_paused_list", {})
+        if not any(row[0] == queue for row in listed):
+            return False
+        yield ("queue_resume", {"queue": queue})
+        yield from _wake(dialect)
+        return True
+
+    return plan
+
+
+def _paused(dialect: Dialect) -> Plan[list[str]]:
+    rows = yield ("queue_paused_list", {})
+    return sorted(str(row[0]) for row in rows)
+
+
+def _cancel(message_id: str) -> Callable[[Dialect], Plan[Literal["dead", "flagged"] | None]]:
+    key = {"message_id": message_id}
+
+    def plan(dialect: Dialect) -> Plan[Literal["dead", "flagged"] | None]:
+        taken = yield ("job_cancel_take", key)
+        if taken:
+            mid, queue, job_name, payload, attempts, max_attempts, priority = taken[0]
+            failure = CANCELLED_FAILURE
+            yield (
+                "job_dead_insert",
+                {
+                    "message_id": mid,
+                    "queue": queue,
+                    "job_name": job_name,
+                    "payload": payload,
+                    "attempts": attempts,
+                    "max_attempts": max_attempts,
+                    "priority": priority,
+                    "exception_class": failure.exception_class,
+                    "exception_message": failure.message,
+                    "exception_trace": failure.trace,
+                },
+            )
+            return "dead"
+        yield ("job_cancel_flag", key)
+        held = yield ("dashboard_job", key)
+        return "flagged" if held else None
+
+    return plan
+
+
 def pause(target: Target, queue: str) -> None:
     """Pause ``queue``: no worker claims from it until ``resume``. Idempotent."""
-    name = check_queue_name(queue)
-    with _connected(target) as conn:
-        conn.driver.queue_pause(name)
+    _call(target, _pause(check_queue_name(queue)), "queue pause")
 
 
 def resume(target: Target, queue: str) -> bool:
     """Resume ``queue``; returns False when it was not paused (nothing changed)."""
-    name = check_queue_name(queue)
-    with _connected(target) as conn:
-        return conn.driver.queue_resume(name)
+    return _call(target, _resume(check_queue_name(queue)), "queue resume")
 
 
 def paused(target: Target) -> list[str]:
     """The paused queues, by name."""
-    with _connected(target) as conn:
-        return sorted(conn.driver.queue_paused())
+    return _call(target, _paused, "queue paused", reads=True)
 
 
 def cancel(target: Target, message_id: str) -> Literal["dead", "flagged"]:
@@ -88,8 +186,7 @@ def cancel(target: Target, message_id: str) -> Literal["dead", "flagged"]:
     class ``cancelled``), ``"flagged"`` when a worker holds it (see the module
     docstring). ``MessageNotFound`` when no job in the queue has that id."""
     mid = check_message_id(message_id)
-    with _connected(target) as conn:
-        result = conn.driver.job_cancel(mid)
+    result = _call(target, _cancel(mid), "queue cancel")
     if result is None:
         raise MessageNotFound(f"no job in the queue has message id {mid}")
     return result

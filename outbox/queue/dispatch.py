@@ -71,7 +71,8 @@ class Dispatcher:
         self._gating = self._gate.active  # False: claimed jobs never see the gate
         lease_ms = round(config.lease * 1000)
         self.db = Settler(database, registry, worker_id, lease_ms, stats, log,
-                          min(config.sleep, 1.0))
+                          min(config.sleep, 1.0),
+                          unknown_delay_ms=round(config.unknown_job_delay * 1000))
 
     def start_pools(self) -> Pools:
         if self.pools is None:

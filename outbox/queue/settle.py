@@ -57,6 +57,7 @@ class Settler:
         log: Any,
         pause_s: float,
         tally: Tally | None = None,
+        unknown_delay_ms: int = UNKNOWN_DELAY_MS,
     ) -> None:
         self.database = database
         self.registry = registry
@@ -65,6 +66,7 @@ class Settler:
         self.stats = stats
         self.log = log
         self.pause_s = pause_s
+        self.unknown_delay_ms = unknown_delay_ms
         self.tally = tally or Tally(worker_id)  # the dashboard chart's counts
         self._conn: Connection | None = None
         self.in_trouble = False  # the last database operation failed
@@ -246,10 +248,10 @@ class Settler:
                 queue=job.queue,
                 job=job.job_name,
                 attempt=job.attempts,
-                retry_in_s=UNKNOWN_DELAY_MS / 1000,
+                retry_in_s=self.unknown_delay_ms / 1000,
             )
         try:
-            unspent = JobReleaseUnspent(self._fence(jobs), UNKNOWN_DELAY_MS, UNKNOWN_JOB)
+            unspent = JobReleaseUnspent(self._fence(jobs), self.unknown_delay_ms, UNKNOWN_JOB)
             self._driver().job_release_unspent(unspent)
         except DatabaseError as exc:
             self._trouble("release", exc)
@@ -332,7 +334,7 @@ class Settler:
     def _trouble(self, during: str, exc: DatabaseError) -> None:
         """Log the error class, drop the connection, pause; leases cover what is held."""
         cause = type(exc.__cause__).__name__ if exc.__cause__ else type(exc).__name__
-        self.log.error("worker.database_error", during=during, error=cause)
+        self.log.error("worker.database_error", during=during, error=cause, code=exc.code)
         self.in_trouble = True
         self.close()
         time.sleep(self.pause_s)

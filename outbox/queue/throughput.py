@@ -40,11 +40,11 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 import orjson
-import structlog
 
 from outbox.db.driver import Driver
 from outbox.db.rows import ClaimedJob
 from outbox.errors import DatabaseError
+from outbox.log import get_logger
 
 FLUSH_EVERY_S: Final = 10.0
 KEEP_MS: Final = 24 * 3600 * 1000
@@ -53,7 +53,7 @@ SUCCEEDED: Final = 0
 RETRIED: Final = 1
 DEAD: Final = 2
 
-log = structlog.get_logger("outbox.worker")
+log = get_logger("outbox.worker")
 
 
 class Tally:

@@ -58,13 +58,12 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-import structlog
-
 from outbox.config import settings
 from outbox.db.connection import Database
 from outbox.db.driver import JOBS_CHANNEL
 from outbox.db.listen import Listener
 from outbox.hooks import NO_HOOKS, Hooks
+from outbox.log import get_logger
 from outbox.queue import signals
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
 from outbox.queue.dispatch import WAKE, Dispatcher
@@ -74,7 +73,7 @@ from outbox.queue.throughput import FLUSH_EVERY_S
 
 __all__ = ["UNKNOWN_JOB", "Worker", "WorkerConfig", "WorkerStats"]
 
-log = structlog.get_logger("outbox.worker")
+log = get_logger("outbox.worker")
 
 STEP_TIMEOUT_S = 30.0
 

@@ -12,7 +12,6 @@ from dataclasses import replace
 from typing import Literal
 
 import orjson
-import structlog
 
 from outbox.db.connection import Connection
 from outbox.db.rows import FailedIntent, StoredIntent
@@ -24,9 +23,10 @@ from outbox.errors import (
 )
 from outbox.ids import is_message_id
 from outbox.job import canonical_json
+from outbox.log import get_logger
 from outbox.relay.verify import reason_for, refingerprint
 
-log = structlog.get_logger("outbox.relay")
+log = get_logger("outbox.relay")
 
 DAY_MS = 86_400_000
 # The version of ``Status.as_dict``'s shape (``outbox status --json``). Adding a key keeps

@@ -30,17 +30,16 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import structlog
-
 from outbox.db.driver import Driver
 from outbox.db.rows import HandoffResult, OutboxHandoff, StoredIntent
 from outbox.errors import BrokerError, ConfigurationError, TargetRefused
 from outbox.jetstream import MAX_IN_FLIGHT, codec, names, provision
 from outbox.jetstream.connect import Broker, BrokerUrl
 from outbox.jetstream.publish import Acked, BatchPublisher, Outcome, PublishRefused
+from outbox.log import get_logger
 from outbox.relay.verify import reason_for
 
-log = structlog.get_logger("outbox.relay")
+log = get_logger("outbox.relay")
 
 
 @dataclass(frozen=True, slots=True)

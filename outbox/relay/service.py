@@ -27,19 +27,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import structlog
-
 from outbox.config import settings
 from outbox.db.connection import Database, LazyConnection
 from outbox.db.rows import HandoffResult, OutboxHandoff
 from outbox.errors import BrokerError, ConfigurationError, DatabaseError, TargetRefused
 from outbox.hooks import NO_HOOKS, Hooks
+from outbox.log import get_logger
 from outbox.relay.inflight import InFlight
 from outbox.relay.listen import ListenWaiter, PollWaiter, Waiter
 from outbox.relay.target import SqlQueueTarget, Target
 from outbox.relay.totals import RunTotals
 
-log = structlog.get_logger("outbox.relay")
+log = get_logger("outbox.relay")
 
 MAX_BATCH_SIZE = 10_000
 
@@ -174,7 +173,8 @@ class Relay:
                 try:
                     batch = self.run_once()
                 except DatabaseError as exc:
-                    log.warning("relay.batch_failed", error=type(exc.__cause__ or exc).__name__)
+                    cause = type(exc.__cause__ or exc).__name__
+                    log.warning("relay.batch_failed", error=cause, code=exc.code)
                     waiter.wait(stop, failing.next())
                     continue
                 except BrokerError as exc:

@@ -136,6 +136,12 @@ def declare(
 def _check_cron(name: str, cron: object) -> None:
     if not isinstance(cron, str) or not cron.strip():
         raise ConfigurationError(f"schedule {name!r}: the cron expression must be a non-empty str")
+    fields = len(cron.split())
+    if fields not in (5, 6):  # croniter takes a 7th (year) field; we promise five or six
+        raise ConfigurationError(
+            f"schedule {name!r}: invalid cron expression {cron!r} ({fields} fields; give five, "
+            "or six with seconds last)"
+        )
     try:
         # Finding a next match also refuses expressions that never match (Feb 30).
         croniter(cron, datetime(2000, 1, 1)).get_next(datetime)

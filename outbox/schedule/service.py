@@ -25,16 +25,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-import structlog
-
 from outbox.db.connection import Connection, Database, LazyConnection
 from outbox.errors import ConfigurationError, DatabaseError
 from outbox.hooks import NO_HOOKS, Hooks
+from outbox.log import get_logger
 from outbox.queue.registry import Registry
 from outbox.schedule import store
 from outbox.schedule.entries import Entry
 
-log = structlog.get_logger("outbox.scheduler")
+log = get_logger("outbox.scheduler")
 
 CatchUp = Literal["latest", "all", "none"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("latest", "all", "none")

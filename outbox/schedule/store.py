@@ -14,15 +14,14 @@ import random
 import time
 from datetime import datetime
 
-import structlog
-
 from outbox.db.connection import Connection
 from outbox.errors import IdempotencyConflict, RetryTransaction
 from outbox.job import Job, scheduler_keys
+from outbox.log import get_logger
 from outbox.record import record
 from outbox.schedule.entries import Entry
 
-log = structlog.get_logger("outbox.scheduler")
+log = get_logger("outbox.scheduler")
 
 MAX_ATTEMPTS = 4
 _PAUSE_S = 0.02

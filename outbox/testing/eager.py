@@ -10,12 +10,12 @@ fixture, or ``OUTBOX_EAGER=1`` (``eager_from_env``; the plugin reads it too).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any
 
+from outbox.config import flag
 from outbox.queue.registry import Registry
 from outbox.testing.clock import Clock
 from outbox.testing.run import run_pending
@@ -55,6 +55,12 @@ def eager(registry: Registry, *, clock: Clock | None = None) -> Iterator[None]:
         event.remove(Engine, "commit", on_connection)
 
 
+def eager_on() -> bool:
+    """``OUTBOX_EAGER``: 1/true/yes/on or 0/false/no/off; anything else is a
+    ``ConfigurationError`` naming it (``banana`` no longer quietly means off)."""
+    return flag(ENV, False)
+
+
 def eager_from_env(registry: Registry) -> AbstractContextManager[None]:
-    """``eager(registry)`` when ``OUTBOX_EAGER=1``, else a block that changes nothing."""
-    return eager(registry) if os.environ.get(ENV) == "1" else nullcontext()
+    """``eager(registry)`` when ``OUTBOX_EAGER`` is on, else a block that changes nothing."""
+    return eager(registry) if eager_on() else nullcontext()

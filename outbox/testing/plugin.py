@@ -13,7 +13,6 @@ Fixtures:
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 from outbox.queue.registry import Registry
 from outbox.testing.assertions import ANY, RecordedJob, assert_recorded, recorded
 from outbox.testing.clock import Clock
-from outbox.testing.eager import ENV, eager
+from outbox.testing.eager import eager, eager_on
 from outbox.testing.run import Report, run_pending, use
 
 INI = "outbox_registry"
@@ -95,7 +94,7 @@ def outbox_eager(outbox_registry: Registry, outbox_clock: Clock) -> Iterator[Non
 @pytest.fixture(autouse=True)
 def _outbox_eager_env(request: pytest.FixtureRequest) -> Iterator[None]:
     """``OUTBOX_EAGER=1``: every test runs in eager mode (needs ``outbox_registry``)."""
-    if os.environ.get(ENV) != "1":
+    if not eager_on():
         yield
         return
     registry = request.getfixturevalue("outbox_registry")

@@ -14,9 +14,10 @@ every tick since the clock's previous ``run_pending`` is recorded (``all`` catch
 What follows an attempt is the worker's own policy (``outbox.queue.policy``).
 Differences from a worker, on purpose: each job runs inside a savepoint (so a failing
 handler's writes roll back while the test's transaction goes on), a transactional
-handler's ``ctx.connection`` is the test's connection, a retry waits the backoff's
-full bound (no jitter, so tests are repeatable), ``timeout`` is not enforced, and
-snoozes are not counted against ``MAX_SNOOZES``.
+handler's ``ctx.connection`` is the test's own DB-API connection (the kind of object a
+worker passes: ``sqlite3``, psycopg or PyMySQL), a retry waits the backoff's full bound
+(no jitter, so tests are repeatable), ``timeout`` is not enforced, and snoozes are not
+counted against ``MAX_SNOOZES``.
 """
 
 from __future__ import annotations
@@ -242,8 +243,11 @@ def _execute(runner: Runner, wrapped: Connection, job: ClaimedJob, handler: Hand
 
 
 def _with_connection(fn: Callable[..., Any], conn: Connection) -> Callable[..., Any]:
+    """The handler gets the test's DB-API connection, the object a worker gives it
+    (``JobContext.connection``), so code that runs under a test runs under a worker."""
+
     def call(payload: Any, ctx: Any) -> Any:
-        ctx.connection = conn
+        ctx.connection = conn.raw
         return fn(payload, ctx)
 
     return call

@@ -35,7 +35,9 @@ def test_pause_and_resume_show_in_status_and_stats(
     app_conn.commit()
     paused = cli(db_url, "queue", "pause", "search")  # no job yet: can be paused all the same
     assert paused.exit_code == 0, paused.output
-    assert paused.stdout == "paused queue search\n"
+    assert paused.stdout.startswith("paused queue search; it has no jobs now")  # issue 24
+    assert cli(db_url, "queue", "pause", "mail").stdout == "paused queue mail\n"
+    assert cli(db_url, "queue", "resume", "mail").exit_code == 0
     assert cli(db_url, "queue", "pause", "search").exit_code == 0  # idempotent
     status = cli(db_url, "status")
     assert status.exit_code == 0, status.output

@@ -35,9 +35,10 @@ def test_scheduler_once_records_the_latest_tick_of_each_schedule_once(
 ) -> None:
     first = cli(db_url, "scheduler", "--once", "--app", APP)
     assert first.exit_code == 0, first.output
-    assert "recorded 2 ticks" in first.stdout
+    assert "recorded 2 new ticks" in first.stdout
     again = cli(db_url, "scheduler", "--once", "--app", APP)  # a second scheduler: replays
     assert again.exit_code == 0, again.output
+    assert "recorded 0 new ticks; 2 due were recorded already" in again.stdout  # issue 24
     assert _rows(conn) == [("acc.elsewhere", "default"), ("acc.nightly", "periodic")]
     assert "p-7" not in first.output + again.output
 
@@ -71,7 +72,7 @@ def test_options_are_checked_and_read_from_the_environment(
     env = {"OUTBOX_SCHEDULER_APP": APP, "OUTBOX_SCHEDULER_CATCH_UP": "none"}
     from_env = cli(db_url, "scheduler", "--once", env=env)
     assert from_env.exit_code == 0, from_env.output
-    assert "recorded 0 ticks" in from_env.stdout and _rows(conn) == []
+    assert "recorded 0 new ticks" in from_env.stdout and _rows(conn) == []
 
 
 def test_help_texts_say_what_the_commands_do() -> None:

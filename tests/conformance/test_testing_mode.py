@@ -45,7 +45,7 @@ class App:
 
         @r.job("app.write", transactional=True)
         def write(payload: Any, ctx: Any) -> None:
-            cur = ctx.connection.raw.cursor()
+            cur = ctx.connection.cursor()
             cur.execute(f"INSERT INTO t_notes (id) VALUES ({int(payload['id'])})")
             cur.close()
             if payload.get("fail"):

@@ -8,8 +8,9 @@ outage = {"crm": False}  # flipped by a test to make the CRM sync fail
 
 def welcome_email(payload, ctx):
     # Transactional: the email row and the job's acknowledgement commit together.
-    # (int() keeps the literal safe; the worker's connection is a plain DB-API one.)
-    cursor = ctx.connection.raw.cursor()
+    # ctx.connection is the plain DB-API connection, under a worker and in tests alike;
+    # int() keeps the literal safe whatever its placeholder style.
+    cursor = ctx.connection.cursor()
     cursor.execute(
         f"INSERT INTO shop_emails (user_id, kind) VALUES ({int(payload['user_id'])}, 'welcome')"
     )
