@@ -145,7 +145,13 @@ def test_an_event_with_no_listeners_is_recorded_nowhere_and_logged_once(
     app_conn.commit()
     assert ids == [] and _rows(conn) == []
     assert [e for e in logs if e["event"] == "event.no_listeners"] == [
-        {"event": "event.no_listeners", "log_level": "warning", "name": "order.shipped"}
+        {
+            "event": "event.no_listeners",
+            "log_level": "warning",
+            "name": "order.shipped",
+            "hint": "nothing recorded: no listener of this event is declared in this process"
+            " (import the module that declares them, or pass registry=)",
+        }
     ]
 
 

@@ -30,7 +30,8 @@ def test_backoff_without_jitter_returns_the_bound() -> None:
 
 @pytest.mark.parametrize(("base", "cap"), [(0, 10), (-1, 10), (10, 5)])
 def test_backoff_rejects_nonsense(base: float, cap: float) -> None:
-    with pytest.raises(ValueError, match="backoff needs"):
+    named = r"Backoff needs a number base > 0 and cap >= base, in seconds \(got base="
+    with pytest.raises(ValueError, match=named):
         Backoff(base=base, cap=cap)
 
 
