@@ -190,12 +190,6 @@ class Driver(Protocol):
         """Which of the held jobs an operator has cancelled (read with each heartbeat)."""
         ...
 
-    def job_cancel(self, message_id: str) -> Literal["dead", "flagged"] | None:
-        """Cancel a job: one no worker holds goes to the dead letters at once
-        (``"dead"``), a held one is flagged for its worker (``"flagged"``); ``None`` when
-        no job in the queue has that id."""
-        ...
-
     def job_reap(self, limit_for: Callable[[str, int | None], int], batch: int) -> ReapResult:
         """Return up to ``batch`` expired leases to the queue; dead-letter those at
         their attempt limit (``limit_for(job_name, row_max_attempts)``).
@@ -319,15 +313,6 @@ class Driver(Protocol):
 
     def queue_clear(self, queue: str | None) -> int:
         """Delete the unheld jobs of ``queue`` (or of all); how many went."""
-        ...
-
-    def queue_pause(self, queue: str) -> None:
-        """Pause ``queue`` (idempotent); on LISTEN dialects, idle workers wake to see it."""
-        ...
-
-    def queue_resume(self, queue: str) -> bool:
-        """Resume ``queue``; False if it was not paused. Idle workers wake at once on
-        LISTEN dialects (NOTIFY at commit), else within their poll interval."""
         ...
 
     def queue_paused(self) -> dict[str, int]:

@@ -179,16 +179,6 @@ class SharedDriver(LimitOps):
             return set()
         return {int(r[0]) for r in self._read("heartbeat", "job_cancel_requested", fence.params())}
 
-    def job_cancel(self, message_id: str) -> Literal["dead", "flagged"] | None:
-
-        def cancel(c: Executor) -> Literal["dead", "flagged"] | None:
-            key = {"message_id": message_id}
-            if self._move_to_dead(c, "job_cancel_take", key, CANCELLED_FAILURE):
-                return "dead"
-            return "flagged" if c.execute_count("job_cancel_flag", key) else None
-
-        return self._transact("queue cancel", cancel)
-
     def job_reap(self, limit_for: Callable[[str, int | None], int], batch: int) -> ReapResult:
         result = ReapResult()
         for job in self.job_reap_scan(batch):
@@ -445,23 +435,6 @@ class SharedDriver(LimitOps):
         return self._transact(
             "queue clear", lambda c: c.execute_count("queue_admin_clear", {"queue": queue})
         )
-
-    def queue_pause(self, queue: str) -> None:
-
-        def pause(c: Executor) -> None:
-            c.execute("queue_pause", {"queue": queue})
-            self._notify_jobs_in_tx()
-
-        self._transact("queue pause", pause)
-
-    def queue_resume(self, queue: str) -> bool:
-
-        def resume(c: Executor) -> bool:
-            resumed = c.execute_count("queue_resume", {"queue": queue}) > 0
-            self._notify_jobs_in_tx()
-            return resumed
-
-        return self._transact("queue resume", resume)
 
     def queue_paused(self) -> dict[str, int]:
         return {str(q): int(at) for q, at in self._read("queue paused", "queue_paused_list")}

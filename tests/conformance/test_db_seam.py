@@ -8,6 +8,7 @@ import pytest
 
 from outbox.db.connection import Connection, Database
 from outbox.errors import DatabaseError
+from outbox.queue.control import pause
 from tests.fixtures.gaps import Gap, skip_unless
 
 
@@ -47,6 +48,6 @@ def test_an_error_that_only_says_no_such_table_is_not_taken_for_one(conn: Connec
         "BEGIN SELECT RAISE(ABORT, 'no such table, says the trigger'); END"
     )
     with pytest.raises(DatabaseError) as err:
-        conn.driver.queue_pause("q")
+        pause(conn, "q")
     assert err.value.code == "SQLITE_CONSTRAINT_TRIGGER"
     assert "outbox migrate" not in str(err.value)

@@ -36,8 +36,9 @@ from outbox.db.rows import (
     OutboxHandoff,
     StoredIntent,
 )
-from outbox.errors import DatabaseError
+from outbox.errors import DatabaseError, MessageNotFound
 from outbox.queue import push
+from outbox.queue.control import cancel, pause, resume
 from tests.fixtures.relays import set_column
 
 W = "w:ops"
@@ -192,8 +193,9 @@ def test_job_snooze_gives_the_attempt_back_until_the_cap(conn: Connection) -> No
 def test_job_cancel_of_a_free_job_dead_letters_it_at_once(conn: Connection) -> None:
     (mid,) = _push(conn)
     d = conn.driver
-    assert d.job_cancel(mid) == "dead"
-    assert d.job_cancel(mid) is None
+    assert cancel(conn, mid) == "dead"
+    with pytest.raises(MessageNotFound):
+        cancel(conn, mid)
     detail = d.dead_show(mid)
     assert detail is not None and detail.exception_class == CANCELLED
 
@@ -203,7 +205,7 @@ def test_a_cancelled_held_job_is_flagged_then_settled(conn: Connection) -> None:
     (job,) = _claim(conn)
     d = conn.driver
     assert d.job_cancel_settle(W, job) == "lost"  # not cancelled: nothing to settle
-    assert d.job_cancel(mid) == "flagged"
+    assert cancel(conn, mid) == "flagged"
     assert d.job_cancel_requested(_fence(job)) == {job.id}
     assert d.job_cancel_requested(_fence()) == set()
     assert d.job_snooze(JobSnooze(W, job, 0, max_snoozes=5)) == "cancelled"
@@ -390,12 +392,12 @@ def test_queue_clear_empties_one_queue_or_all(conn: Connection) -> None:
 def test_queue_pause_and_resume(conn: Connection) -> None:
     _push(conn)
     d = conn.driver
-    d.queue_pause("q")
-    d.queue_pause("q")  # idempotent
+    pause(conn, "q")
+    pause(conn, "q")  # idempotent
     assert set(d.queue_paused()) == {"q"}
     assert _claim(conn) == []
-    assert d.queue_resume("q")
-    assert not d.queue_resume("q")
+    assert resume(conn, "q")
+    assert not resume(conn, "q")
     assert d.queue_paused() == {}
     assert len(_claim(conn)) == 1
 

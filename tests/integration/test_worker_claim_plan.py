@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from outbox.db.connection import Connection
+from outbox.queue.control import pause
 from tests.fixtures.workers import seed_jobs
 
 PARAMS = {"queue": "default", "limit": 100, "worker": "w:1:x", "lease_ms": 30_000}
@@ -38,7 +39,7 @@ def _fill(conn: Connection, n: int) -> None:
 
 
 def _pause_other(conn: Connection) -> None:
-    conn.driver.queue_pause("other")
+    pause(conn, "other")
 
 
 def _fill_pg(conn: Connection, n: int) -> None:
