@@ -108,6 +108,18 @@ MIGRATIONS: tuple[Migration, ...] = _load()
 LATEST = MIGRATIONS[-1].version
 
 
+def version_of(description: str) -> int:
+    """The version of the migration named ``description`` (its file name's words).
+
+    Code and tests name a migration by what it does, never by its number, so two
+    changes written side by side can take the next free numbers when they land.
+    """
+    for m in MIGRATIONS:
+        if m.description == description:
+            return m.version
+    raise KeyError(f"no migration is named {description!r}")
+
+
 def record_version_sql(dialect: Dialect) -> str:
     """The statement that records a migration's version, with ``:version`` and
     ``:description`` placeholders: for scripts made without a connection (``render_sql``,
