@@ -104,15 +104,18 @@ def test_pause_stops_every_claim_and_resume_drains(
     workers = [start("--sleep", "0.1", "--concurrency", "2", "--prefetch", "2") for _ in range(2)]
     wait_until(lambda: len(_started(tmp_path)) >= 10, TIMEOUT, "the first runs")
     pause_queue(db_url, "default")
-    waiting = {str(r[0]) for r in conn.execute_sql(
-        "SELECT message_id FROM outbox_jobs WHERE reserved_by IS NULL")}  # fmt: skip
-    assert waiting, "the pause came after the queue drained: nothing to check"
-    # Jobs claimed before the pause finish; then nothing is held...
+    # Jobs claimed before the pause finish, and so does a claim that was between its
+    # pick and its commit when the pause committed (it checked the pause before); then
+    # nothing is held and nothing starts...
     wait_until(
         lambda: count(conn, "outbox_jobs", "reserved_by IS NOT NULL") == 0,
         TIMEOUT,
         "the jobs claimed before the pause to finish",
     )
+    wait_until(lambda: _mtimes_stable(tmp_path), TIMEOUT, "the claims made before the pause")
+    waiting = {str(r[0]) for r in conn.execute_sql(
+        "SELECT message_id FROM outbox_jobs WHERE reserved_by IS NULL")}  # fmt: skip
+    assert waiting, "the pause came after the queue drained: nothing to check"
     # ...and stays so: a job pushed now, and the ones waiting, are left alone while
     # both workers poll (10 poll intervals of 0.1 s each).
     late = _push(app_conn, [Job("c.ran", {})])
