@@ -40,10 +40,13 @@ class Backoff:
         return float(min(self.cap, self.base * 2.0**exponent))
 
     def delay(self, attempt: int) -> float:
+        """Seconds to wait before attempt ``attempt + 1``: uniform in ``[0, bound]`` with
+        jitter (full jitter), else the bound itself."""
         bound = self.bound(attempt)
         return self.rng.uniform(0.0, bound) if self.jitter else bound
 
     def delay_ms(self, attempt: int) -> int:
+        """``delay(attempt)`` in whole milliseconds, as the queue stores due times."""
         return round(self.delay(attempt) * 1000)
 
 

@@ -54,9 +54,12 @@ class WorkerConfig:
     unknown_job_delay: float = 60.0
 
     def caps(self) -> dict[str, int]:
+        """Each queue's concurrency in this worker: its own cap, else ``concurrency``."""
         return {q: (n or self.concurrency) for q, n in self.queues.items()}
 
     def check(self) -> None:
+        """Raise ``ConfigurationError`` naming the first setting that is out of range (a
+        queue name, a cap, a limit); the worker calls it before it starts."""
         if not self.queues:
             raise ConfigurationError("a worker needs at least one queue")
         for q, n in self.queues.items():
@@ -103,4 +106,5 @@ class WorkerStats:
 
     @property
     def finished(self) -> int:
+        """Jobs this worker settled: succeeded, released for a retry, or dead-lettered."""
         return self.succeeded + self.retried + self.dead

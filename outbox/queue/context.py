@@ -73,6 +73,8 @@ class JobContext:
 
     @property
     def enqueued_at(self) -> datetime:
+        """When the job entered the queue (pushed, or handed off by the relay), an aware
+        UTC ``datetime`` by the database's clock."""
         return datetime.fromtimestamp(self.enqueued_at_ms / 1000, tz=UTC)
 
     @property

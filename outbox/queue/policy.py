@@ -48,6 +48,8 @@ SNOOZE_LIMIT_FAILURE = Failure(
 
 
 class Action(StrEnum):
+    """What follows an attempt: the ``action`` of a ``Decision``, one row of the module's table."""
+
     ACK = "ack"
     RETRY = "retry"
     DEAD = "dead"

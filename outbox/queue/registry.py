@@ -100,6 +100,7 @@ class Registry:
         return register
 
     def get(self, name: str) -> Handler | None:
+        """The handler registered under ``name``, or ``None`` when this registry has none."""
         return self._handlers.get(name)
 
     def max_attempts(self, name: str, recorded: int | None) -> int:
@@ -116,6 +117,7 @@ class Registry:
 
     @property
     def has_async(self) -> bool:
+        """Whether any handler is a coroutine function (an async handler)."""
         return any(h.is_async for h in self._handlers.values())
 
     def __contains__(self, name: object) -> bool:

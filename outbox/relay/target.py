@@ -58,7 +58,9 @@ class SqlQueueTarget:
     in_flight = 1  # one statement per batch: nothing to wait for that a second batch could hide
 
     def handoff(self, driver: Driver, batch: OutboxHandoff) -> HandoffResult:
+        """Move up to ``batch.batch_size`` verified intents into ``outbox_jobs`` and delete
+        them from the outbox, in one statement plan of the driver's, one transaction."""
         return driver.outbox_handoff(batch, reason_for)
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the SQL queue uses the relay's own connection."""

@@ -22,6 +22,7 @@ class RunTotals:
     ms: float = 0.0
 
     def add(self, batch: HandoffResult) -> RunTotals:
+        """These totals with one more batch counted in (a new value; totals are frozen)."""
         return RunTotals(
             batches=self.batches + 1,
             claimed=self.claimed + batch.claimed,

@@ -21,11 +21,13 @@ class Schedules:
         self._entries: dict[str, Entry] = {}
 
     def add(self, entry: Entry) -> None:
+        """Declare one schedule; a name declared twice raises ``ConfigurationError``."""
         if entry.name in self._entries:
             raise ConfigurationError(f"schedule {entry.name!r} is already declared")
         self._entries[entry.name] = entry
 
     def get(self, name: str) -> Entry | None:
+        """The schedule declared under ``name``, or ``None``."""
         return self._entries.get(name)
 
     def __iter__(self) -> Iterator[Entry]:

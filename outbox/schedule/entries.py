@@ -53,6 +53,7 @@ class Entry:
 
     @property
     def zone(self) -> ZoneInfo:
+        """The schedule's IANA time zone, in which its cron expression is read."""
         return ZoneInfo(self.timezone)
 
     def key(self, tick: datetime) -> str:

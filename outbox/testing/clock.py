@@ -31,6 +31,7 @@ class Clock:
         return datetime.fromtimestamp(self._now, UTC)
 
     def ms(self) -> int:
+        """The clock's time in milliseconds since the UNIX epoch, as the tables store it."""
         return round(self._now * 1000)
 
     def advance(self, seconds: float | timedelta) -> datetime:

@@ -69,14 +69,17 @@ class Report:
     unknown: list[str] = field(default_factory=list)  # due jobs no handler here knows
 
     def of(self, outcome: str) -> list[Ran]:
+        """The jobs that ran with this outcome (``"done"``, ``"retry"``, ``"dead"``, ...)."""
         return [r for r in self.ran if r.outcome == outcome]
 
     @property
     def done(self) -> int:
+        """How many jobs ran to success."""
         return len(self.of("done"))
 
     @property
     def failed(self) -> int:
+        """How many jobs ran and did not succeed (retried, snoozed or dead-lettered)."""
         return len(self.ran) - self.done
 
     def __len__(self) -> int:

@@ -1,5 +1,5 @@
 """Health checks for cron: ``status --max-failed/--max-dead``, ``relay --fail-on-quarantine``
-and the versioned shape of ``status --json`` (documented in the README)."""
+and the versioned shape of ``status --json`` (documented in docs/reference/status-json.md)."""
 
 from __future__ import annotations
 
@@ -88,9 +88,9 @@ def test_status_json_has_the_documented_versioned_shape(
     keys = {"schema_version"} | {f"outbox.{k}" for k in doc["outbox"]}
     for q in doc["queues"].values():
         keys |= {f"queues.NAME.{k}" for k in q}
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "reference" / "status-json.md").read_text(encoding="utf-8")
     documented = set(
-        re.findall(r"^\| `([a-z_.A-Z]+)` \| (?:integer|number|boolean)", readme, re.M)
+        re.findall(r"^\| `([a-z_.A-Z]+)` \| (?:integer|number|boolean)", page, re.M)
     )
     assert keys == documented
     counts = [v for k, v in doc["outbox"].items() if k != "oldest_pending_age_s"]

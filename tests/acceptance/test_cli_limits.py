@@ -99,10 +99,10 @@ def test_an_app_with_a_malformed_rate_is_refused_before_claiming_anything(
     assert count(conn, "outbox_jobs", "attempts = 0 AND reserved_by IS NULL") == 1
 
 
-def test_the_readme_example_registers_its_limits() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index("\n## Global concurrency and rate limits\n")
-    section = readme[start : readme.index("\n## ", start + 1)]
+def test_the_docs_example_registers_its_limits() -> None:
+    page = (ROOT / "docs" / "how-to" / "queue-control.md").read_text(encoding="utf-8")
+    start = page.index("\n## Global concurrency and rate limits\n")
+    section = page[start:].split("\n## ", 2)[1]
     (example,) = re.findall(r"```python\n(.*?)```", section, re.S)
     ns: dict[str, Any] = {"registry": Registry()}
     exec(example, ns)

@@ -20,7 +20,6 @@ from outbox.cli import main
 from outbox.cli.conventions import GLOBAL_NOTE, env_name, walk
 from outbox.db.connection import Connection, Database
 from outbox.queue import push
-from tests.acceptance import cli_reference
 from tests.fixtures import databases as backends
 from tests.fixtures.relays import record_many, set_column
 from tests.fixtures.workers import ROOT
@@ -335,22 +334,10 @@ def test_app_errors_are_one_line_naming_the_cause(
     assert len(error_lines) == 1
 
 
-# -- the demo, the README ----------------------------------------------------------------------
+# -- the demo ------------------------------------------------------------------------------
 
 
 def test_demo_help_names_the_database_url_and_the_jobs_set_to_fail() -> None:
     text = " ".join(cli("demo", "--help").output.split())
     assert "--database-url" in text and "fail once" in text
 
-
-def test_readme_command_reference_matches_help_exactly() -> None:
-    assert cli_reference.current() == cli_reference.render(), (
-        "README's command reference is stale: python -m tests.acceptance.cli_reference"
-    )
-
-
-def test_readme_exit_code_table_lists_every_command() -> None:
-    readme = cli_reference.README.read_text(encoding="utf-8")
-    table = readme[readme.index("| command | 0 | 1 | 2 | 3 |") :].split("\n\n", 1)[0]
-    listed = set(re.findall(r"^\| `outbox ([a-z -]+)` \|", table, flags=re.M))
-    assert listed == set(LEAF_IDS)

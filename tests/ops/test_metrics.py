@@ -176,8 +176,8 @@ def test_a_running_relay_and_worker_serve_counters_that_move(
         for f in text_string_to_metric_families(body):
             if not f.name.endswith("_created"):  # prometheus-client's creation times
                 exported.add(f.name + "_total" if f.type == "counter" else f.name)
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert exported == set(re.findall(r"^\| `(outbox_[a-z_]+)` \|", readme, re.M))
+    page = (ROOT / "docs" / "reference" / "metrics.md").read_text(encoding="utf-8")
+    assert exported == set(re.findall(r"^\| `(outbox_[a-z_]+)` \|", page, re.M))
 
     for port in processes:
         _, body = _get(port, "/metrics")

@@ -1,7 +1,8 @@
 """The settle policy, row by row: every outcome an attempt can have and what follows it.
 
-The table below is the one in ``outbox.queue.policy``'s docstring and in the README
-("What happens after an attempt"); the last test holds the README to it.
+The table below is the one in ``outbox.queue.policy``'s docstring and in the docs
+(``docs/explanation/state-machines.md``, "What happens after an attempt"); the last test
+holds the page to it.
 """
 
 from __future__ import annotations
@@ -159,8 +160,8 @@ def test_jitter_false_asks_for_the_bound_of_a_jittered_backoff() -> None:
     assert all(0 <= retry_delay_ms(jittered, 3) <= 8000 for _ in range(50))
 
 
-def test_the_readme_table_has_a_line_for_every_decision() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### What happens after an attempt", 1)[1].split("\n#", 1)[0]
+def test_the_docs_table_has_a_line_for_every_decision() -> None:
+    page = (ROOT / "docs" / "explanation" / "state-machines.md").read_text(encoding="utf-8")
+    section = page.split("## What happens after an attempt", 1)[1].split("\n#", 1)[0]
     shown = set(re.findall(r"^\|[^|]+\| \*\*([a-z]+)\*\*", section, re.M))
     assert shown == {a.value for a in Action}

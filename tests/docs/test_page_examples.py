@@ -1,8 +1,7 @@
-"""The README's sections on periodic jobs, events and testing, run as shipped."""
+"""The site's examples of periodic jobs, events and testing, run as shipped."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from sqlalchemy import create_engine
@@ -10,20 +9,15 @@ from sqlalchemy import create_engine
 from outbox import Registry
 from outbox.db.connection import Connection
 from outbox.testing import Clock, run_pending
+from tests.docs.pages import ROOT, code
 from tests.fixtures.databases import sqlalchemy_url
-from tests.fixtures.workers import ROOT
 
-README = (ROOT / "README.md").read_text()
-
-
-def _blocks(section: str, lang: str = "python") -> list[str]:
-    start = README.index(f"\n## {section}\n")
-    end = README.index("\n## ", start + 1)
-    return re.findall(rf"```{lang}\n(.*?)```", README[start:end], re.S)
+PERIODIC = "how-to/periodic-jobs.md"
+TESTING = "how-to/testing.md"
 
 
 def test_the_periodic_jobs_example_declares_and_runs(app_conn: Any) -> None:
-    (example,) = _blocks("Periodic jobs")
+    (example,) = code(PERIODIC, heading="Periodic jobs")
     ns: dict[str, Any] = {}
     exec(example, ns)
     registry: Registry = ns["registry"]
@@ -35,7 +29,7 @@ def test_the_periodic_jobs_example_declares_and_runs(app_conn: Any) -> None:
 
 
 def test_the_events_example_records_one_intent_per_listener(db_url: str, conn: Connection) -> None:
-    (example,) = _blocks("Events")
+    (example,) = code(PERIODIC, heading="Events")
     engine = create_engine(sqlalchemy_url(db_url))
 
     def send_welcome(payload: Any, ctx: Any) -> None: ...
@@ -64,10 +58,10 @@ def test_the_events_example_records_one_intent_per_listener(db_url: str, conn: C
 def test_the_testing_example_is_the_sample_apps_suite() -> None:
     sample = ROOT / "examples" / "sample_app"
     ini, example = (
-        _blocks("Testing your application's jobs", "ini")[0],
-        _blocks("Testing your application's jobs")[0],
+        code(TESTING, "ini")[0],
+        code(TESTING)[0],
     )
     assert ini.splitlines()[-1] in (sample / "pytest.ini").read_text()
     tests = (sample / "test_shop.py").read_text()
     for function in example.strip().split("\n\n\n"):
-        assert function in tests  # verbatim: CI runs what the README shows
+        assert function in tests  # verbatim: CI runs what the page shows
