@@ -60,6 +60,14 @@ class JobPush:
     notify: bool
 
 
+@dataclass(frozen=True, slots=True)
+class JobsPush:
+    """Many jobs straight into the queue (rows in ``queue_push_many``'s column order)."""
+
+    rows: Sequence[Sequence[Any]]
+    notify: bool
+
+
 def intent_insert(p: IntentInsert, dialect: Dialect) -> Plan[KeyHolder | None]:
     """Insert the key row and the intent unless the key exists; the holder of the key
     (ours if inserted), or None when it is outside this transaction's snapshot.
@@ -112,6 +120,13 @@ def job_push(p: JobPush, dialect: Dialect) -> Plan[str]:
     if dialect.supports_returning and not rows:
         raise RuntimeError("queue_push returned no row")
     return str(p.row["message_id"])
+
+
+def jobs_push(p: JobsPush) -> Plan[list[str]]:
+    """Many jobs straight into the queue, one statement; their message ids in order."""
+    name = "queue_push_many_notify" if p.notify else "queue_push_many"
+    yield (name, {"rows": orjson.dumps(p.rows).decode()})
+    return [str(r[0]) for r in p.rows]
 
 
 def jobs_recorded() -> Plan[list[RecordedRow]]:
