@@ -63,9 +63,7 @@ def push(conn: Any, job: Job, delay: float = 0, *, priority: int | None = None) 
     return run(job_push(JobPush(params, notify), target.dialect), target, "push")
 
 
-async def push_async(
-    conn: Any, job: Job, delay: float = 0, *, priority: int | None = None
-) -> str:
+async def push_async(conn: Any, job: Job, delay: float = 0, *, priority: int | None = None) -> str:
     """``push`` for async connections."""
     params = push_params(_normal(job, priority), new_message_id(), delay)
     target = await adapt_async(conn)

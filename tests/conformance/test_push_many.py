@@ -69,9 +69,7 @@ def test_jobs_commit_with_the_business_write_in_the_given_order(
     assert counts(notes)["notes"] == 1 and counts(notes)["outbox_messages"] == 0
 
 
-def test_each_row_is_what_push_writes_for_the_same_job(
-    app_conn: Any, notes: Connection
-) -> None:
+def test_each_row_is_what_push_writes_for_the_same_job(app_conn: Any, notes: Connection) -> None:
     odd = Job("a.b", {"z": [1, "é", None], "a": {"q": '"quoted" \\ back'}}, queue="q", priority=7)
     push(app_conn, odd, 0)
     push_many(app_conn, [odd, Job("a.b", None, queue="q")])
@@ -128,9 +126,9 @@ def test_a_bad_job_is_named_by_index_and_nothing_is_written(
 def test_a_bad_delay_or_priority_or_too_many_jobs_write_nothing(
     app_conn: Any, notes: Connection
 ) -> None:
-    with pytest.raises(InvalidJob, match="^delay must be between"):
+    with pytest.raises(InvalidJob, match=r"^delay must be between"):
         push_many(app_conn, [job(1)], -1)
-    with pytest.raises(InvalidJob, match="^priority must be"):
+    with pytest.raises(InvalidJob, match=r"^priority must be"):
         push_many(app_conn, [job(1)], priority=10)
     with pytest.raises(InvalidJob, match="at most 1,000 jobs"):
         push_many(app_conn, iter([job(i) for i in range(MAX_BATCH + 1)]))
