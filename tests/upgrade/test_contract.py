@@ -18,8 +18,8 @@ from outbox.db.connection import Connection, Database
 from outbox.db.migrate import (
     CONTRACT,
     SCHEMA_1_WINDOW_MS,
-    apply_locked,
     applied_versions,
+    apply_locked,
     held_back,
     migrate,
     version_of,
@@ -53,7 +53,9 @@ def v1_record(conn: Connection, key: str, message_id: str, created_at: int) -> N
 
 
 def key_rows(conn: Connection) -> list[tuple[Any, ...]]:
-    return sorted(tuple(r) for r in conn.execute_sql("SELECT key_digest, message_id FROM outbox_keys"))
+    return sorted(
+        tuple(r) for r in conn.execute_sql("SELECT key_digest, message_id FROM outbox_keys")
+    )
 
 
 def test_recent_schema_1_intents_hold_the_step_back_and_say_why(db_url: str) -> None:
