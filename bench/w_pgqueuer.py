@@ -71,6 +71,8 @@ async def enqueue(url: str, n: int, mode: str) -> Callable[[], Awaitable[dict[st
     from pgqueuer import Queries
 
     q = Queries(await _driver(url, "asyncpg"))
+    if not await q.schema_is_installed():  # the enqueue rows need no drain row before them
+        await q.install()
     await q.driver.execute("TRUNCATE pgqueuer")
     bodies: list[bytes | None] = [_body(i) for i in range(n)]
 

@@ -136,10 +136,9 @@ def keys_held(key_digests: Sequence[str]) -> Plan[dict[str, KeyHolder]]:
     return {str(d): KeyHolder(str(m), str(fp)) for d, m, fp in rows}
 
 
-def job_push(p: JobPush, dialect: Dialect) -> Plan[str]:
-    rows = yield ("queue_push_notify" if p.notify else "queue_push", p.row)
-    if dialect.supports_returning and not rows:
-        raise RuntimeError("queue_push returned no row")
+def job_push(p: JobPush) -> Plan[str]:
+    """One job straight into the queue; its message id (chosen by the caller)."""
+    yield ("queue_push_notify" if p.notify else "queue_push", p.row)
     return str(p.row["message_id"])
 
 

@@ -60,7 +60,7 @@ def push(conn: Any, job: Job, delay: float = 0, *, priority: int | None = None) 
     params = push_params(_normal(job, priority), new_message_id(), delay)
     target = adapt(conn)
     notify = target.dialect.supports_listen and settings.notify
-    return run(job_push(JobPush(params, notify), target.dialect), target, "push")
+    return run(job_push(JobPush(params, notify)), target, "push")
 
 
 async def push_async(conn: Any, job: Job, delay: float = 0, *, priority: int | None = None) -> str:
@@ -68,7 +68,7 @@ async def push_async(conn: Any, job: Job, delay: float = 0, *, priority: int | N
     params = push_params(_normal(job, priority), new_message_id(), delay)
     target = await adapt_async(conn)
     notify = target.dialect.supports_listen and settings.notify
-    return await run_async(job_push(JobPush(params, notify), target.dialect), target, "push")
+    return await run_async(job_push(JobPush(params, notify)), target, "push")
 
 
 def push_many(

@@ -147,3 +147,13 @@ def test_a_fresh_database_gets_the_step_at_once(database: Database) -> None:
     with database.connect() as conn:
         assert version_of(CONTRACT) in applied_versions(conn)
         assert held_back(conn) is None
+
+
+def test_the_printed_ddl_marks_the_contract_step(backend: str) -> None:
+    from outbox.db.dialect import dialect_named
+    from outbox.db.migrate import render_sql
+
+    script = render_sql(dialect_named(backend))
+    step = script.index(f"-- migration {version_of(CONTRACT)}: {CONTRACT}")
+    assert script.index("-- The contract step: on a database code of schema version 1") > step
+    assert "outbox_v1_record" in script[step:]
