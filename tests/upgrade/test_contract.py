@@ -26,6 +26,7 @@ from outbox.db.migrate import (
 )
 from outbox.job import key_digest
 from tests.fixtures.databases import raw_connect
+from tests.fixtures.gaps import Gap, skip_unless
 from tests.fixtures.records import counts, db_now_ms
 
 BEFORE = version_of(CONTRACT) - 1
@@ -157,3 +158,33 @@ def test_the_printed_ddl_marks_the_contract_step(backend: str) -> None:
     step = script.index(f"-- migration {version_of(CONTRACT)}: {CONTRACT}")
     assert script.index("-- The contract step: on a database code of schema version 1") > step
     assert "outbox_v1_record" in script[step:]
+
+
+def test_a_migrator_owning_the_tables_but_not_the_function_applies_the_step(
+    db_url: str, backend: str
+) -> None:
+    """As ops/sql/postgresql-grants.sql sets it up: the migrator role owns the tables;
+    the trigger's function belongs to whoever ran migration 2."""
+    skip_unless(backend, "postgresql", gap=Gap.PSYCOPG_CONNECTION)
+    conn = at_version_before_contract(db_url)
+    role = f"contract_migrator_{abs(hash(db_url)) % 10**8}"
+    try:
+        conn.execute_sql(f"CREATE ROLE {role}")
+        schema = conn.execute_sql("SELECT current_schema()")[0][0]
+        conn.execute_sql(f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}")
+        for table in ("outbox_messages", "outbox_schema_version", "outbox_keys"):
+            conn.execute_sql(f"ALTER TABLE {table} OWNER TO {role}")
+        conn.execute_sql(f"SET ROLE {role}")
+        assert migrate(conn) == [version_of(CONTRACT)]
+        conn.execute_sql("RESET ROLE")
+        triggers = conn.execute_sql(
+            "SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_v1_record'"
+        )
+        assert triggers[0][0] == 0
+    finally:
+        conn.execute_sql("RESET ROLE")
+        for table in ("outbox_messages", "outbox_schema_version", "outbox_keys"):
+            conn.execute_sql(f"ALTER TABLE {table} OWNER TO CURRENT_USER")
+        conn.execute_sql(f"DROP OWNED BY {role}")
+        conn.execute_sql(f"DROP ROLE IF EXISTS {role}")
+        conn.close()

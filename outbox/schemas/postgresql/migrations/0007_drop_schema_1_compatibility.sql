@@ -16,6 +16,19 @@
 
 DROP TRIGGER IF EXISTS outbox_v1_record ON outbox_messages;
 
-DROP FUNCTION IF EXISTS outbox_v1_record();
+-- The function goes too when this role may drop it. A migrator that owns the tables
+-- (ops/sql/postgresql-grants.sql) but not the function, which whoever ran migration 2
+-- created, leaves it behind: nothing calls it once the trigger is gone.
+DO $$
+BEGIN
+    IF EXISTS (
+        SELECT 1 FROM pg_proc
+        WHERE proname = 'outbox_v1_record' AND pronamespace = current_schema()::regnamespace
+            AND pg_has_role(current_user, proowner, 'USAGE')
+    ) THEN
+        DROP FUNCTION outbox_v1_record();
+    END IF;
+END
+$$;
 
 ALTER TABLE outbox_messages DROP CONSTRAINT IF EXISTS outbox_messages_key_digest_key;
