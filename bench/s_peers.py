@@ -60,7 +60,7 @@ def _pgqueuer(ctx: Ctx, n: int) -> list[Case]:
                 [spec] * k,
             )
         )
-    for mode in ("list",) if ctx.quick else ("single", "list"):
+    for mode in ("single", "list", "list1000"):
         m = SINGLES if mode == "single" else n
         out.append(
             _enqueue(
@@ -137,13 +137,17 @@ def _ours(ctx: Ctx, n: int) -> list[Case]:
         for k in (1, 2)
     ]
     out.append(cli_defaults_case(url, n, DEFAULTS))
-    modes = [("record_batch", "list", min(n, 20_000))]
-    if not ctx.quick:
-        modes.insert(0, ("record_single", "single", SINGLES))
-    for mode, kind, m in modes:
+    many = min(n, 20_000)
+    modes = [
+        ("record_single", "single: outbox record() + COMMIT", SINGLES),
+        ("record_batch", "list: outbox record() x100 per txn", many),
+        ("record_batch_1000", "list1000: outbox record_many() x1000 per txn", many),
+        ("push_batch_1000", "list1000: outbox push_many() x1000 per txn", many),
+    ]
+    for mode, label, m in modes:
         out.append(
             _enqueue(
-                f"enqueue {kind}: outbox record()" + (" x100 per txn" if kind == "list" else ""),
+                f"enqueue {label}",
                 Spec(
                     "bench.w_record:producer",
                     {"url": rec_url, "n": m, "mode": mode, "tag": f"p{next(_tag)}"},
@@ -170,7 +174,7 @@ def plan(ctx: Ctx) -> Plan:
         f"peers: outbox and pgqueuer (asyncpg, batch 100) drain {n:,} jobs per sample, "
         f"pgqueuer's other settings {n // 5:,}; procrastinate {ctx.size(3_000, 300):,} "
         f"(concurrency 1: half); oban-py {ctx.size(10_000, 2_000):,}; enqueue single "
-        f"{SINGLES:,}, enqueue list {min(n, 20_000):,} (ours) / {n:,} (pgqueuer) / "
+        f"{SINGLES:,}, enqueue list and list1000 {min(n, 20_000):,} (ours) / {n:,} (pgqueuer) / "
         f"{SINGLES:,} (procrastinate) / {ctx.size(10_000, 2_000):,} (oban-py)"
     )
     return p
@@ -226,6 +230,29 @@ def _targets(cases: list[Case]) -> list[Target]:
             [x for x in pick("enqueue list:") if "outbox" not in x],
             ">=",
             1.0,
+        ),
+    ]
+    ts += [
+        Target(
+            "single record()+COMMIT >= 1.0x pgqueuer single enqueue",
+            pick("enqueue single: outbox"),
+            pick("enqueue single: pgqueuer"),
+            ">=",
+            1.0,
+        ),
+        Target(
+            "record_many of 1,000 >= 1.0x pgqueuer list enqueue of 1,000",
+            pick("enqueue list1000: outbox record_many()"),
+            pick("enqueue list1000: pgqueuer"),
+            ">=",
+            1.0,
+        ),
+        Target(
+            "push_many of 1,000 >= 1.2x pgqueuer list enqueue of 1,000",
+            pick("enqueue list1000: outbox push_many()"),
+            pick("enqueue list1000: pgqueuer"),
+            ">=",
+            1.2,
         ),
     ]
     single = pick("enqueue single: outbox")

@@ -32,8 +32,12 @@ MODES = (
     "raw_single",
     "record_single",
     "record_batch",
+    "record_batch_1000",
+    "push_batch_1000",
 )
 BATCH = 100
+# Calls that write many intents or jobs at once, and how many each.
+PER_CALL = {"record_batch": BATCH, "record_batch_1000": 1_000, "push_batch_1000": 1_000}
 
 
 def prepare(url: str) -> None:
@@ -113,7 +117,7 @@ def _by_hand_sql(dialect: str, mark: str) -> list[str]:
 
 def producer(url: str, n: int, mode: str, tag: str) -> Callable[[], dict[str, Any]]:
     """``n`` producer transactions in ``mode``; the count is of intents written."""
-    from outbox import Job, record, record_many
+    from outbox import Job, push_many, record, record_many
     from outbox.config import configure
 
     configure(notify=mode == "record_notify")
@@ -147,21 +151,26 @@ def producer(url: str, n: int, mode: str, tag: str) -> Callable[[], dict[str, An
         else:
             record(conn, f"bench:{tag}:{i}", Job(JOB_NAME, payload(i), queue=QUEUE))
 
+    per_txn = PER_CALL.get(mode, 1)
+
     def batch(first: int) -> None:
-        """Batch recording: ``BATCH`` intents in one ``record_many`` call."""
-        jobs = [
-            (f"bench:{tag}:{i}", Job(JOB_NAME, payload(i), queue=QUEUE))
-            for i in range(first, first + BATCH)
-        ]
-        record_many(conn, jobs)
+        """Batch recording (``record_many``) or keyless pushing (``push_many``): one call
+        of ``per_txn`` per transaction, the jobs built inside the timed loop as an
+        application builds them."""
+        span = range(first, first + per_txn)
+        if mode.startswith("push"):
+            push_many(conn, [Job(JOB_NAME, payload(i), queue=QUEUE) for i in span])
+            return
+        record_many(
+            conn, [(f"bench:{tag}:{i}", Job(JOB_NAME, payload(i), queue=QUEUE)) for i in span]
+        )
 
     def work() -> dict[str, Any]:
         cur = conn.cursor()
-        per_txn = BATCH if mode == "record_batch" else 1
         for t in range(n // per_txn):
             if mode in ("plain", "byhand", "record", "record_notify"):
                 cur.execute(business, (t, f"note {t}"))
-            if mode == "record_batch":
+            if mode in PER_CALL:
                 batch(t * per_txn)
             else:
                 for k in range(per_txn):

@@ -18,7 +18,7 @@ from outbox.queue.control import cancel as cancel_job
 from outbox.queue.control import pause as pause_queue
 from outbox.queue.control import paused as paused_queues
 from outbox.queue.control import resume as resume_queue
-from outbox.queue.push import push, push_async
+from outbox.queue.push import push, push_async, push_many, push_many_async
 from outbox.queue.registry import Registry
 from outbox.queue.worker import Worker, WorkerConfig, WorkerStats
 from outbox.record import record, record_async, record_many, record_many_async
@@ -49,6 +49,8 @@ __all__ = [
     "paused_queues",
     "push",
     "push_async",
+    "push_many",
+    "push_many_async",
     "record",
     "record_async",
     "record_many",

@@ -34,8 +34,18 @@ from sqlalchemy import MetaData, text
 
 from outbox.db.connection import Connection
 from outbox.db.dialect import Dialect, dialect_named
-from outbox.db.migrate import LATEST, MIGRATIONS, Migration, apply_locked, record_version_sql
+from outbox.db.migrate import (
+    CONTRACT,
+    LATEST,
+    MIGRATIONS,
+    Migration,
+    apply_locked,
+    held_back,
+    record_version_sql,
+    version_of,
+)
 from outbox.errors import ConfigurationError
+from outbox.log import get_logger
 from outbox.schemas.tables import metadata as _metadata
 
 metadata: MetaData = _metadata
@@ -60,7 +70,11 @@ def upgrade(op: Any, *, to: int = LATEST) -> list[int]:
     """Apply outbox migrations up to version ``to`` that the database lacks; return them.
 
     ``op`` is ``alembic.op``. Pin ``to`` in each revision (``to=1`` in the first), so
-    the revision means the same thing after you upgrade outbox.
+    the revision means the same thing after you upgrade outbox. As with ``outbox
+    migrate``, the contract step is held back (and a warning logged) while code of
+    schema version 1 evidently still writes to the database; a later ``upgrade``
+    applies it. Offline (``--sql``) every step is printed: a DBA applies the contract
+    step's part only once no such code runs.
     """
     wanted = _wanted(to)
     ctx = op.get_context()
@@ -70,7 +84,10 @@ def upgrade(op: Any, *, to: int = LATEST) -> list[int]:
             _emit(op, dialect, m)
         return [m.version for m in wanted]
     conn = Connection(op.get_bind().connection.dbapi_connection, dialect)
-    return apply_locked(conn, to)  # the lock lasts until Alembic commits (MariaDB: released)
+    applied = apply_locked(conn, to)  # the lock lasts until Alembic commits (MariaDB: released)
+    if to >= version_of(CONTRACT) and (why := held_back(conn)):
+        get_logger("outbox.alembic").warning("contract step held back", reason=why)
+    return applied
 
 
 def downgrade(op: Any) -> None:

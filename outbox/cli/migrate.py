@@ -7,7 +7,7 @@ import click
 from outbox.cli import preflight
 from outbox.cli.context import CliContext, pass_cli
 from outbox.db.dialect import DIALECTS
-from outbox.db.migrate import LATEST, applied_versions, migrate, render_sql
+from outbox.db.migrate import LATEST, applied_versions, held_back, migrate, render_sql
 
 
 @click.command("migrate")
@@ -26,7 +26,9 @@ from outbox.db.migrate import LATEST, applied_versions, migrate, render_sql
 def migrate_command(cli: CliContext, print_sql: bool, dialect: str | None) -> None:
     """Create or upgrade the outbox tables. Idempotent; safe to run from two processes.
 
-    With `outbox demo`, the only command that creates a SQLite database file.
+    With `outbox demo`, the only command that creates a SQLite database file. The
+    contract step, which drops what only schema-1 code needed, is held back (and said
+    so) while such code evidently still writes to the database.
     """
     if dialect and not print_sql:
         raise click.UsageError("--dialect goes with --sql")
@@ -38,15 +40,20 @@ def migrate_command(cli: CliContext, print_sql: bool, dialect: str | None) -> No
     with db.connect() as conn:
         applied = migrate(conn)
         at = max(applied_versions(conn), default=LATEST)
+        why = held_back(conn)
     if applied:
-        click.echo(f"migrated {db.describe()} to version {LATEST} (applied {applied})")
-    elif at > LATEST:  # a newer release migrated it: fine mid-rollout, but say so
+        click.echo(f"migrated {db.describe()} to version {max(applied)} (applied {applied})")
+    if why:  # not a failure: the expand steps are in, and a rolling upgrade goes on
+        click.echo(why)
+    if applied or why:
+        return
+    if at > LATEST:  # a newer release migrated it: fine mid-rollout, but say so
         click.echo(
             f"{db.describe()}: the database is at version {at}, newer than this release "
             f"({LATEST}); nothing to do"
         )
-    else:
-        click.echo(f"{db.describe()} is up to date (version {LATEST})")
+        return
+    click.echo(f"{db.describe()} is up to date (version {LATEST})")
 
 
 commands = [migrate_command]

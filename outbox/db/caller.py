@@ -60,18 +60,39 @@ class JobPush:
     notify: bool
 
 
+@dataclass(frozen=True, slots=True)
+class JobsPush:
+    """Many jobs straight into the queue (rows in ``queue_push_many``'s column order)."""
+
+    rows: Sequence[Sequence[Any]]
+    notify: bool
+
+
 def intent_insert(p: IntentInsert, dialect: Dialect) -> Plan[KeyHolder | None]:
     """Insert the key row and the intent unless the key exists; the holder of the key
     (ours if inserted), or None when it is outside this transaction's snapshot.
 
-    One statement where the dialect can insert in a WITH clause; elsewhere the key row
-    first, then the intent only if that key row is its own.
+    One statement where the dialect can insert in a WITH clause (PostgreSQL). Where an
+    insert returns rows (SQLite; MariaDB 10.5+, whose ON DUPLICATE KEY UPDATE returns
+    the existing row, so a replay learns its holder in that one statement), the key row
+    first, then the intent only if that key row is its own. Elsewhere (MySQL 8) both,
+    then a lookup.
     """
-    rows = yield ("record_insert_notify" if p.notify else "record_insert", p.row)
-    if not dialect.supports_insert_cte:
+    ours = KeyHolder(str(p.row["message_id"]), str(p.row["fingerprint"]))
+    if dialect.supports_insert_cte:
+        rows = yield ("record_insert_notify" if p.notify else "record_insert", p.row)
+        if rows:
+            return ours
+    elif dialect.supports_returning:
+        rows = yield ("record_insert_returning", p.row)
+        if rows and str(rows[0][0]) == ours.message_id:
+            yield ("record_insert_intent", p.row)
+            return ours
+        if rows:
+            return KeyHolder(str(rows[0][0]), str(rows[0][1]))
+    else:
+        yield ("record_insert", p.row)
         yield ("record_insert_intent", p.row)
-    if dialect.supports_returning and rows:
-        return KeyHolder(str(rows[0][0]), str(p.row["fingerprint"]))
     found = yield ("record_lookup", {"key_digest": p.row["key_digest"]})
     if not found:
         return None
@@ -85,14 +106,22 @@ def intents_insert(
     that were not.
 
     ``fingerprints`` maps each key digest of the batch to its fingerprint. A key
-    missing from the result is held outside this transaction's snapshot.
+    missing from the result is held outside this transaction's snapshot. As in
+    ``intent_insert``: one statement on PostgreSQL; the key rows (returning every
+    holder on MariaDB, the new ones on SQLite), then the intents; on MySQL 8 both and
+    a lookup of every key.
     """
-    name = "record_many_insert_notify" if p.notify else "record_many_insert"
     batch = {"rows": orjson.dumps([tuple(r) for r in p.rows]).decode()}
-    rows = yield (name, batch)
-    if not dialect.supports_insert_cte:
+    rows: list[Row] = []
+    if dialect.supports_insert_cte:
+        rows = yield ("record_many_insert_notify" if p.notify else "record_many_insert", batch)
+    elif dialect.supports_returning:
+        rows = yield ("record_many_insert_returning", batch)
         yield ("record_many_insert_intents", batch)
-    held = {str(d): KeyHolder(str(m), fingerprints[str(d)]) for d, m in rows}
+    else:
+        yield ("record_many_insert", batch)
+        yield ("record_many_insert_intents", batch)
+    held = {str(d): KeyHolder(str(m), str(fp)) for d, m, fp in rows}
     missing = [d for d in fingerprints if d not in held]
     if missing:
         found = yield ("record_many_lookup", {"key_digests": orjson.dumps(missing).decode()})
@@ -107,11 +136,17 @@ def keys_held(key_digests: Sequence[str]) -> Plan[dict[str, KeyHolder]]:
     return {str(d): KeyHolder(str(m), str(fp)) for d, m, fp in rows}
 
 
-def job_push(p: JobPush, dialect: Dialect) -> Plan[str]:
-    rows = yield ("queue_push_notify" if p.notify else "queue_push", p.row)
-    if dialect.supports_returning and not rows:
-        raise RuntimeError("queue_push returned no row")
+def job_push(p: JobPush) -> Plan[str]:
+    """One job straight into the queue; its message id (chosen by the caller)."""
+    yield ("queue_push_notify" if p.notify else "queue_push", p.row)
     return str(p.row["message_id"])
+
+
+def jobs_push(p: JobsPush) -> Plan[list[str]]:
+    """Many jobs straight into the queue, one statement; their message ids in order."""
+    name = "queue_push_many_notify" if p.notify else "queue_push_many"
+    yield (name, {"rows": orjson.dumps(p.rows).decode()})
+    return [str(r[0]) for r in p.rows]
 
 
 def jobs_recorded() -> Plan[list[RecordedRow]]:

@@ -6,7 +6,8 @@ so a fourth dialect means one new entry here, not a hunt through the code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Literal
 
 DialectName = Literal["sqlite", "postgresql", "mysql"]
@@ -61,7 +62,22 @@ MYSQL = Dialect(
     "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
 )
 
+# MariaDB 10.5+ returns rows from an INSERT, ON DUPLICATE KEY UPDATE included (the
+# existing row's values): a caller's connection to it runs MySQL's SQL with that one
+# capability more (``mysql_server``). Not in DIALECTS: same name, same SQL files.
+MARIADB = replace(MYSQL, supports_returning=True)
+
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (SQLITE, POSTGRESQL, MYSQL)}
+_MARIADB_VERSION = re.compile(r"(\d+)\.(\d+)\.\d+-MariaDB")
+
+
+def mysql_server(version: str) -> Dialect:
+    """``MARIADB`` for a MariaDB 10.5 or later server version string (as the protocol
+    sends it, perhaps behind a ``5.5.5-`` prefix), else ``MYSQL``."""
+    found = _MARIADB_VERSION.search(version)
+    if found and (int(found.group(1)), int(found.group(2))) >= (10, 5):
+        return MARIADB
+    return MYSQL
 
 
 def dialect_named(name: str) -> Dialect:

@@ -13,6 +13,12 @@ Atomicity per dialect:
 - MariaDB commits DDL implicitly. A session lock (``GET_LOCK``) serialises migrators,
   every statement is ``IF NOT EXISTS``, and the version row is written last, so a
   migration cut short is simply completed by the next run.
+
+The contract step (``CONTRACT``) drops what only code of schema version 1 needed. It
+is held back, with every migration after it, while that code evidently still runs
+(``schema_1_writers``): after it, a version-1 producer could record a key twice. The
+runner applies everything before it and says why it stopped; a later run, once the
+version-1 code is gone, applies the rest.
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ from outbox.db.dialect import DIALECTS, Dialect
 from outbox.db.errors import translated
 from outbox.db.sql import queries
 from outbox.errors import DatabaseError
+
+CONTRACT = "drop schema 1 compatibility"
+# How far back a trace of version-1 code holds the contract step back: a day covers a
+# producer that writes rarely (a nightly job) as well as a rolling upgrade in progress.
+SCHEMA_1_WINDOW_MS = 86_400_000
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _BODY_BEGIN = re.compile(r"^\s*BEGIN\s*$", re.MULTILINE)
@@ -133,6 +144,11 @@ def render_sql(dialect: Dialect) -> str:
     lines = [f"-- outbox schema, version {LATEST}, for {dialect.name}"]
     for m in MIGRATIONS:
         lines.append(f"\n-- migration {m.version}: {m.description}")
+        if m.description == CONTRACT:
+            lines.append(
+                "-- The contract step: on a database code of schema version 1 wrote to,"
+                "\n-- apply it only once no such code runs (`outbox migrate` checks this)."
+            )
         if dialect.transactional_ddl:
             lines.append("BEGIN;")
         lines.extend(_printable(stmt, dialect) for stmt in m.ddl(dialect))
@@ -193,9 +209,53 @@ def apply_locked(conn: Connection, to: int | None = None) -> list[int]:
 def _apply_missing(conn: Connection, to: int | None) -> list[int]:
     done = set(applied_versions(conn))
     missing = [m for m in MIGRATIONS if m.version not in done and (to is None or m.version <= to)]
+    applied: list[int] = []
     for m in missing:
+        if m.description == CONTRACT and schema_1_writers(conn) is not None:
+            break  # held back, with everything after it; ``held_back`` says why
         _apply(conn, m)
-    return [m.version for m in missing]
+        applied.append(m.version)
+    return applied
+
+
+def schema_1_writers(conn: Connection) -> str | None:
+    """Why code of schema version 1 may still be running, or None when nothing says so.
+
+    The traces it leaves: intents without ``keyed`` (every later writer sets it) and
+    ``published`` tombstones (a version-1 relay's, or the compatibility trigger's),
+    written in the last ``SCHEMA_1_WINDOW_MS``. Only asked on a schema that has the
+    ``keyed`` column (migration "intents move keys stay" and later).
+    """
+    row = conn.execute("migrate_schema_1_writers", {"window_ms": SCHEMA_1_WINDOW_MS})[0]
+    intents, newest_intent, tombstones, newest_tombstone = row
+    hours = SCHEMA_1_WINDOW_MS // 3_600_000
+    if intents:
+        return (
+            f"{intents} intent(s) written by schema-1 code in the last {hours} h "
+            f"(the newest at {int(newest_intent)} ms since the epoch) are in outbox_messages"
+        )
+    if tombstones:
+        return (
+            f"{tombstones} tombstone(s) left by a schema-1 relay or producer in the last "
+            f"{hours} h (the newest at {int(newest_tombstone)} ms since the epoch) are in "
+            "outbox_messages"
+        )
+    return None
+
+
+def held_back(conn: Connection) -> str | None:
+    """Why the contract step is not applied yet (a sentence for the operator), or None."""
+    if version_of(CONTRACT) in applied_versions(conn):
+        return None
+    reason = schema_1_writers(conn)
+    if reason is None:
+        return None
+    return (
+        f"migration {version_of(CONTRACT)} ({CONTRACT}) and any after it are held back: "
+        f"{reason}. Stop every process running an outbox release of schema version 1, "
+        "let the relay hand their intents off (or wait for the traces to age out), "
+        "then run `outbox migrate` again"
+    )
 
 
 def _apply(conn: Connection, m: Migration) -> None:

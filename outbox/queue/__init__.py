@@ -7,7 +7,7 @@ library's module of that name.
 from outbox.queue.backoff import Backoff
 from outbox.queue.context import JobContext
 from outbox.queue.execute import JobTimeout
-from outbox.queue.push import push, push_async
+from outbox.queue.push import push, push_async, push_many, push_many_async
 from outbox.queue.registry import Registry
 from outbox.queue.worker import Worker, WorkerConfig, WorkerStats
 
@@ -21,4 +21,6 @@ __all__ = [
     "WorkerStats",
     "push",
     "push_async",
+    "push_many",
+    "push_many_async",
 ]

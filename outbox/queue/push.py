@@ -1,23 +1,26 @@
-"""push(): a job straight into the queue table, in the caller's transaction.
+"""push() / push_many(): jobs straight into the queue table, in the caller's transaction.
 
 For work that needs no idempotency key. Atomic with the caller's own writes, like
-``record()``; the job is claimable after ``delay`` seconds by the database's clock.
-``priority`` (0 most urgent to 9), when given, replaces the job's own.
+``record()``; a job is claimable after ``delay`` seconds by the database's clock.
+``priority`` (0 most urgent to 9), when given, replaces the job's own. ``push_many`` is
+``record_many``'s keyless counterpart: up to 1,000 jobs in one statement.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from outbox.config import settings
 from outbox.db.adapters import adapt, adapt_async
-from outbox.db.caller import JobPush, job_push, run, run_async
+from outbox.db.caller import JobPush, JobsPush, job_push, jobs_push, run, run_async
 from outbox.errors import InvalidJob
 from outbox.ids import new_message_id
 from outbox.job import Job, NormalJob, check_priority, normalise
 
 MAX_DELAY_S = 10 * 365 * 86_400
+MAX_BATCH = 1_000
 
 
 def push_params(job: NormalJob, message_id: str, delay: object) -> dict[str, Any]:
@@ -57,14 +60,73 @@ def push(conn: Any, job: Job, delay: float = 0, *, priority: int | None = None) 
     params = push_params(_normal(job, priority), new_message_id(), delay)
     target = adapt(conn)
     notify = target.dialect.supports_listen and settings.notify
-    return run(job_push(JobPush(params, notify), target.dialect), target, "push")
+    return run(job_push(JobPush(params, notify)), target, "push")
 
 
-async def push_async(
-    conn: Any, job: Job, delay: float = 0, *, priority: int | None = None
-) -> str:
+async def push_async(conn: Any, job: Job, delay: float = 0, *, priority: int | None = None) -> str:
     """``push`` for async connections."""
     params = push_params(_normal(job, priority), new_message_id(), delay)
     target = await adapt_async(conn)
     notify = target.dialect.supports_listen and settings.notify
-    return await run_async(job_push(JobPush(params, notify), target.dialect), target, "push")
+    return await run_async(job_push(JobPush(params, notify)), target, "push")
+
+
+def push_many(
+    conn: Any, jobs: Iterable[Job], delay: float = 0, *, priority: int | None = None
+) -> list[str]:
+    """Put every job of ``jobs`` in the queue inside ``conn``'s transaction, in one
+    statement; return their new message ids in order.
+
+    Each job means what ``push(conn, job, delay, priority=priority)`` means. Every job is
+    validated before anything is sent: a bad one raises ``InvalidJob`` naming its index,
+    and nothing is written. At most 1,000 jobs per call (one statement must stay a
+    bounded size); an empty ``jobs`` returns ``[]`` without touching the connection.
+    """
+    rows = _batch(jobs, delay, priority)
+    if not rows:
+        return []
+    target = adapt(conn)
+    return run(jobs_push(_push(rows, target.dialect.supports_listen)), target, "push_many")
+
+
+async def push_many_async(
+    conn: Any, jobs: Iterable[Job], delay: float = 0, *, priority: int | None = None
+) -> list[str]:
+    """``push_many`` for async connections."""
+    rows = _batch(jobs, delay, priority)
+    if not rows:
+        return []
+    target = await adapt_async(conn)
+    plan = jobs_push(_push(rows, target.dialect.supports_listen))
+    return await run_async(plan, target, "push_many")
+
+
+def _push(rows: list[tuple[Any, ...]], listens: bool) -> JobsPush:
+    return JobsPush(rows, bool(listens and settings.notify))
+
+
+def _batch(jobs: Iterable[Job], delay: object, priority: int | None) -> list[tuple[Any, ...]]:
+    """Every job validated, in order, as ``queue_push_many``'s rows; an error names the
+    failing job's index (the delay and priority apply to all, so they are checked once)."""
+    ms = delay_ms(delay)
+    chosen = None if priority is None else check_priority(priority)
+    rows: list[tuple[Any, ...]] = []
+    for index, job in enumerate(jobs):
+        if index >= MAX_BATCH:
+            raise InvalidJob(f"push_many takes at most {MAX_BATCH:,} jobs per call")
+        try:
+            normal = _normal(job, chosen)
+        except InvalidJob as exc:
+            raise InvalidJob(f"item {index}: {exc}") from None
+        rows.append(
+            (
+                new_message_id(),
+                normal.queue,
+                normal.name,
+                normal.payload_json,
+                normal.max_attempts,
+                ms,
+                normal.priority,
+            )
+        )
+    return rows

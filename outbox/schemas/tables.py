@@ -69,14 +69,15 @@ Index("outbox_keys_created", keys.c.created_at)
 # Intents not yet handed off: pending, or quarantined (failed). A handed-off intent
 # leaves this table; its key row stays in outbox_keys. ``keyed`` is 1 when the writer
 # wrote the key row itself (version 2); version-1 writers leave it NULL during a rolling
-# upgrade and a trigger (migration 2) completes their insert. ``published`` rows are
+# upgrade and a trigger (migration 2) completes their insert, until the contract step
+# drops it. A key's uniqueness is outbox_keys' primary key. ``published`` rows are
 # tombstones a version-1 relay or that trigger left; prune removes them.
 messages = Table(
     "outbox_messages",
     metadata,
     _id(),
     Column("message_id", String(36), nullable=False, unique=True),
-    Column("key_digest", String(64), nullable=False, unique=True),
+    Column("key_digest", String(64), nullable=False),
     Column("fingerprint", String(64), nullable=False),
     _name("job_name"),
     _name("queue"),

@@ -31,7 +31,7 @@ from outbox.db.connection import Database
 from outbox.db.migrate import LATEST, Migration, migrate
 from outbox.errors import IdempotencyConflict
 from outbox.metrics import Exporter
-from outbox.queue import Worker, WorkerConfig, push
+from outbox.queue import Worker, WorkerConfig, push, push_many
 from outbox.relay import Relay, RelayConfig
 from tests.fixtures import databases as backends
 from tests.ops.apps import LEDGER_DDL, registry
@@ -151,12 +151,13 @@ def app_records_replays_and_pushes(s: Scene) -> None:
         replayed, fresh = record_many(conn, [(key, job), (_key(), job)])
         conn.commit()
         pushed = push(conn, job)
+        many = push_many(conn, [job, job])
         conn.commit()
     finally:
         conn.close()
     assert replayed == first
     assert _state(s, first) == "pending" and _state(s, fresh) == "pending"
-    assert _in_jobs(s, pushed)
+    assert all(_in_jobs(s, m) for m in (pushed, *many))
 
 
 def relay_hands_off_and_quarantines(s: Scene) -> None:

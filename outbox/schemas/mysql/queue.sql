@@ -8,6 +8,29 @@ VALUES
      {now_ms} + :delay_ms,
      {now_ms}, :priority);
 
+
+-- name: queue_push_many
+-- Up to 1,000 jobs straight into the queue in one statement, from a JSON array of rows
+-- [message_id, queue, job_name, payload, max_attempts, delay_ms, priority] (one
+-- parameter, whatever the batch size); inserted in the given order, so ids follow it.
+-- The clock (NOW(3)) is fixed for the statement.
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority)
+SELECT r.message_id, r.queue, r.job_name, r.payload, 0, r.max_attempts,
+       {now_ms} + r.delay_ms, {now_ms}, r.priority
+FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
+    ord FOR ORDINALITY,
+    message_id VARCHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+    queue VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+    job_name VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]',
+    payload LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]',
+    max_attempts INT PATH '$[4]',
+    delay_ms BIGINT PATH '$[5]',
+    priority SMALLINT PATH '$[6]'
+)) AS r
+ORDER BY r.ord;
+
 -- name: job_claim_pick
 -- MariaDB has no UPDATE ... RETURNING: first lock up to :limit due, unheld jobs of one
 -- queue (READ COMMITTED, SKIP LOCKED: no gap locks, disjoint batches), with the clock,

@@ -1,7 +1,17 @@
+-- name: record_insert_returning
+-- MariaDB 10.5+: the key row first, returning its holder: ours when inserted, and on a
+-- duplicate the existing row (ON DUPLICATE KEY UPDATE returns it, locked and latest
+-- committed even under REPEATABLE READ), so no lookup follows. The intent follows only
+-- if the key row is its own (record_insert_intent).
+INSERT INTO outbox_keys (key_digest, message_id, fingerprint, created_at)
+VALUES (:key_digest, :message_id, :fingerprint, {now_ms})
+ON DUPLICATE KEY UPDATE key_digest = key_digest
+RETURNING message_id, fingerprint;
+
 -- name: record_insert
--- The key row first. MariaDB has no INSERT ... RETURNING with ON DUPLICATE KEY, so the
--- no-op update keeps a duplicate key from failing; the intent follows only if the key
--- row is its own (record_insert_intent), and record_lookup decides.
+-- MySQL 8 (no INSERT ... RETURNING): the key row first; the no-op update keeps a
+-- duplicate key from failing; the intent follows only if the key row is its own
+-- (record_insert_intent), and record_lookup decides.
 INSERT INTO outbox_keys (key_digest, message_id, fingerprint, created_at)
 VALUES (:key_digest, :message_id, :fingerprint, {now_ms})
 ON DUPLICATE KEY UPDATE key_digest = key_digest;
@@ -12,8 +22,22 @@ ON DUPLICATE KEY UPDATE key_digest = key_digest;
 SELECT message_id, fingerprint FROM outbox_keys WHERE key_digest = :key_digest
 LOCK IN SHARE MODE;
 
+-- name: record_many_insert_returning
+-- MariaDB 10.5+: as record_many_insert, returning every key's holder: ours for the new
+-- keys, the existing (locked, latest committed) row for the others, so no lookup
+-- follows.
+INSERT INTO outbox_keys (key_digest, message_id, fingerprint, created_at)
+SELECT r.key_digest, r.message_id, r.fingerprint, {now_ms}
+FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
+    message_id VARCHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+    key_digest VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]',
+    fingerprint VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]'
+)) AS r
+ON DUPLICATE KEY UPDATE key_digest = outbox_keys.key_digest
+RETURNING key_digest, message_id, fingerprint;
+
 -- name: record_many_insert
--- Up to 1,000 key rows in one statement from a JSON array of rows
+-- MySQL 8: up to 1,000 key rows in one statement from a JSON array of rows
 -- [message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
 -- available_at, priority]. The no-op update keeps existing keys from failing;
 -- record_many_lookup then reads every key's row (no RETURNING here).

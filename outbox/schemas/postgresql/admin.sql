@@ -24,11 +24,13 @@ WHERE id IN (
 -- At most :batch key rows recorded at least :age_ms ago whose intents were handed off
 -- (no row of theirs is left in outbox_messages), oldest first. The key of a pending or
 -- quarantined intent never matches. This ends deduplication for those keys.
+-- An intent carries its key row's message_id, so the unique message_id index finds it
+-- (outbox_messages.key_digest has no index since the contract step).
 DELETE FROM outbox_keys
 WHERE key_digest IN (
     SELECT k.key_digest FROM outbox_keys AS k
     WHERE k.created_at <= {now_ms} - :age_ms
-        AND NOT EXISTS (SELECT 1 FROM outbox_messages AS m WHERE m.key_digest = k.key_digest)
+        AND NOT EXISTS (SELECT 1 FROM outbox_messages AS m WHERE m.message_id = k.message_id)
     ORDER BY k.created_at
     LIMIT :batch
     FOR UPDATE SKIP LOCKED

@@ -22,6 +22,39 @@ WITH ins AS (
 )
 SELECT message_id, pg_notify('outbox_jobs', '') FROM ins;
 
+
+-- name: queue_push_many
+-- Up to 1,000 jobs straight into the queue in one statement, from a JSON array of rows
+-- [message_id, queue, job_name, payload, max_attempts, delay_ms, priority] (one
+-- parameter, whatever the batch size); inserted in the given order, so ids follow it.
+-- The clock is read once (a volatile subquery is not inlined): every job of the batch
+-- has the same created_at, and available_at - created_at is exactly its delay.
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority)
+SELECT r.v ->> 0, r.v ->> 1, r.v ->> 2, r.v ->> 3, 0, CAST(r.v ->> 4 AS integer),
+       clock.now_ms + CAST(r.v ->> 5 AS bigint), clock.now_ms, CAST(r.v ->> 6 AS smallint)
+FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r (v, ord)
+CROSS JOIN (SELECT {now_ms} AS now_ms) AS clock
+ORDER BY r.ord;
+
+-- name: queue_push_many_notify
+-- As queue_push_many, plus one NOTIFY on the queue's channel per statement (not per
+-- row), delivered on commit.
+WITH ins AS (
+    INSERT INTO outbox_jobs
+        (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
+         created_at, priority)
+    SELECT r.v ->> 0, r.v ->> 1, r.v ->> 2, r.v ->> 3, 0, CAST(r.v ->> 4 AS integer),
+           clock.now_ms + CAST(r.v ->> 5 AS bigint), clock.now_ms,
+           CAST(r.v ->> 6 AS smallint)
+    FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r (v, ord)
+    CROSS JOIN (SELECT {now_ms} AS now_ms) AS clock
+    ORDER BY r.ord
+    RETURNING 1
+)
+SELECT pg_notify('outbox_jobs', '') FROM (SELECT count(*) AS n FROM ins) AS c WHERE c.n > 0;
+
 -- name: job_claim
 -- Up to :limit due, unheld jobs of one queue, most urgent priority first, then oldest
 -- due first, in one statement; none while the queue is paused (the NOT EXISTS is

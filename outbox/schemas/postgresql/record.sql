@@ -64,7 +64,7 @@ SELECT r.v ->> 0, k.key_digest, r.v ->> 2, r.v ->> 3, r.v ->> 4, r.v ->> 5,
        CAST(r.v ->> 8 AS smallint)
 FROM r JOIN k ON k.key_digest = r.v ->> 1
 ORDER BY r.ord
-RETURNING key_digest, message_id;
+RETURNING key_digest, message_id, fingerprint;
 
 -- name: record_many_insert_notify
 -- As record_many_insert, plus one payload-less NOTIFY per statement (not per row): the
@@ -86,9 +86,9 @@ WITH r AS MATERIALIZED (
            CAST(r.v ->> 8 AS smallint)
     FROM r JOIN k ON k.key_digest = r.v ->> 1
     ORDER BY r.ord
-    RETURNING key_digest, message_id
+    RETURNING key_digest, message_id, fingerprint
 )
-SELECT key_digest, message_id FROM ins
+SELECT key_digest, message_id, fingerprint FROM ins
 WHERE (SELECT count(*) FROM pg_notify('outbox_relay', '')) = 1;
 
 -- name: record_many_lookup

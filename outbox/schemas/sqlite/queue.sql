@@ -9,6 +9,22 @@ VALUES
      {now_ms}, :priority)
 RETURNING message_id;
 
+
+-- name: queue_push_many
+-- Up to 1,000 jobs straight into the queue in one statement, from a JSON array of rows
+-- [message_id, queue, job_name, payload, max_attempts, delay_ms, priority] (one
+-- parameter, whatever the batch size); inserted in the given order, so ids follow it.
+-- 'now' is fixed for the statement.
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority)
+SELECT json_extract(r.value, '$[0]'), json_extract(r.value, '$[1]'),
+       json_extract(r.value, '$[2]'), json_extract(r.value, '$[3]'), 0,
+       json_extract(r.value, '$[4]'), {now_ms} + json_extract(r.value, '$[5]'), {now_ms},
+       json_extract(r.value, '$[6]')
+FROM json_each(:rows) AS r
+ORDER BY r.key;
+
 -- name: job_claim
 -- Up to :limit due, unheld jobs of one queue, most urgent priority first, then oldest
 -- due first, in one statement run inside BEGIN IMMEDIATE (SQLite has one writer; 'now'

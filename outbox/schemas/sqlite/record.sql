@@ -1,15 +1,15 @@
--- name: record_insert
+-- name: record_insert_returning
 -- The key row first: no row back when the key already exists (then record_lookup
 -- decides). The intent follows (record_insert_intent) in the same transaction.
 INSERT INTO outbox_keys (key_digest, message_id, fingerprint, created_at)
 VALUES (:key_digest, :message_id, :fingerprint, {now_ms})
 ON CONFLICT (key_digest) DO NOTHING
-RETURNING message_id;
+RETURNING message_id, fingerprint;
 
 -- name: record_lookup
 SELECT message_id, fingerprint FROM outbox_keys WHERE key_digest = :key_digest;
 
--- name: record_many_insert
+-- name: record_many_insert_returning
 -- Up to 1,000 key rows in one statement from a JSON array of rows
 -- [message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
 -- available_at, priority]. "WHERE true" keeps ON CONFLICT from parsing as a join constraint.
@@ -20,7 +20,7 @@ SELECT json_extract(r.value, '$[1]'), json_extract(r.value, '$[0]'),
 FROM json_each(:rows) AS r
 WHERE true
 ON CONFLICT (key_digest) DO NOTHING
-RETURNING key_digest, message_id;
+RETURNING key_digest, message_id, fingerprint;
 
 -- name: record_many_insert_intents
 -- The intents of the batch whose key rows are their own, in the given order.

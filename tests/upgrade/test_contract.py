@@ -1,0 +1,190 @@
+"""The contract step (migration "drop schema 1 compatibility"), on every backend: held
+back, naming why, while code of schema version 1 left traces recently; applied once
+those traces are gone; applied straight away on a fresh database.
+
+A version-1 write is made as version 1 made it: an INSERT into outbox_messages without
+a key row and without ``keyed`` (what the compatibility trigger completes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from click.testing import CliRunner
+
+from outbox import Job, record
+from outbox.cli import main
+from outbox.db.connection import Connection, Database
+from outbox.db.migrate import (
+    CONTRACT,
+    SCHEMA_1_WINDOW_MS,
+    applied_versions,
+    apply_locked,
+    held_back,
+    migrate,
+    version_of,
+)
+from outbox.job import key_digest
+from tests.fixtures.databases import raw_connect
+from tests.fixtures.gaps import Gap, skip_unless
+from tests.fixtures.records import counts, db_now_ms
+
+BEFORE = version_of(CONTRACT) - 1
+
+
+def at_version_before_contract(db_url: str) -> Connection:
+    """A database migrated up to the step before the contract step."""
+    conn = Database(db_url).connect()
+    if conn.dialect.transactional_ddl:
+        conn.transact(lambda c: apply_locked(c, BEFORE), operation="migrate")
+    else:
+        apply_locked(conn, BEFORE)
+    assert max(applied_versions(conn)) == BEFORE
+    return conn
+
+
+def v1_record(conn: Connection, key: str, message_id: str, created_at: int) -> None:
+    """What version 1's record() sent: the intent alone, ``keyed`` left NULL."""
+    digest = key_digest(key)
+    conn.execute_sql(
+        "INSERT INTO outbox_messages (message_id, key_digest, fingerprint, job_name, queue,"
+        f" payload, state, created_at) VALUES ('{message_id}', '{digest}', '{'f' * 64}',"
+        f" 'notes.index', 'default', '{{}}', 'pending', {created_at})"
+    )
+
+
+def key_rows(conn: Connection) -> list[tuple[Any, ...]]:
+    return sorted(
+        tuple(r) for r in conn.execute_sql("SELECT key_digest, message_id FROM outbox_keys")
+    )
+
+
+def test_recent_schema_1_intents_hold_the_step_back_and_say_why(db_url: str) -> None:
+    conn = at_version_before_contract(db_url)
+    try:
+        v1_record(conn, "note:1", "m-v1-1", db_now_ms(conn))
+        assert migrate(conn) == []
+        why = held_back(conn)
+        assert why is not None
+        assert f"migration {version_of(CONTRACT)} ({CONTRACT})" in why
+        assert "1 intent(s) written by schema-1 code in the last 24 h" in why, why
+        said = CliRunner().invoke(main, ["--database-url", db_url, "migrate"])
+        assert said.exit_code == 0 and why in said.output, said.output
+        assert max(applied_versions(conn)) == BEFORE
+        # The compatibility trigger is still there: it completes each v1 insert with
+        # its key row.
+        v1_record(conn, "note:2", "m-v1-2", db_now_ms(conn))
+        assert key_rows(conn) == sorted(
+            [(key_digest("note:1"), "m-v1-1"), (key_digest("note:2"), "m-v1-2")]
+        )
+    finally:
+        conn.close()
+
+
+def test_recent_schema_1_tombstones_hold_the_step_back_too(db_url: str) -> None:
+    conn = at_version_before_contract(db_url)
+    try:
+        now = db_now_ms(conn)
+        conn.execute_sql(
+            "INSERT INTO outbox_messages (message_id, key_digest, fingerprint, job_name, queue,"
+            f" state, created_at, published_at, keyed) VALUES ('m-t', '{'d' * 64}',"
+            f" '{'f' * 64}', 'a.b', 'default', 'published', {now}, {now}, 1)"
+        )
+        assert migrate(conn) == []
+        why = held_back(conn)
+        assert why is not None and "1 tombstone(s) left by a schema-1 relay or producer" in why
+    finally:
+        conn.close()
+
+
+def test_once_the_traces_are_old_the_step_drops_the_trigger_and_the_index(
+    db_url: str, backend: str
+) -> None:
+    conn = at_version_before_contract(db_url)
+    try:
+        old = db_now_ms(conn) - SCHEMA_1_WINDOW_MS - 60_000
+        v1_record(conn, "note:1", "m-v1-1", old)  # a day-old v1 intent, still pending
+        highest = conn.execute_sql("SELECT max(id) FROM outbox_messages")[0][0]
+        conn.execute_sql("DELETE FROM outbox_messages")  # handed off
+        v1_record(conn, "note:2", "m-v1-2", old)
+        assert held_back(conn) is None
+
+        assert migrate(conn) == [version_of(CONTRACT)]
+        assert held_back(conn) is None
+        said = CliRunner().invoke(main, ["--database-url", db_url, "migrate"]).output
+        assert "is up to date" in said and "held back" not in said, said
+        # The rows survived the step (SQLite rebuilds the table), ids are never reused.
+        rows = conn.execute_sql("SELECT id, message_id, keyed FROM outbox_messages")
+        assert [(r[1], r[2]) for r in rows] == [("m-v1-2", None)]
+        assert rows[0][0] > highest
+
+        # No trigger: an insert without a key row stays as it is, and writes no key row.
+        before = key_rows(conn)
+        v1_record(conn, "note:3", "m-v1-3", db_now_ms(conn))
+        assert key_rows(conn) == before
+        # No unique index on key_digest: the key row alone guards a key.
+        v1_record(conn, "note:3", "m-v1-4", db_now_ms(conn))
+        assert counts(conn, ("outbox_messages",))["outbox_messages"] == 3
+        conn.execute_sql("DELETE FROM outbox_messages WHERE message_id IN ('m-v1-3', 'm-v1-4')")
+
+        app = raw_connect(db_url)
+        try:
+            job = Job("notes.index", {"note_id": 5})
+            first = record(app, "note:5", job)
+            assert record(app, "note:5", job) == first
+            app.commit()
+            new_id = conn.execute_sql(
+                f"SELECT id FROM outbox_messages WHERE message_id = '{first}'"
+            )[0][0]
+            assert new_id > rows[0][0]
+        finally:
+            app.close()
+        assert counts(conn, ("outbox_messages",))["outbox_messages"] == 2
+    finally:
+        conn.close()
+
+
+def test_a_fresh_database_gets_the_step_at_once(database: Database) -> None:
+    with database.connect() as conn:
+        assert version_of(CONTRACT) in applied_versions(conn)
+        assert held_back(conn) is None
+
+
+def test_the_printed_ddl_marks_the_contract_step(backend: str) -> None:
+    from outbox.db.dialect import dialect_named
+    from outbox.db.migrate import render_sql
+
+    script = render_sql(dialect_named(backend))
+    step = script.index(f"-- migration {version_of(CONTRACT)}: {CONTRACT}")
+    assert script.index("-- The contract step: on a database code of schema version 1") > step
+    assert "outbox_v1_record" in script[step:]
+
+
+def test_a_migrator_owning_the_tables_but_not_the_function_applies_the_step(
+    db_url: str, backend: str
+) -> None:
+    """As ops/sql/postgresql-grants.sql sets it up: the migrator role owns the tables;
+    the trigger's function belongs to whoever ran migration 2."""
+    skip_unless(backend, "postgresql", gap=Gap.PSYCOPG_CONNECTION)
+    conn = at_version_before_contract(db_url)
+    role = f"contract_migrator_{abs(hash(db_url)) % 10**8}"
+    try:
+        conn.execute_sql(f"CREATE ROLE {role}")
+        schema = conn.execute_sql("SELECT current_schema()")[0][0]
+        conn.execute_sql(f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}")
+        for table in ("outbox_messages", "outbox_schema_version", "outbox_keys"):
+            conn.execute_sql(f"ALTER TABLE {table} OWNER TO {role}")
+        conn.execute_sql(f"SET ROLE {role}")
+        assert migrate(conn) == [version_of(CONTRACT)]
+        conn.execute_sql("RESET ROLE")
+        triggers = conn.execute_sql(
+            "SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_v1_record'"
+        )
+        assert triggers[0][0] == 0
+    finally:
+        conn.execute_sql("RESET ROLE")
+        for table in ("outbox_messages", "outbox_schema_version", "outbox_keys"):
+            conn.execute_sql(f"ALTER TABLE {table} OWNER TO CURRENT_USER")
+        conn.execute_sql(f"DROP OWNED BY {role}")
+        conn.execute_sql(f"DROP ROLE IF EXISTS {role}")
+        conn.close()
