@@ -66,7 +66,7 @@ def test_a_rolled_back_savepoint_takes_only_its_own_intents(
 def test_the_default_connection_proxy_is_recognised(django_alias: str, conn: Connection) -> None:
     from django.db import connection  # the proxy of alias "default"
 
-    with transaction.atomic(), pytest.raises(DatabaseError, match="^push failed"):
+    with transaction.atomic(), pytest.raises(DatabaseError, match=r"^push failed"):
         push(connection, JOB)  # "default" is SQLite in memory, never migrated: it got there
 
 
