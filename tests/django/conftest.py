@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import django
@@ -33,3 +36,25 @@ def django_alias(db_url: str, database: Any) -> Iterator[str]:
     connections[alias].close()
     del connections[alias]
     del connections.settings[alias]
+
+
+MANAGE = Path(__file__).with_name("manage.py")
+
+
+def manage(db_url: str, *args: str, env: dict[str, str] | None = None,
+           timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """A real ``manage.py`` process on ``db_url``'s database."""
+    return subprocess.run(
+        [sys.executable, str(MANAGE), *args],
+        env={**os.environ, "OUTBOX_DJANGO_DB_URL": db_url, **(env or {})},
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )
+
+
+@pytest.fixture
+def outbox_on(django_alias: str) -> Iterator[str]:
+    """``OUTBOX = {"DATABASE": <this test's alias>}`` for the test."""
+    from django.test import override_settings
+
+    with override_settings(OUTBOX={"DATABASE": django_alias}):
+        yield django_alias
