@@ -5,6 +5,7 @@ the tasks, and ``get_result`` reads what they left."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,8 @@ from outbox.contrib.django import idempotent
 from outbox.contrib.django.backend import outbox_priority
 from outbox.contrib.django.compat import TaskResultDoesNotExist, TaskResultStatus
 from outbox.db.connection import Connection
-from tests.django.testapp import tasks
 from tests.django.conftest import manage
+from tests.django.testapp import tasks
 from tests.fixtures.factories import count_rows
 
 pytestmark = pytest.mark.usefixtures("outbox_on")
@@ -104,7 +105,7 @@ def test_priorities_are_honoured_under_a_backlog(
 def test_priority_map_keeps_the_order_at_every_step() -> None:
     mapped = [outbox_priority(p) for p in range(-100, 101)]
     assert mapped[0] == 9 and mapped[-1] == 0 and mapped[100] == 4
-    assert all(a >= b for a, b in zip(mapped, mapped[1:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(mapped))
 
 
 def test_arguments_that_are_not_json_raise_and_write_nothing(

@@ -2,8 +2,10 @@
 
 Always: ``outbox.E001`` the ``OUTBOX`` setting is wrong; ``E002`` its database alias does not
 exist; ``E003`` that database's engine is not one outbox supports (or SQLite in
-memory). With ``check --database ALIAS``: ``E004`` the outbox tables are missing or
-behind (run ``manage.py migrate``).
+memory). With ``check --database ALIAS``: ``W001`` the outbox tables are missing or
+behind (run ``manage.py migrate``): a warning, so that ``migrate``, which runs the
+database checks first, is never blocked by the very thing it fixes; ``--fail-level
+WARNING`` makes it fail a deployment check.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def configuration(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 
 
 def schema(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Any]:
-    """E004, a database check: Django runs it with ``check --database ALIAS`` (and
+    """W001, a database check: Django runs it with ``check --database ALIAS`` (and
     before ``migrate``'s own checks), as it does every check that connects."""
     if list(_problems()) or not databases:
         return []
@@ -61,15 +63,17 @@ def _schema(alias: str) -> Iterator[checks.CheckMessage]:
         with conf.database(alias).connect() as conn:
             done = set(applied_versions(conn))
     except OutboxError as exc:
-        yield checks.Error(f"cannot read the outbox schema of {alias!r}: {exc}", id="outbox.E004")
+        yield checks.Warning(
+            f"cannot read the outbox schema of {alias!r}: {exc}", id="outbox.W001"
+        )
         return
     missing = sorted(set(range(1, LATEST + 1)) - done)
     if missing:
-        yield checks.Error(
+        yield checks.Warning(
             f"the outbox tables of database {alias!r} are "
             + ("missing" if not done else f"behind (versions {missing} not applied)"),
             hint="run manage.py migrate",
-            id="outbox.E004",
+            id="outbox.W001",
         )
 
 

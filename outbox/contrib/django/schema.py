@@ -24,7 +24,7 @@ def upgrade(alias: str) -> list[int]:
 class OutboxMigrations(Operation):
     """Runs outbox's migrations (all its schema versions, as they ship)."""
 
-    reduces_to_sql = False
+    reduces_to_sql = True  # sqlmigrate shows the statements (database_forwards)
     reversible = False
 
     def state_forwards(self, app_label: str, state: Any) -> None:
