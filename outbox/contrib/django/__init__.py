@@ -26,7 +26,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(backend, name)
     if name == "run_tasks":
-        from outbox.contrib.django import testing
+        from outbox.contrib.django.testing import run_tasks
 
-        return testing.run_tasks
+        return run_tasks
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
