@@ -58,3 +58,29 @@ def outbox_on(django_alias: str) -> Iterator[str]:
 
     with override_settings(OUTBOX={"DATABASE": django_alias}):
         yield django_alias
+
+
+@pytest.fixture(scope="session")
+def admin_site_ready() -> None:
+    """Django's own tables (users, sessions, permissions) in the ``default`` alias,
+    SQLite in memory for the whole session; the outbox tables live in each test's alias."""
+    from django.core.management import call_command
+    from django.test import override_settings
+    from django.test.utils import setup_test_environment
+
+    setup_test_environment()  # the test client then records templates' contexts
+    with override_settings(OUTBOX={"DATABASE": "none: Django's own tables only"}):
+        call_command("migrate", verbosity=0, interactive=False)
+
+
+@pytest.fixture
+def staff(admin_site_ready: None) -> Iterator[Any]:
+    """A staff user who may view the outbox models and no more (grant what a test needs)."""
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user(f"staff{next(_aliases)}", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="outbox", codename__startswith="view")
+    )
+    yield user
+    user.delete()

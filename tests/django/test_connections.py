@@ -7,8 +7,6 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-import MySQLdb
-import psycopg2
 import pytest
 from django.db import connections, transaction
 from sqlalchemy.engine import make_url
@@ -96,10 +94,14 @@ def _second_driver(db_url: str) -> Any:
     if kind == "sqlite":
         return sqlite3.connect(u.database or "", timeout=30)
     if kind.startswith("postgres"):
+        import psycopg2
+
         return psycopg2.connect(
             host=u.host, port=u.port, user=u.username, password=u.password or "",
             dbname=u.database, **{k: str(v) for k, v in u.query.items()},
         )
+    import MySQLdb
+
     return MySQLdb.connect(
         host=u.host or "127.0.0.1", port=u.port or 3306, user=u.username or "root",
         password=u.password or "", database=u.database or "", charset="utf8mb4",
@@ -131,7 +133,7 @@ def test_plain_dbapi_connections_in_autocommit_are_refused(
     try:
         if isinstance(raw, sqlite3.Connection):
             raw.isolation_level = None
-        elif isinstance(raw, psycopg2.extensions.connection):
+        elif type(raw).__module__.startswith("psycopg2"):
             raw.autocommit = True
         else:
             raw.autocommit(True)
