@@ -23,7 +23,9 @@ try:
         TaskResult,
     )
     from django.tasks.exceptions import (  # type: ignore[import-not-found,unused-ignore]
-        InvalidTaskError,
+        InvalidTask as InvalidTaskError,
+    )
+    from django.tasks.exceptions import (  # type: ignore[import-not-found,unused-ignore]
         TaskResultDoesNotExist,
     )
 except ImportError:

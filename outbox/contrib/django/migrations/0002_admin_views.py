@@ -27,7 +27,10 @@ class Migration(migrations.Migration):
                 'verbose_name': 'dead letter',
                 'db_table': 'outbox_failed_jobs',
                 'ordering': ('-id',),
-                'permissions': (('retry_failedjob', 'Can retry dead letters'), ('forget_failedjob', 'Can forget dead letters')),
+                'permissions': (
+                    ('retry_failedjob', 'Can retry dead letters'),
+                    ('forget_failedjob', 'Can forget dead letters'),
+                ),
                 'managed': False,
                 'default_permissions': ('view',),
             },
