@@ -7,9 +7,11 @@ runs named statements on it. It never opens a connection of its own.
 
 Supported: SQLAlchemy ``Connection`` / ``Session`` / ``scoped_session`` (sync) and
 ``AsyncConnection`` / ``AsyncSession`` / ``async_scoped_session``; psycopg 3
-``Connection`` / ``AsyncConnection``; ``sqlite3.Connection``; PyMySQL ``Connection``.
-Kinds are told apart by module name so the optional drivers are
-imported only when the caller uses them.
+``Connection`` / ``AsyncConnection``; psycopg 2 ``connection``; ``sqlite3.Connection``;
+PyMySQL ``Connection``; mysqlclient (``MySQLdb``) ``Connection``; and Django's own
+``connection`` / ``connections[alias]`` on any of its backends (``_django``). Kinds are
+told apart by module name so the optional drivers are imported only when the caller
+uses them.
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ def adapt(conn: object) -> Target:
         _check_dbapi(conn)
         return Target(SQLITE, _run_sqlite(conn))
     mod = _module(conn)
+    if mod.startswith("django."):
+        return _django(conn)
+    if mod.startswith(("psycopg2.", "MySQLdb.")):
+        return _dbapi2(conn)
     if mod.startswith("sqlalchemy."):
         sa_conn = _sa_connection(conn)
         dialect = dialect_named(sa_conn.dialect.name)
@@ -105,6 +111,101 @@ async def adapt_async(conn: object) -> AsyncTarget:
 
         return AsyncTarget(dialect_named("postgresql"), run_pg)
     raise UnsupportedConnection(_unsupported(conn, is_async=True))
+
+
+def _dbapi2(conn: Any) -> Target:
+    """psycopg 2 and mysqlclient (``MySQLdb``): the drivers Django's backends may sit on."""
+    mod = _module(conn)
+    if mod.startswith("psycopg2."):
+        from psycopg2.extensions import connection
+
+        if isinstance(conn, connection):
+            _check_psycopg2(conn)
+            return Target(dialect_named("postgresql"), _run_dbapi(conn))
+    else:
+        from MySQLdb.connections import Connection
+
+        if isinstance(conn, Connection):
+            _check_mysqlclient(conn)
+            return Target(dialect_named("mysql"), _run_dbapi(conn))
+    raise UnsupportedConnection(_unsupported(conn))
+
+
+def _check_psycopg2(raw: Any) -> None:
+    from psycopg2.extensions import (
+        TRANSACTION_STATUS_IDLE,
+        TRANSACTION_STATUS_INERROR,
+        TRANSACTION_STATUS_UNKNOWN,
+    )
+
+    if raw.closed:
+        raise NoActiveTransaction("the psycopg2 connection is closed")
+    status = raw.get_transaction_status()
+    if status == TRANSACTION_STATUS_UNKNOWN:
+        raise NoActiveTransaction("the psycopg2 connection is broken")
+    if status == TRANSACTION_STATUS_INERROR:
+        raise NoActiveTransaction(_FAILED)
+    if raw.autocommit and status == TRANSACTION_STATUS_IDLE:
+        raise NoActiveTransaction(_AUTOCOMMIT)
+
+
+def _check_mysqlclient(raw: Any) -> None:
+    """mysqlclient's default is a transaction opened by the first statement; with
+    autocommit on, only a transaction begun explicitly (the server says so) holds."""
+    if not raw.open:
+        raise NoActiveTransaction("the mysqlclient connection is closed")
+    if raw.get_autocommit() and not _mysqlclient_in_transaction(raw):
+        raise NoActiveTransaction(_AUTOCOMMIT)
+
+
+def _mysqlclient_in_transaction(raw: Any) -> bool:
+    cur = raw.cursor()
+    try:
+        cur.execute("SELECT @@in_transaction")
+        row = cur.fetchone()
+    finally:
+        cur.close()
+    return bool(row and row[0])
+
+
+def _django(conn: Any) -> Target:
+    """Django's ``connection`` (a proxy) or ``connections[alias]``, on any backend.
+
+    Its transaction is Django's: inside ``transaction.atomic()`` (or with autocommit
+    turned off) the write joins it, savepoints of nested ``atomic()`` blocks included,
+    so a rolled-back inner block takes its intents with it. In autocommit the plain
+    ``record()``/``push()`` refuse, as they do on any connection; the Django task
+    backend opens its own ``atomic()`` there instead (``outbox.contrib.django``).
+    The statements run on the driver's connection underneath, through the same runner
+    as that driver's own kind.
+    """
+    from django.db import connections
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    wrapper = connections[conn.alias] if hasattr(conn, "alias") else conn
+    if not isinstance(wrapper, BaseDatabaseWrapper):
+        raise UnsupportedConnection(_unsupported(conn))
+    if wrapper.needs_rollback:
+        raise NoActiveTransaction(_FAILED)
+    if wrapper.get_autocommit():  # opens the connection if need be
+        raise NoActiveTransaction(_AUTOCOMMIT + " (use transaction.atomic())")
+    raw = wrapper.connection
+    vendor = wrapper.vendor
+    if vendor == "sqlite":
+        _check_sqlite(raw)
+        return Target(SQLITE, _run_sqlite(raw))
+    if vendor == "postgresql":
+        if _module(raw).startswith("psycopg2"):
+            _check_psycopg2(raw)
+            return Target(dialect_named("postgresql"), _run_dbapi(raw))
+        _check_dbapi(raw)
+        return Target(dialect_named("postgresql"), _run_dbapi(raw, psycopg_has_rows))
+    if vendor == "mysql":
+        return Target(dialect_named("mysql"), _run_dbapi(raw))
+    raise UnsupportedConnection(
+        f"Django's {vendor!r} database backend is not supported; "
+        "use PostgreSQL, MySQL/MariaDB or SQLite"
+    )
 
 
 def _is_psycopg(conn: object, *, is_async: bool) -> bool:
@@ -281,7 +382,7 @@ def _unsupported(conn: object, is_async: bool = False) -> str:
     kinds = (
         "SQLAlchemy AsyncConnection/AsyncSession or psycopg AsyncConnection"
         if is_async
-        else "SQLAlchemy Connection/Session, psycopg Connection, sqlite3.Connection "
-        "or PyMySQL Connection"
+        else "SQLAlchemy Connection/Session, psycopg (3 or 2) connection, sqlite3.Connection, "
+        "PyMySQL or mysqlclient Connection, or Django's connection"
     )
     return f"cannot write on a {type(conn).__module__}.{type(conn).__name__}; expected a {kinds}"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from sqlalchemy.engine import URL
 
@@ -53,6 +53,9 @@ from outbox.db.rows import (
     StoredIntent,
     ThroughputRow,
 )
+
+if TYPE_CHECKING:
+    from outbox.db.results import KeptResult, QueuedState, StoredResult
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -393,3 +396,28 @@ class Driver(Protocol):
         """Every worker's per-minute counts since ``since_ms`` (database milliseconds)."""
         ...
 
+    # -- job results (outbox.db.results) -----------------------------------------------
+
+    def result_ack(self, fence: JobFence, kept: Sequence[KeptResult]) -> set[int]:
+        """``job_ack(fence)`` and the result of each job it acknowledged, one transaction."""
+        ...
+
+    def result_dead_letter(self, p: JobDeadLetter, kept: KeptResult) -> bool:
+        """``job_dead_letter(p)`` and the failed result, in one transaction."""
+        ...
+
+    def result_write_in_tx(self, kept: KeptResult) -> None:
+        """A result inside the caller's open transaction (transactional handlers)."""
+        ...
+
+    def result_get(self, message_id: str) -> StoredResult | None:
+        """One job's kept result."""
+        ...
+
+    def result_job_state(self, message_id: str) -> QueuedState | None:
+        """A job still in the queue (waiting or held)."""
+        ...
+
+    def result_prune(self, batch: int) -> int:
+        """Delete at most ``batch`` results past their retention; how many went."""
+        ...

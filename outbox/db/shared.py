@@ -25,6 +25,7 @@ from outbox.db.driver import (
 )
 from outbox.db.errors import translated
 from outbox.db.limits import LimitOps
+from outbox.db.results import ResultOps
 from outbox.db.rows import (
     ClaimedJob,
     DashboardCounts,
@@ -58,10 +59,10 @@ T = TypeVar("T")
 Outcome = tuple[int, int, tuple[tuple[str, str], ...]]
 
 
-class SharedDriver(LimitOps):
+class SharedDriver(LimitOps, ResultOps):
     """``Driver`` on one connection of ours. The global limits' operations
     (``limit_admit``, ``limit_release``, ``limit_heartbeat``, ``limit_prune``) come from
-    ``outbox.db.limits``."""
+    ``outbox.db.limits``, the job results' (``result_*``) from ``outbox.db.results``."""
 
     dialect: ClassVar[Dialect]
 

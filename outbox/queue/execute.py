@@ -30,11 +30,14 @@ import orjson
 
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
+from outbox.db.results import KeptResult
 from outbox.db.rows import ClaimedJob, Failure, JobFence
 from outbox.errors import OutboxError, PermanentFailure, Snooze
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.queue.context import JobContext
 from outbox.queue.registry import Handler, Registry
+from outbox.results import InvalidResult
+from outbox.results import encode as encode_result
 
 
 class JobTimeout(Exception):
@@ -59,6 +62,7 @@ class Outcome:
     failure: Failure | None = None
     ran_s: float | None = None  # how long the handler ran, when it ran
     snooze_s: float | None = None  # Kind.SNOOZED: the seconds the handler asked for
+    result: str | None = None  # Kind.DONE of a handler that keeps its result: the JSON
 
 
 class _HandlerRaised(OutboxError):
@@ -150,21 +154,29 @@ class Runner:
         if handler.transactional:
             return self._run_transactional(job, handler, payload)
         try:
-            handler.fn(payload, self._ctx(job, None))
+            value = handler.fn(payload, self._ctx(job, None))
         except Exception as exc:
             return _failed(job, exc)
-        return Outcome(Kind.DONE, job)
+        return _done(job, handler, value)
 
     def _run_transactional(self, job: ClaimedJob, handler: Handler, payload: Any) -> Outcome:
+        began = time.monotonic()
+
         def body(c: Connection) -> None:
             try:
-                handler.fn(payload, self._ctx(job, c))
+                value = handler.fn(payload, self._ctx(job, c))
+                kept = None if handler.keep_result_ms is None else encode_result(value)
             except Exception as exc:
                 if is_retryable(exc):
                     raise
                 raise _HandlerRaised(exc) from exc
             if not c.driver.job_ack_in_tx(JobFence(self.worker_id, [job])):
                 raise _LeaseLost()
+            if handler.keep_result_ms is not None:  # in the ack's own transaction
+                ran_ms = round((time.monotonic() - began) * 1000)
+                c.driver.result_write_in_tx(
+                    KeptResult(job, self.worker_id, handler.keep_result_ms, ran_ms, kept)
+                )
 
         try:
             self._thread_connection().transact(body, operation="transactional job")
@@ -200,11 +212,11 @@ class Runner:
             return Outcome(Kind.PERMANENT, job, failure_of(exc))
         try:
             if handler.timeout is None:
-                await coro
+                value = await coro
             else:
                 try:
                     async with asyncio.timeout(handler.timeout):
-                        await coro
+                        value = await coro
                 except TimeoutError as exc:
                     raise JobTimeout(
                         f"the handler ran past its {handler.timeout} s timeout"
@@ -215,13 +227,25 @@ class Runner:
             return Outcome(Kind.CANCELLED, job)
         except Exception as exc:
             return _failed(job, exc)
+        return _done(job, handler, value)
+
+
+def _done(job: ClaimedJob, handler: Handler, value: Any) -> Outcome:
+    """A handler returned: keep its return value if it keeps results. One that cannot
+    be kept (``InvalidResult``) fails the job permanently: running it again returns the
+    same kind of value."""
+    if handler.keep_result_ms is None:
         return Outcome(Kind.DONE, job)
+    try:
+        return Outcome(Kind.DONE, job, result=encode_result(value))
+    except InvalidResult as exc:
+        return Outcome(Kind.PERMANENT, job, failure_of(exc))
 
 
 def _failed(job: ClaimedJob, exc: BaseException) -> Outcome:
     if isinstance(exc, Snooze):
         return Outcome(Kind.SNOOZED, job, snooze_s=exc.seconds)
-    if isinstance(exc, PermanentFailure) or _raised_by_the_call(exc):
+    if isinstance(exc, (PermanentFailure, InvalidResult)) or _raised_by_the_call(exc):
         return Outcome(Kind.PERMANENT, job, failure_of(exc))
     return Outcome(Kind.FAILED, job, failure_of(exc))
 

@@ -3,9 +3,9 @@
 A handler is a sync or async function ``(payload, ctx)``. Its settings travel with it:
 ``max_attempts`` (used when the job was recorded without one; default 3), ``backoff``
 (an ``outbox.Backoff``; default 5 s base, 300 s cap), ``timeout`` (seconds) and
-``transactional``, and the global limits ``concurrency``, ``concurrency_key`` and
-``rate`` (``outbox.queue.limits``). ``outbox.queue.options`` checks each one when the
-handler registers.
+``transactional``, ``keep_result`` (``outbox.results``), and the global limits
+``concurrency``, ``concurrency_key`` and ``rate`` (``outbox.queue.limits``).
+``outbox.queue.options`` checks each one when the handler registers.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from outbox.errors import ConfigurationError
 from outbox.queue.backoff import DEFAULT_BACKOFF, Backoff
 from outbox.queue.limits import Limits
 from outbox.queue.options import check_handler, check_job_options, check_limits
+from outbox.results import keep_ms as result_keep_ms
 
 DEFAULT_MAX_ATTEMPTS = 3
 F = TypeVar("F", bound=Callable[..., Any])
@@ -34,6 +35,7 @@ class Handler:
     timeout: float | None
     transactional: bool
     limits: Limits | None = None
+    keep_result_ms: int | None = None  # None: the outcome is not kept (outbox.results)
 
 
 class Registry:
@@ -53,6 +55,7 @@ class Registry:
         concurrency: int | None = None,
         concurrency_key: Callable[[Any], str | int] | None = None,
         rate: str | None = None,
+        keep_result: bool | float = False,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of job ``name``.
 
@@ -63,6 +66,10 @@ class Registry:
         ``transactional=True``: the handler runs inside a transaction on the worker's
         database whose commit also deletes the job (exactly-once effects there); it must
         be a sync function and gets the connection as ``ctx.connection``.
+
+        ``keep_result=True`` (or the seconds to keep it; True is 7 days): the outcome is
+        written with the acknowledgement, in its transaction, and read back with
+        ``outbox.results.get`` or ``outbox result ID`` (see ``outbox.results``).
         """
         check_job_options(
             name,
@@ -74,6 +81,7 @@ class Registry:
         limits = check_limits(
             name, concurrency=concurrency, concurrency_key=concurrency_key, rate=rate
         )
+        keep_ms = result_keep_ms(name, keep_result)
 
         def register(fn: F) -> F:
             check_handler(name, fn)
@@ -94,6 +102,7 @@ class Registry:
                 timeout=timeout,
                 transactional=transactional,
                 limits=limits,
+                keep_result_ms=keep_ms,
             )
             return fn
 

@@ -20,8 +20,10 @@ from typing import Any
 
 from outbox.db.connection import Connection, Database
 from outbox.db.driver import Driver
+from outbox.db.results import KeptResult
 from outbox.db.rows import (
     ClaimedJob,
+    Failure,
     JobClaim,
     JobDeadLetter,
     JobFence,
@@ -70,10 +72,14 @@ class Settler:
         self.tally = tally or Tally(worker_id)  # the dashboard chart's counts
         self._conn: Connection | None = None
         self.in_trouble = False  # the last database operation failed
+        # Jobs decided ACK whose handler keeps its result: their outcome waits here for
+        # the batched acknowledgement, which writes it in the ack's transaction.
+        self._kept: dict[int, Outcome] = {}
 
     def claim(self, queue: str, limit: int, done: Sequence[ClaimedJob] = ()) -> list[ClaimedJob]:
         """Acknowledge ``done`` and claim up to ``limit`` jobs, in one round trip if
-        the dialect can."""
+        the dialect can (jobs that keep a result are acknowledged first, on their own)."""
+        done = self._ack_kept(done)
         try:
             claim = JobClaim(queue, limit, self.worker_id, self.lease_ms)
             acked, jobs = self._driver().job_ack_claim(self._fence(done), claim)
@@ -86,12 +92,47 @@ class Settler:
         return jobs
 
     def ack(self, jobs: Sequence[ClaimedJob]) -> None:
+        jobs = self._ack_kept(jobs)
+        if not jobs:
+            return
         try:
             acked = self._driver().job_ack(self._fence(jobs))
         except DatabaseError as exc:
             self._trouble("ack", exc)
             return
         self._count_acked(jobs, acked)
+
+    def _ack_kept(self, jobs: Sequence[ClaimedJob]) -> Sequence[ClaimedJob]:
+        """Acknowledge the jobs of ``jobs`` that keep a result, each result written in
+        that transaction (``outbox.results``); return the others. Without kept results,
+        nothing happens here."""
+        if not self._kept:
+            return jobs
+        kept = [j for j in jobs if j.id in self._kept]
+        if not kept:
+            return jobs
+        results = [self._kept_result(self._kept.pop(j.id)) for j in kept]
+        try:
+            acked = self._driver().result_ack(self._fence(kept), results)
+        except DatabaseError as exc:
+            self._trouble("ack", exc)  # still leased: back through the reaper if need be
+        else:
+            self._count_acked(kept, acked)
+        ids = {j.id for j in kept}
+        return [j for j in jobs if j.id not in ids]
+
+    def _kept_result(self, outcome: Outcome, failure: Failure | None = None) -> KeptResult:
+        job = outcome.job
+        handler = self.registry.get(job.job_name)
+        keep_ms = 0 if handler is None or handler.keep_result_ms is None else (
+            handler.keep_result_ms
+        )
+        ran_ms = 0 if outcome.ran_s is None else round(outcome.ran_s * 1000)
+        return KeptResult(job, self.worker_id, keep_ms, ran_ms, outcome.result, failure)
+
+    def _keeps_result(self, job: ClaimedJob) -> bool:
+        handler = self.registry.get(job.job_name)
+        return handler is not None and handler.keep_result_ms is not None
 
     def _count_acked(self, jobs: Sequence[ClaimedJob], acked: set[int]) -> None:
         self.stats.succeeded += len(acked)
@@ -123,7 +164,7 @@ class Settler:
         applies the delays by its own clock, so no reading of a clock goes in."""
         job = outcome.job
         handler = self.registry.get(job.job_name)
-        return decide(
+        decision = decide(
             outcome,
             max_attempts=self.registry.max_attempts(job.job_name, job.max_attempts),
             backoff=None if handler is None else handler.backoff,
@@ -131,6 +172,9 @@ class Settler:
             cancelled=cancelled,
             snoozes=snoozes,
         )
+        if decision.action is Action.ACK and outcome.result is not None:
+            self._kept[job.id] = outcome  # written by its acknowledgement
+        return decision
 
     def apply(self, outcome: Outcome, decision: Decision) -> None:
         """Write ``decision`` for a held job (not ACK, which the worker batches)."""
@@ -144,7 +188,7 @@ class Settler:
         elif action is Action.LOST:
             self.unchanged([job], "transactional commit")
         elif action in (Action.RETRY, Action.DEAD):
-            self._fail(job, decision, outcome.ran_s)
+            self._fail(outcome, decision)
 
     def _snooze(self, outcome: Outcome, decision: Decision) -> None:
         """Back later, attempt given back; the store counts the snoozes, and the one past
@@ -165,12 +209,17 @@ class Settler:
         else:
             self.lost([job], "snooze")
 
-    def _fail(self, job: ClaimedJob, decision: Decision, ran_s: float | None) -> None:
+    def _fail(self, outcome: Outcome, decision: Decision) -> None:
+        job, ran_s = outcome.job, outcome.ran_s
         failure = decision.failure or UNKNOWN_FAILURE
         try:
             driver = self._driver()
             if decision.action is Action.DEAD:
-                ok = driver.job_dead_letter(JobDeadLetter(self.worker_id, job, failure))
+                dead = JobDeadLetter(self.worker_id, job, failure)
+                if self._keeps_result(job):  # the FAILED result in the same transaction
+                    ok = driver.result_dead_letter(dead, self._kept_result(outcome, failure))
+                else:
+                    ok = driver.job_dead_letter(dead)
                 self.stats.dead += int(ok)
                 column = DEAD
             else:

@@ -13,6 +13,7 @@ from typing import Literal
 
 import orjson
 
+from outbox import results
 from outbox.db.connection import Connection
 from outbox.db.rows import FailedIntent, StoredIntent
 from outbox.errors import (
@@ -152,6 +153,7 @@ def prune(
             progress(n)
         if n < want:
             break
+    results.prune(conn)  # job results past their retention (outbox.results)
     return deleted
 
 

@@ -269,3 +269,28 @@ limit_waits = Table(
     **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
 )
 Index("outbox_limit_waits_job", limit_waits.c.job_id)
+
+# The outcome of a job whose handler keeps its result (``keep_result=``, outbox.results):
+# written by the acknowledgement (or the dead-lettering) in the same transaction, read
+# by ``outbox.results.get`` and ``outbox result``; ``outbox prune`` drops the rows whose
+# retention (``expires_at``) has passed. Never the exception's message: class and trace.
+job_results = Table(
+    "outbox_job_results",
+    metadata,
+    Column("message_id", String(36), primary_key=True),
+    _name("queue"),
+    _name("job_name"),
+    Column("status", String(16), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("return_value", Text, nullable=True),
+    Column("attempts", Integer, nullable=False),
+    Column("enqueued_at", BigInteger, nullable=False),
+    Column("started_at", BigInteger, nullable=True),
+    Column("finished_at", BigInteger, nullable=False),
+    Column("worker_id", String(200), nullable=True),
+    Column("exception_class", String(200), nullable=True),
+    Column("exception_trace", Text, nullable=True),
+    Column("expires_at", BigInteger, nullable=False),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+Index("outbox_job_results_expires", job_results.c.expires_at)

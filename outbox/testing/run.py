@@ -114,7 +114,8 @@ def run_pending(
     """Relay every pending intent and run every due job, on ``conn`` in its transaction.
 
     Repeats while jobs ran (a handler may record more), at most ``max_rounds`` times.
-    ``conn`` is any connection ``record()`` accepts (sync). Returns a ``Report``.
+    ``conn`` is any connection ``record()`` accepts (sync), Django's ``connection``
+    included. Returns a ``Report``.
     """
     reg = registry if registry is not None else default_registry()
     target = adapt(conn)
@@ -287,6 +288,12 @@ def _tick_schedules(conn: Any, registry: Registry, clock: Clock) -> int:
 def _dbapi(conn: Any) -> Any:
     """The DB-API connection under ``conn`` (what a transactional handler writes on)."""
     module = type(conn).__module__
+    if module.startswith("django."):  # Django's connection (proxy) or connections[alias]
+        from django.db import connections
+
+        wrapper = connections[conn.alias]
+        wrapper.ensure_connection()
+        return wrapper.connection
     if module.startswith("sqlalchemy."):
         from sqlalchemy.orm import Session, scoped_session
 

@@ -1,0 +1,63 @@
+"""The outbox tables in a Django project: created and upgraded by outbox's own
+migrations (``outbox.db.migrate``), on our own connection to the alias's database, with
+their locking. ``OutboxMigrations`` is the Django migration operation that runs them;
+under ``sqlmigrate`` it shows their SQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.migrations.operations.base import Operation
+
+from outbox.db.dialect import dialect_named
+from outbox.db.migrate import MIGRATIONS, migrate, record_version_sql
+
+
+def upgrade(alias: str) -> list[int]:
+    """Apply the outbox migrations the alias's database lacks; return their versions."""
+    from outbox.contrib.django import conf
+
+    with conf.database(alias).connect() as conn:
+        return migrate(conn)
+
+
+class OutboxMigrations(Operation):
+    """Runs outbox's migrations (all its schema versions, as they ship)."""
+
+    reduces_to_sql = True  # sqlmigrate shows the statements (database_forwards)
+    reversible = False
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        pass  # no Django models: the tables are outbox's own
+
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        alias = schema_editor.connection.alias
+        if getattr(schema_editor, "collect_sql", False):  # sqlmigrate: show the SQL
+            dialect = dialect_named(
+                {"sqlite": "sqlite", "postgresql": "postgresql", "mysql": "mysql"}[
+                    schema_editor.connection.vendor
+                ]
+            )
+            record = record_version_sql(dialect)
+            for m in MIGRATIONS:
+                for stmt in m.ddl(dialect):
+                    schema_editor.collected_sql.append(f"{stmt};")
+                row = record.replace(":version", str(m.version))
+                schema_editor.collected_sql.append(
+                    row.replace(":description", f"'{m.description}'") + ";"
+                )
+            return
+        from outbox.contrib.django import conf
+
+        if alias == conf.alias():
+            upgrade(alias)
+
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        raise NotImplementedError("outbox migrations only go forward")
+
+    def describe(self) -> str:
+        return "Create and upgrade the outbox tables (outbox's own migrations)"

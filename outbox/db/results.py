@@ -1,0 +1,184 @@
+"""The driver's job-result operations (``outbox.results``). ``SharedDriver`` inherits them.
+
+A kept result is written in the transaction that settles its job: with the
+acknowledgement (``result_ack``), with the move to the dead letters
+(``result_dead_letter``) or in a transactional handler's own commit
+(``result_write_in_tx``), so a result exists exactly when its job is settled. Jobs that
+keep no result never reach these operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from outbox.db.driver import Executor, Row
+from outbox.db.rows import ClaimedJob, Failure, JobDeadLetter, JobFence
+
+SUCCESSFUL = "SUCCESSFUL"
+FAILED = "FAILED"
+MAX_TRACE_CHARS = 16_000  # a result's traceback is for reading, not a core dump
+
+
+@dataclass(frozen=True, slots=True)
+class KeptResult:
+    """What to write for one settled job: ``return_value`` (JSON text) when it
+    succeeded, ``failure`` (only its class and trace are kept) when it failed."""
+
+    job: ClaimedJob
+    worker_id: str
+    keep_ms: int
+    ran_ms: int = 0
+    return_value: str | None = None
+    failure: Failure | None = None
+
+    def params(self) -> dict[str, Any]:
+        job, failure = self.job, self.failure
+        return {
+            "message_id": job.message_id,
+            "queue": job.queue,
+            "job_name": job.job_name,
+            "status": FAILED if failure is not None else SUCCESSFUL,
+            "payload": job.payload,
+            "return_value": self.return_value,
+            "attempts": job.attempts,
+            "enqueued_at": job.created_at,
+            "ran_ms": max(self.ran_ms, 0),
+            "worker_id": self.worker_id,
+            "exception_class": None if failure is None else failure.exception_class[:200],
+            "exception_trace": None if failure is None else without_messages(failure),
+            "keep_ms": self.keep_ms,
+        }
+
+
+_HEADERS = (
+    "Traceback (most recent call last):",
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+)
+
+
+def without_messages(failure: Failure) -> str:
+    """The traceback with every exception's message left out (a message may quote the
+    payload; only the dead letter keeps it): the frames and the chain's headers, then
+    the exception's class."""
+    kept = [
+        line
+        for line in failure.trace.splitlines()
+        if line.startswith(" ") or line.strip() in _HEADERS or not line.strip()
+    ]
+    text = "\n".join(kept).rstrip() + "\n" + failure.exception_class
+    return text[-MAX_TRACE_CHARS:]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResult:
+    """One row of ``outbox_job_results`` (times in database milliseconds)."""
+
+    message_id: str
+    queue: str
+    job_name: str
+    status: str
+    payload: str
+    return_value: str | None
+    attempts: int
+    enqueued_at: int
+    started_at: int | None
+    finished_at: int
+    worker_id: str | None
+    exception_class: str | None
+    exception_trace: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedState:
+    """A job still in the queue: held by ``reserved_by`` since ``reserved_at``, or waiting."""
+
+    message_id: str
+    queue: str
+    job_name: str
+    payload: str
+    attempts: int
+    created_at: int
+    reserved_at: int | None
+    reserved_by: str | None
+
+
+def _write(c: Executor, kept: KeptResult) -> None:
+    params = kept.params()
+    c.execute("result_delete", {"message_id": params["message_id"]})
+    c.execute("result_insert", params)
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+class ResultOps:
+    conn: Executor
+    _move_to_dead: Callable[[Executor, str, dict[str, Any], Failure], bool]
+
+    def result_ack(self, fence: JobFence, kept: Sequence[KeptResult]) -> set[int]:
+        """``job_ack(fence)`` and, for each job it acknowledged, its result, in one
+        transaction."""
+        if not fence.jobs:
+            return set()
+
+        def both(c: Executor) -> set[int]:
+            acked = {int(r[0]) for r in c.execute("job_ack", fence.params())}
+            for k in kept:
+                if k.job.id in acked:
+                    _write(c, k)
+            return acked
+
+        return self.conn.transact(both, operation="ack")
+
+    def result_dead_letter(self, p: JobDeadLetter, kept: KeptResult) -> bool:
+        """``job_dead_letter(p)`` with the failed result, in one transaction."""
+        key = {"id": p.job.id, "holder": p.holder, "attempts": p.job.attempts}
+
+        def both(c: Executor) -> bool:
+            if not self._move_to_dead(c, "job_dead_take", key, p.failure):
+                return False
+            _write(c, kept)
+            return True
+
+        return self.conn.transact(both, operation="dead_letter")
+
+    def result_write_in_tx(self, kept: KeptResult) -> None:
+        """The result inside the caller's open transaction (a transactional handler's)."""
+        _write(self.conn, kept)
+
+    def result_get(self, message_id: str) -> StoredResult | None:
+        rows: list[Row] = self.conn.read(
+            lambda c: c.execute("result_get", {"message_id": message_id}), operation="result"
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return StoredResult(
+            str(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]),
+            None if r[5] is None else str(r[5]), int(r[6]), int(r[7]), _int(r[8]),
+            int(r[9]), None if r[10] is None else str(r[10]),
+            None if r[11] is None else str(r[11]), None if r[12] is None else str(r[12]),
+        )
+
+    def result_job_state(self, message_id: str) -> QueuedState | None:
+        rows: list[Row] = self.conn.read(
+            lambda c: c.execute("result_job_state", {"message_id": message_id}),
+            operation="result",
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return QueuedState(
+            str(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]), int(r[5]), _int(r[6]),
+            None if r[7] is None else str(r[7]),
+        )
+
+    def result_prune(self, batch: int) -> int:
+        """Delete at most ``batch`` results past their retention; how many went."""
+        return self.conn.atomic(
+            lambda c: c.execute_count("result_prune", {"batch": batch}), operation="prune"
+        )
