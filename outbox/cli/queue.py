@@ -221,14 +221,7 @@ def worker_command(
     )
     url = cli_broker.broker_url(broker, "--broker")
     if url is not None:
-        if metrics_port is not None:
-            raise click.UsageError("--metrics-port is not served with --broker yet")
-        cli_broker.require_client()
-        cli_broker.check_jetstream(url)
-        from outbox.jetstream.worker import JetStreamWorker
-
-        if not JetStreamWorker(url, registry, config).run().graceful:
-            sys.exit(1)
+        cli_broker.run_worker(cli, url, registry, config, metrics_port, metrics_bind)
         return
     database = cli.database()
     with preflight.stop_on_signals() as stop:

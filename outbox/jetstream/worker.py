@@ -40,8 +40,8 @@ for a missing one, and refuses one set up wrongly.
 
 Graceful stop (SIGTERM/SIGINT): no new fetches; fetched jobs that have not started are
 NAKed at once (unlike SQL, JetStream counts that delivery); running jobs get ``grace``
-seconds, after which the ack wait returns them. Transactional handlers are refused:
-a broker shares no transaction with the application's database.
+seconds, after which the ack wait returns them. Transactional handlers run with an
+inbox in the database given (``outbox.jetstream.inbox``): their effects happen once.
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ from nats.js.errors import APIError
 from outbox.db.connection import Database
 from outbox.errors import BrokerError, ConfigurationError
 from outbox.hooks import NO_HOOKS, Hooks
-from outbox.jetstream import names, provision
+from outbox.jetstream import inbox, names, provision
 from outbox.jetstream.connect import BrokerUrl, connect
+from outbox.jetstream.inbox import InboxRunner
 from outbox.jetstream.lane import Lane, LaneContext
 from outbox.job import MAX_ATTEMPTS_LIMIT
 from outbox.log import get_logger
@@ -75,18 +76,22 @@ _BACKSTOP_DELIVERIES = MAX_ATTEMPTS_LIMIT + 2
 STEP_TIMEOUT_S = 30.0
 
 
-def refuse_sql_only(registry: Registry, config: WorkerConfig) -> None:
-    """What needs the SQL queue cannot run on a broker: say which, before anything runs.
+def transactional_jobs(registry: Registry) -> list[str]:
+    """The registry's transactional jobs: a broker worker runs them with an inbox."""
+    return sorted(n for n in registry if (h := registry.get(n)) and h.transactional)
 
-    A transactional handler needs a transaction shared with the database; global
-    concurrency and rate limits are held in the database's tables.
+
+def refuse_sql_only(registry: Registry, config: WorkerConfig, database: Database | None) -> None:
+    """What a broker worker cannot run: say which, before anything runs.
+
+    A transactional handler needs the database its inbox is in (``outbox.jetstream.inbox``);
+    global concurrency and rate limits are held in the SQL queue's tables.
     """
-    names_ = sorted(n for n in registry if (h := registry.get(n)) and h.transactional)
-    if names_:
+    names_ = transactional_jobs(registry)
+    if names_ and database is None:
         raise ConfigurationError(
-            f"job {names_[0]} is transactional, which needs the SQL queue: a broker shares "
-            "no transaction with your database (drop transactional=True or run without "
-            "--broker)"
+            f"job {names_[0]} is transactional, which on a broker needs the database of its "
+            "inbox (give --database-url, migrated, or drop transactional=True)"
         )
     limited = sorted(registry.limited)
     if limited:
@@ -120,14 +125,20 @@ class JetStreamWorker:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         hooks: Hooks = NO_HOOKS,
+        database: Database | None = None,
     ) -> None:
         config = config or WorkerConfig()
         config.check()
-        refuse_sql_only(registry, config)
+        refuse_sql_only(registry, config, database)
         self.url, self.registry, self.config = url, registry, config
         self.worker_id = new_worker_id()
-        # No transactional handler runs here, so the Runner never opens a database.
-        runner = Runner(registry, self.worker_id, cast(Database, None), hooks)
+        runner: Runner
+        self.inbox: InboxRunner | None
+        if database is not None and transactional_jobs(registry):
+            runner = self.inbox = InboxRunner(registry, self.worker_id, database, hooks)
+        else:  # no transactional handler runs here, so the Runner never opens a database
+            self.inbox = None
+            runner = Runner(registry, self.worker_id, cast(Database, None), hooks)
         self.ctx = LaneContext(
             config, registry, runner, WorkerStats(), hooks, clock, wall_clock, began=clock()
         )
@@ -223,7 +234,7 @@ class JetStreamWorker:
         warned = False
         while True:
             try:
-                await provision.ensure(js, queue, provision.StreamSettings(), "require")
+                window = await provision.ensure(js, queue, provision.StreamSettings(), "require")
                 break
             except BrokerError as exc:
                 if not provision.stream_missing(exc):
@@ -234,6 +245,8 @@ class JetStreamWorker:
                 log.warning("worker.waiting_for_stream", queue=queue, stream=names.stream(queue))
                 warned = True
             await self.ctx.pause(self.config.sleep)
+        if self.inbox is not None:
+            inbox.check_retention(names.stream(queue), window, self.config.lease)
         config = ConsumerConfig(
             durable_name=names.CONSUMER,
             ack_policy=AckPolicy.EXPLICIT,

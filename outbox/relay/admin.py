@@ -22,6 +22,7 @@ from outbox.errors import (
     RetryRefused,
 )
 from outbox.ids import is_message_id
+from outbox.jetstream import inbox
 from outbox.job import canonical_json
 from outbox.log import get_logger
 from outbox.relay.verify import reason_for, refingerprint
@@ -152,6 +153,7 @@ def prune(
             progress(n)
         if n < want:
             break
+    inbox.prune(conn, days, limit, batch)  # the broker inbox's ids (their own count)
     return deleted
 
 

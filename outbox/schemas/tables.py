@@ -268,3 +268,16 @@ limit_waits = Table(
     **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
 )
 Index("outbox_limit_waits_job", limit_waits.c.job_id)
+
+# The broker inbox (``outbox.jetstream.inbox``): the message id of each JetStream job
+# whose transactional handler committed, written in that transaction; a redelivery of
+# an id here is acknowledged without running. ``outbox prune`` deletes old ids.
+inbox = Table(
+    "outbox_inbox",
+    metadata,
+    Column("message_id", String(200), primary_key=True),
+    _name("queue"),
+    Column("handled_at", BigInteger, nullable=False),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+Index("outbox_inbox_handled", inbox.c.handled_at)
