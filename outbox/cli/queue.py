@@ -505,13 +505,17 @@ def clear_command(cli: CliContext, queue_name: str | None, yes: bool) -> None:
 
 @queue_group.command("pause")
 @click.argument("queue_name", type=QUEUE_NAME, metavar="QUEUE")
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
-def pause_command(cli: CliContext, queue_name: str) -> None:
+def pause_command(cli: CliContext, queue_name: str, broker: str | None) -> None:
     """Pause QUEUE: no worker claims from it until `outbox queue resume QUEUE`.
 
     Pushes and handoffs still add jobs to it, and jobs already claimed run to their end.
     A queue with no jobs yet can be paused. Pausing a paused queue changes nothing.
     """
+    if (url := cli_broker.broker_url(broker, "--broker")) is not None:
+        cli_broker.queue_admin().pause(url, queue_name)
+        return
     with cli.connect() as conn:
         control.pause(conn, queue_name)
         empty = conn.driver.queue_job_count(queue_name) == 0
@@ -526,10 +530,14 @@ def pause_command(cli: CliContext, queue_name: str) -> None:
 
 @queue_group.command("resume")
 @click.argument("queue_name", type=QUEUE_NAME, metavar="QUEUE")
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
-def resume_command(cli: CliContext, queue_name: str) -> None:
+def resume_command(cli: CliContext, queue_name: str, broker: str | None) -> None:
     """Resume QUEUE: workers claim from it again (at once on PostgreSQL, else within
     their --sleep). Resuming a queue that is not paused changes nothing."""
+    if (url := cli_broker.broker_url(broker, "--broker")) is not None:
+        cli_broker.queue_admin().resume(url, queue_name)
+        return
     with cli.connect() as conn:
         resumed = control.resume(conn, queue_name)
     click.echo(f"resumed queue {queue_name}" if resumed else f"queue {queue_name} was not paused")

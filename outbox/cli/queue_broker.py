@@ -9,7 +9,7 @@ import orjson
 
 from outbox.cli import prompt, tables
 from outbox.errors import MessageNotFound
-from outbox.jetstream import admin
+from outbox.jetstream import admin, control
 from outbox.jetstream.connect import Broker, BrokerUrl
 
 
@@ -76,3 +76,15 @@ def forget(url: BrokerUrl, message_id: str, yes: bool) -> None:
         prompt.confirm(yes, f"Delete dead letter {message_id} from NATS for good?")
         admin.forget(broker, message_id)
     click.echo(f"forgot {message_id}")
+
+
+def pause(url: BrokerUrl, queue: str) -> None:
+    with Broker(url) as broker:
+        changed = broker.call(control.pause(broker.js, queue), 10.0)
+    click.echo(f"paused queue {queue}" if changed else f"queue {queue} was paused already")
+
+
+def resume(url: BrokerUrl, queue: str) -> None:
+    with Broker(url) as broker:
+        changed = broker.call(control.resume(broker.js, queue), 10.0)
+    click.echo(f"resumed queue {queue}" if changed else f"queue {queue} was not paused")

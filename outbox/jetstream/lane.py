@@ -75,6 +75,7 @@ class LaneContext:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)  # a second signal
     started: int = 0  # jobs started, for max_jobs
     began: float = 0.0  # by ``clock``, for max_time
+    paused: set[str] = field(default_factory=set)  # queues paused (``outbox.jetstream.control``)
 
     def done(self) -> bool:
         """``max_jobs`` started, or ``max_time`` over."""
@@ -153,10 +154,18 @@ class Lane:
 
     # -- fetching -----------------------------------------------------------------
 
+    def paused(self) -> bool:
+        return self.queue in self.ctx.paused
+
+    def wake(self) -> None:
+        """The queue was paused or resumed: fetch and start again, or stop doing so."""
+        self.room.set()
+        self._pump()
+
     def _want(self) -> int:
         """How many to ask for now: 0 while a request is open or the window is full
         enough (refill by half windows while every slot has work, not per job)."""
-        if self.puller.busy(self.ctx.clock()):
+        if self.puller.busy(self.ctx.clock()) or self.paused():
             return 0
         held = len(self.waiting) + self.busy
         want = self.window - held
@@ -179,6 +188,8 @@ class Lane:
                     self.puller.failed = ""
                     await w.pause(config.sleep)
                     continue
+                if config.stop_when_empty and self.paused():
+                    break  # nothing is claimable from a paused queue
                 if config.stop_when_empty and self._ended_empty and not self._held():
                     break
                 want = self._want()
@@ -256,7 +267,7 @@ class Lane:
     def _pump(self) -> None:
         """Start waiting messages while slots are free."""
         w = self.ctx
-        while self.waiting and self.busy < self.cap:
+        while self.waiting and self.busy < self.cap and not self.paused():
             msg = self.waiting.popleft()
             if self._closed or w.stopping.is_set() or w.done():
                 w.stats.released += 1

@@ -61,7 +61,7 @@ from nats.js.errors import APIError
 from outbox.db.connection import Database
 from outbox.errors import BrokerError, ConfigurationError
 from outbox.hooks import NO_HOOKS, Hooks
-from outbox.jetstream import inbox, names, provision
+from outbox.jetstream import control, inbox, names, provision
 from outbox.jetstream.connect import BrokerUrl, connect
 from outbox.jetstream.inbox import InboxRunner
 from outbox.jetstream.lane import Lane, LaneContext
@@ -179,7 +179,13 @@ class JetStreamWorker:
         try:
             js = nc.jetstream()
             async with asyncio.timeout(timeout):
+                watch = control.PauseWatch(lambda: None)
+                await watch.start(js)
+                await watch.stop()
+                self.ctx.paused = watch.paused
                 for queue, cap in self.config.caps().items():
+                    if queue in watch.paused:
+                        continue
                     if await self._consumer(js, queue, wait=False):
                         await Lane(self.ctx, nc, js, queue, cap).run_round()
         except TimeoutError:
@@ -210,11 +216,15 @@ class JetStreamWorker:
         nc = await connect(self.url)
         caps = self.config.caps()
         self.ctx.began = self.ctx.clock()
+        watch = control.PauseWatch(self._paused_changed)
         try:
             js = nc.jetstream()
+            await watch.start(js)  # the paused queues, read before the first fetch
+            self.ctx.paused = watch.paused
             log.info("worker.started", broker=self.url.shown, queues=list(caps))
             await asyncio.gather(*(self._queue(nc, js, q, caps[q]) for q in caps))
         finally:
+            await watch.stop()
             with contextlib.suppress(Exception):
                 await nc.flush(timeout=2)  # the last acks out, then close
             with contextlib.suppress(Exception):
@@ -225,6 +235,10 @@ class JetStreamWorker:
                 retried=self.stats.retried,
                 dead=self.stats.dead,
             )
+
+    def _paused_changed(self) -> None:
+        for lane in self._lanes:
+            lane.wake()
 
     async def _consumer(self, js: JetStreamContext, queue: str, *, wait: bool = True) -> bool:
         """The queue's consumer, once its stream exists: the relay (or an operator)
