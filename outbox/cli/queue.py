@@ -264,13 +264,17 @@ TRIES_NOTE = (
 @click.option(
     "--queue", "queue_name", type=QUEUE_NAME, help="Only this queue. Default: every queue."
 )
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
-def jobs_command(cli: CliContext, limit: int, queue_name: str | None) -> None:
+def jobs_command(cli: CliContext, limit: int, queue_name: str | None, broker: str | None) -> None:
     """List up to LIMIT (default 50) jobs in the queue, oldest first; no payloads.
 
     STATE is ready (due), delayed (due later) or reserved (a worker holds it until
     LEASE_ENDS). PRIORITY runs from 0 (most urgent) to 9. Times are UTC.
     """
+    if (url := cli_broker.broker_url(broker, "--broker")) is not None:
+        cli_broker.queue_admin().jobs(url, queue_name, limit)
+        return
     with cli.connect() as conn:
         rows = admin.jobs(conn, queue=queue_name, limit=limit)
         now = conn.driver.clock_now()
@@ -545,8 +549,9 @@ def resume_command(cli: CliContext, queue_name: str, broker: str | None) -> None
 
 @queue_group.command("cancel")
 @click.argument("message_id", type=MESSAGE_ID, metavar="ID")
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
-def cancel_command(cli: CliContext, message_id: str) -> None:
+def cancel_command(cli: CliContext, message_id: str, broker: str | None) -> None:
     """Cancel one job; it becomes a dead letter with exception class "cancelled".
 
     A waiting job goes at once. A running job is flagged: its handler sees
@@ -554,6 +559,9 @@ def cancel_command(cli: CliContext, message_id: str) -> None:
     worker records the cancellation when it returns. No confirmation: the dead letter
     keeps the job (`outbox queue retry ID` runs it again).
     """
+    if (url := cli_broker.broker_url(broker, "--broker")) is not None:
+        cli_broker.queue_admin().cancel(url, message_id)
+        return
     with cli.connect() as conn:
         how = control.cancel(conn, message_id)
     if how == "dead":

@@ -1,12 +1,16 @@
-"""Queue control on JetStream: ``outbox queue pause/resume --broker``.
+"""Queue control on JetStream: ``outbox queue pause/resume/cancel --broker``.
 
 The state lives in one key-value bucket, ``OUTBOX_CONTROL`` (a JetStream stream, so it
 works on nats-server 2.9): key ``paused.<queue>`` (a ``:`` in the queue name is written
-``=``, which queue names never hold) exists while the queue is paused. Every worker
-watches ``paused.>``; the server pushes each change to every watcher at once, so a
-pause reaches the whole fleet within a network round trip, not a poll. A worker reads
+``=``, which queue names never hold) exists while the queue is paused; key
+``cancel.<message id>`` marks a job an operator cancelled. Every worker watches the
+whole bucket; the server pushes each change to every watcher at once, so a pause or a
+cancel reaches the whole fleet within a network round trip, not a poll. A worker reads
 the bucket's whole state before its first fetch, so one started on a paused queue takes
-nothing.
+nothing, and a cancelled job it is handed later is dead-lettered, never run.
+
+A cancel mark stays until ``outbox queue retry`` re-drives that job (which deletes it):
+a redelivery long after the cancel must still find it.
 
 What pausing does to a worker's lane (``outbox.jetstream.lane``): it sends no pull
 request, and starts nothing it already fetched (those wait, their leases renewed, and
@@ -28,6 +32,7 @@ from outbox.log import get_logger
 log = get_logger("outbox.worker")
 BUCKET = "OUTBOX_CONTROL"
 PAUSED = "paused."
+CANCEL = "cancel."
 
 
 def paused_key(queue: str) -> str:
@@ -69,6 +74,21 @@ async def resume(js: JetStreamContext, queue: str) -> bool:
     return True
 
 
+async def mark_cancelled(js: JetStreamContext, message_id: str) -> None:
+    await (await bucket(js)).put(CANCEL + message_id, b"1")
+
+
+async def unmark_cancelled(js: JetStreamContext, message_id: str) -> None:
+    """Before a re-drive: the job runs again. A bucket or key never made is fine."""
+    try:
+        kv = await js.key_value(BUCKET)
+    except BucketNotFoundError:
+        return
+    with contextlib.suppress(KeyNotFoundError):
+        if await kv.get(CANCEL + message_id) is not None:
+            await kv.delete(CANCEL + message_id)
+
+
 async def _is_paused(kv: KeyValue, queue: str) -> bool:
     try:
         entry = await kv.get(paused_key(queue))
@@ -77,16 +97,23 @@ async def _is_paused(kv: KeyValue, queue: str) -> bool:
     return entry is not None and entry.value is not None
 
 
-class PauseWatch:
-    """A worker's view of which queues are paused, kept current by one watcher.
+class ControlWatch:
+    """A worker's view of the paused queues and cancelled jobs, kept current by one
+    watcher.
 
     ``start`` returns once the bucket's present state is read; ``on_change`` is then
-    called on the loop after each change (the worker wakes its lanes).
+    called on the loop after each change (the worker wakes its lanes), and
+    ``on_cancel(message_id)`` after each new cancel mark (the worker flags the job).
     """
 
-    def __init__(self, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        on_change: Callable[[], None],
+        on_cancel: Callable[[str], None] = lambda message_id: None,
+    ) -> None:
         self.paused: set[str] = set()
-        self._on_change = on_change
+        self.cancelled: set[str] = set()  # message ids
+        self._on_change, self._on_cancel = on_change, on_cancel
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, js: JetStreamContext) -> None:
@@ -120,6 +147,16 @@ class PauseWatch:
                 self._on_change()
 
     def _apply(self, entry: KeyValue.Entry, *, said: bool = False) -> None:
+        gone = entry.operation in ("DEL", "PURGE") or not entry.value
+        if entry.key.startswith(CANCEL):
+            message_id = entry.key[len(CANCEL) :]
+            if gone:
+                self.cancelled.discard(message_id)
+            elif message_id not in self.cancelled:
+                self.cancelled.add(message_id)
+                if said:
+                    self._on_cancel(message_id)
+            return
         queue = queue_of_key(entry.key)
         if queue is None:
             return

@@ -76,6 +76,7 @@ class LaneContext:
     started: int = 0  # jobs started, for max_jobs
     began: float = 0.0  # by ``clock``, for max_time
     paused: set[str] = field(default_factory=set)  # queues paused (``outbox.jetstream.control``)
+    cancel_marks: set[str] = field(default_factory=set)  # message ids an operator cancelled
 
     def done(self) -> bool:
         """``max_jobs`` started, or ``max_time`` over."""
@@ -136,6 +137,7 @@ class Lane:
         self._timers: dict[int, asyncio.TimerHandle] = {}  # id(job) → its sync timeout
         self._abandoned: set[int] = set()  # id(job) of sync jobs failed at their timeout
         self.tasks: set[asyncio.Task[Any]] = set()  # async handlers, dead-lettering
+        self._handlers: dict[int, asyncio.Task[Any]] = {}  # id(job) → its async handler
         self.room = asyncio.Event()  # set when a fetch may be due, or stop was asked
         self.idle = asyncio.Event()
         self._out: list[Send] = []
@@ -156,6 +158,17 @@ class Lane:
 
     def paused(self) -> bool:
         return self.queue in self.ctx.paused
+
+    def cancel_job(self, message_id: str) -> None:
+        """An operator cancelled ``message_id``: a running job sees ``ctx.cancelled`` (an
+        async handler is cancelled) and is dead-lettered as cancelled when it returns; a
+        fetched one that has not started is dead-lettered when its turn comes."""
+        for key, (_, job) in list(self.running.items()):
+            if job.message_id == message_id:
+                self.ctx.runner.cancelled.add(job.id)
+                task = self._handlers.get(key)
+                if task is not None:
+                    task.cancel()
 
     def wake(self) -> None:
         """The queue was paused or resumed: fetch and start again, or stop doing so."""
@@ -295,7 +308,9 @@ class Lane:
         w.stats.claimed += 1
         handler = w.registry.get(job.job_name)
         limit = w.registry.max_attempts(job.job_name, job.max_attempts)
-        if handler is None:
+        if job.message_id in w.cancel_marks:  # cancelled before it ran: never runs
+            self._settle(msg, Outcome(Kind.CANCELLED, job))
+        elif handler is None:
             w.stats.unknown += 1
             failure = Failure(
                 "outbox.UnknownJob", f"no handler is registered for {job.job_name}", ""
@@ -311,7 +326,7 @@ class Lane:
             self.idle.clear()
             self.running[id(job)] = (msg, job)
             if handler.is_async:
-                self._spawn(self._run_async(job, handler))
+                self._handlers[id(job)] = self._spawn(self._run_async(job, handler))
             else:
                 self._sync_pool().inbox.put((job, handler))
 
@@ -359,6 +374,7 @@ class Lane:
         try:
             outcome = await self.ctx.runner.run_async(job, handler)
         finally:
+            self._handlers.pop(id(job), None)
             if outcome is None:  # cancelled (a second signal): the ack wait returns it
                 self.running.pop(id(job), None)
                 self._freed()
@@ -409,6 +425,7 @@ class Lane:
             cancelled=job.id in w.runner.cancelled,
             snoozes=snoozes,
         )
+        w.runner.cancelled.discard(job.id)
         w.hooks.job_settled(job, decision.action, decision.delay_ms, decision.error)
         action = decision.action
         if action is Action.ACK:
@@ -478,10 +495,11 @@ class Lane:
         self.ctx.stats.dead += 1
         self._send(msg.term)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        return task
 
     async def _beat(self) -> None:
         """In-progress acks each lease/3 for every message held: running, and fetched but

@@ -179,10 +179,10 @@ class JetStreamWorker:
         try:
             js = nc.jetstream()
             async with asyncio.timeout(timeout):
-                watch = control.PauseWatch(lambda: None)
+                watch = control.ControlWatch(lambda: None)
                 await watch.start(js)
                 await watch.stop()
-                self.ctx.paused = watch.paused
+                self.ctx.paused, self.ctx.cancel_marks = watch.paused, watch.cancelled
                 for queue, cap in self.config.caps().items():
                     if queue in watch.paused:
                         continue
@@ -216,11 +216,11 @@ class JetStreamWorker:
         nc = await connect(self.url)
         caps = self.config.caps()
         self.ctx.began = self.ctx.clock()
-        watch = control.PauseWatch(self._paused_changed)
+        watch = control.ControlWatch(self._paused_changed, self._cancel_asked)
         try:
             js = nc.jetstream()
             await watch.start(js)  # the paused queues, read before the first fetch
-            self.ctx.paused = watch.paused
+            self.ctx.paused, self.ctx.cancel_marks = watch.paused, watch.cancelled
             log.info("worker.started", broker=self.url.shown, queues=list(caps))
             await asyncio.gather(*(self._queue(nc, js, q, caps[q]) for q in caps))
         finally:
@@ -239,6 +239,10 @@ class JetStreamWorker:
     def _paused_changed(self) -> None:
         for lane in self._lanes:
             lane.wake()
+
+    def _cancel_asked(self, message_id: str) -> None:
+        for lane in self._lanes:
+            lane.cancel_job(message_id)
 
     async def _consumer(self, js: JetStreamContext, queue: str, *, wait: bool = True) -> bool:
         """The queue's consumer, once its stream exists: the relay (or an operator)
