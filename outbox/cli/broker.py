@@ -255,8 +255,6 @@ def run_worker(
 ) -> None:
     """``outbox worker --broker``: checked at start (the server, JetStream, and for
     transactional handlers the inbox's database, migrated), then run until stopped."""
-    if metrics_port is not None:
-        raise click.UsageError("--metrics-port is not served with --broker yet")
     require_client()
     from outbox.jetstream.worker import JetStreamWorker, refuse_sql_only, transactional_jobs
 
@@ -270,5 +268,25 @@ def run_worker(
             except preflight.Stopped:
                 return
     check_jetstream(url)
-    if not JetStreamWorker(url, registry, config, database=database).run().graceful:
+    if metrics_port is None:
+        worker = JetStreamWorker(url, registry, config, database=database)
+        if not worker.run().graceful:
+            sys.exit(1)
+        return
+    from outbox.jetstream.metrics import BrokerExporter
+
+    box: list[JetStreamWorker] = []
+    exporter = BrokerExporter(
+        url, database, lambda: bool(box) and box[0].connected(), queues=list(config.queues),
+        jobs=registry,
+    )
+    exporter.start(metrics_bind, metrics_port)
+    if database is not None:
+        database.on_retry = exporter.transaction_retried
+    try:
+        box.append(JetStreamWorker(url, registry, config, hooks=exporter, database=database))
+        graceful = box[0].run().graceful
+    finally:
+        exporter.stop()
+    if not graceful:
         sys.exit(1)

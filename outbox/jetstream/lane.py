@@ -510,6 +510,7 @@ class Lane:
             held += self.waiting
             for msg in held:
                 await _quietly(msg.in_progress())
+            self.ctx.hooks.worker_tick(len(held))  # the loop is alive (/healthz)
 
     # -- stopping -----------------------------------------------------------------
 

@@ -145,6 +145,12 @@ class JetStreamWorker:
         self.stats = self.ctx.stats
         self._lanes: list[Lane] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._nc: Client | None = None
+
+    def connected(self) -> bool:
+        """The broker connection is up (``/readyz``); safe from any thread."""
+        nc = self._nc
+        return nc is not None and bool(nc.is_connected)
 
     def run(self) -> WorkerStats:
         """Connect, run until stopped (signal, limits, or empty with stop_when_empty)."""
@@ -213,7 +219,7 @@ class JetStreamWorker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, on_signal)
-        nc = await connect(self.url)
+        nc = self._nc = await connect(self.url)
         caps = self.config.caps()
         self.ctx.began = self.ctx.clock()
         watch = control.ControlWatch(self._paused_changed, self._cancel_asked)
