@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from bench import procs, servers
+from bench import data, procs, servers
 from bench.core import Case, Target
 from bench.data import JOB_NAME, QUEUE
 from bench.plan import Ctx, Plan, rate
@@ -166,6 +166,33 @@ def _drain_case(url: str, n: int, workers: int) -> Case:
     return Case(label, measure, unit="jobs/s", metrics=metrics)
 
 
+def _effect_case(url: str, n: int, transactional: bool) -> Case:
+    """Jobs/s of one worker process whose handler writes one business row per job, with
+    or without the inbox (``bench.w_nats:effect_worker``): the inbox's cost per job."""
+
+    def measure() -> float:
+        from bench.w_nats import EFFECTS_DDL
+
+        _fill(url, n)
+        conn = data.connect(url)
+        try:
+            conn.execute_sql(EFFECTS_DDL)
+            conn.execute_sql("TRUNCATE TABLE bench_effects")
+            conn.execute_sql("TRUNCATE TABLE outbox_inbox")
+            conn.raw.commit()
+        finally:
+            conn.close()
+        spec = {"nats": NATS, "url": url, "concurrency": 8, "prefetch": 64}
+        spec["transactional"] = transactional
+        o = procs.run([procs.Spec("bench.w_nats:effect_worker", spec)])
+        return rate(o.total(), o.elapsed_s)
+
+    how = "transactional, with the inbox" if transactional else "own commit, no inbox"
+    return Case(
+        f"JetStream drain, 1 process, one business row per job ({how})", measure, unit="jobs/s"
+    )
+
+
 def _latency_case(url: str, samples: int, gap: float) -> Case:
     def measure() -> dict[str, float]:
         from outbox import Job, Registry, record
@@ -249,6 +276,8 @@ def plan(ctx: Ctx) -> Plan:
         _cluster_relay_case(url, n, cluster, 1),
         _drain_case(url, n, 1),
         _drain_case(url, n, 4),
+        _effect_case(url, n, transactional=False),
+        _effect_case(url, n, transactional=True),
         _latency_case(url, 100 if not ctx.quick else 30, 0.05),
     ]
     p.targets = [
@@ -277,8 +306,9 @@ def plan(ctx: Ctx) -> Plan:
     p.notes.append(
         f"nats: {n:,} intents per relay/drain sample; NATS at {NATS}; the relay to "
         "JetStream at its defaults (2 batches in flight), and with 1 to show what the second adds; "
-        "drain workers: concurrency 8, prefetch 64 each; latency: relay (LISTEN) "
-        "and worker in one process beside the producer"
+        "drain workers: concurrency 8, prefetch 64 each; the business-row drains write one "
+        "row per job into the bench database (PostgreSQL), the inbox's in the same commit; "
+        "latency: relay (LISTEN) and worker in one process beside the producer"
     )
     p.after.append(_drop_streams)
     p.after.append(cluster.stop)

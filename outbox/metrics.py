@@ -117,7 +117,8 @@ class Exporter:
             ("operation",),
             registry=self.registry,
         )
-        self.registry.register(_Collected(self))
+        self.collected: Any = _Collected(self)  # read at scrape time; a subclass may swap it
+        self.registry.register(self.collected)
 
     # -- hooks ---------------------------------------------------------------------
 

@@ -7,18 +7,22 @@ Kept apart so the commands themselves change by a decorator and a branch: ``--ta
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from outbox.cli import tables
+from outbox.cli import preflight, tables
 from outbox.errors import ConfigurationError
 from outbox.jetstream import DEFAULT_DUPLICATE_WINDOW_S, MAX_IN_FLIGHT
 from outbox.jetstream.url import BrokerUrl, is_broker_url, parse_url
 
 if TYPE_CHECKING:
+    from outbox.cli.context import CliContext
     from outbox.jetstream.admin import StreamState
+    from outbox.queue.config import WorkerConfig
+    from outbox.queue.registry import Registry
     from outbox.relay.jetstream import JetStreamTarget
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -239,3 +243,50 @@ def echo_target(states: list[StreamState]) -> None:
 
 def _limit(n: int) -> str:
     return "-" if n < 0 else str(n)
+
+
+def run_worker(
+    cli: CliContext,
+    url: BrokerUrl,
+    registry: Registry,
+    config: WorkerConfig,
+    metrics_port: int | None,
+    metrics_bind: str,
+) -> None:
+    """``outbox worker --broker``: checked at start (the server, JetStream, and for
+    transactional handlers the inbox's database, migrated), then run until stopped."""
+    require_client()
+    from outbox.jetstream.worker import JetStreamWorker, refuse_sql_only, transactional_jobs
+
+    database = None
+    if transactional_jobs(registry):
+        database = cli.database()
+        refuse_sql_only(registry, config, database)
+        with preflight.stop_on_signals() as stop:
+            try:
+                preflight.ready(database, wait=True, stop=stop)
+            except preflight.Stopped:
+                return
+    check_jetstream(url)
+    if metrics_port is None:
+        worker = JetStreamWorker(url, registry, config, database=database)
+        if not worker.run().graceful:
+            sys.exit(1)
+        return
+    from outbox.jetstream.metrics import BrokerExporter
+
+    box: list[JetStreamWorker] = []
+    exporter = BrokerExporter(
+        url, database, lambda: bool(box) and box[0].connected(), queues=list(config.queues),
+        jobs=registry,
+    )
+    exporter.start(metrics_bind, metrics_port)
+    if database is not None:
+        database.on_retry = exporter.transaction_retried
+    try:
+        box.append(JetStreamWorker(url, registry, config, hooks=exporter, database=database))
+        graceful = box[0].run().graceful
+    finally:
+        exporter.stop()
+    if not graceful:
+        sys.exit(1)

@@ -221,14 +221,7 @@ def worker_command(
     )
     url = cli_broker.broker_url(broker, "--broker")
     if url is not None:
-        if metrics_port is not None:
-            raise click.UsageError("--metrics-port is not served with --broker yet")
-        cli_broker.require_client()
-        cli_broker.check_jetstream(url)
-        from outbox.jetstream.worker import JetStreamWorker
-
-        if not JetStreamWorker(url, registry, config).run().graceful:
-            sys.exit(1)
+        cli_broker.run_worker(cli, url, registry, config, metrics_port, metrics_bind)
         return
     database = cli.database()
     with preflight.stop_on_signals() as stop:
@@ -271,13 +264,17 @@ TRIES_NOTE = (
 @click.option(
     "--queue", "queue_name", type=QUEUE_NAME, help="Only this queue. Default: every queue."
 )
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
-def jobs_command(cli: CliContext, limit: int, queue_name: str | None) -> None:
+def jobs_command(cli: CliContext, limit: int, queue_name: str | None, broker: str | None) -> None:
     """List up to LIMIT (default 50) jobs in the queue, oldest first; no payloads.
 
     STATE is ready (due), delayed (due later) or reserved (a worker holds it until
     LEASE_ENDS). PRIORITY runs from 0 (most urgent) to 9. Times are UTC.
     """
+    if (url := cli_broker.broker_url(broker, "--broker")) is not None:
+        cli_broker.queue_admin().jobs(url, queue_name, limit)
+        return
     with cli.connect() as conn:
         rows = admin.jobs(conn, queue=queue_name, limit=limit)
         now = conn.driver.clock_now()
@@ -512,13 +509,17 @@ def clear_command(cli: CliContext, queue_name: str | None, yes: bool) -> None:
 
 @queue_group.command("pause")
 @click.argument("queue_name", type=QUEUE_NAME, metavar="QUEUE")
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
-def pause_command(cli: CliContext, queue_name: str) -> None:
+def pause_command(cli: CliContext, queue_name: str, broker: str | None) -> None:
     """Pause QUEUE: no worker claims from it until `outbox queue resume QUEUE`.
 
     Pushes and handoffs still add jobs to it, and jobs already claimed run to their end.
     A queue with no jobs yet can be paused. Pausing a paused queue changes nothing.
     """
+    if (url := cli_broker.broker_url(broker, "--broker")) is not None:
+        cli_broker.queue_admin().pause(url, queue_name)
+        return
     with cli.connect() as conn:
         control.pause(conn, queue_name)
         empty = conn.driver.queue_job_count(queue_name) == 0
@@ -533,10 +534,14 @@ def pause_command(cli: CliContext, queue_name: str) -> None:
 
 @queue_group.command("resume")
 @click.argument("queue_name", type=QUEUE_NAME, metavar="QUEUE")
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
-def resume_command(cli: CliContext, queue_name: str) -> None:
+def resume_command(cli: CliContext, queue_name: str, broker: str | None) -> None:
     """Resume QUEUE: workers claim from it again (at once on PostgreSQL, else within
     their --sleep). Resuming a queue that is not paused changes nothing."""
+    if (url := cli_broker.broker_url(broker, "--broker")) is not None:
+        cli_broker.queue_admin().resume(url, queue_name)
+        return
     with cli.connect() as conn:
         resumed = control.resume(conn, queue_name)
     click.echo(f"resumed queue {queue_name}" if resumed else f"queue {queue_name} was not paused")
@@ -544,8 +549,9 @@ def resume_command(cli: CliContext, queue_name: str) -> None:
 
 @queue_group.command("cancel")
 @click.argument("message_id", type=MESSAGE_ID, metavar="ID")
+@cli_broker.broker_option(cli_broker.QUEUE_BROKER_HELP)
 @pass_cli
-def cancel_command(cli: CliContext, message_id: str) -> None:
+def cancel_command(cli: CliContext, message_id: str, broker: str | None) -> None:
     """Cancel one job; it becomes a dead letter with exception class "cancelled".
 
     A waiting job goes at once. A running job is flagged: its handler sees
@@ -553,6 +559,9 @@ def cancel_command(cli: CliContext, message_id: str) -> None:
     worker records the cancellation when it returns. No confirmation: the dead letter
     keeps the job (`outbox queue retry ID` runs it again).
     """
+    if (url := cli_broker.broker_url(broker, "--broker")) is not None:
+        cli_broker.queue_admin().cancel(url, message_id)
+        return
     with cli.connect() as conn:
         how = control.cancel(conn, message_id)
     if how == "dead":

@@ -9,7 +9,7 @@ import orjson
 
 from outbox.cli import prompt, tables
 from outbox.errors import MessageNotFound
-from outbox.jetstream import admin
+from outbox.jetstream import admin, control
 from outbox.jetstream.connect import Broker, BrokerUrl
 
 
@@ -76,3 +76,52 @@ def forget(url: BrokerUrl, message_id: str, yes: bool) -> None:
         prompt.confirm(yes, f"Delete dead letter {message_id} from NATS for good?")
         admin.forget(broker, message_id)
     click.echo(f"forgot {message_id}")
+
+
+def pause(url: BrokerUrl, queue: str) -> None:
+    with Broker(url) as broker:
+        changed = broker.call(control.pause(broker.js, queue), 10.0)
+    click.echo(f"paused queue {queue}" if changed else f"queue {queue} was paused already")
+
+
+def resume(url: BrokerUrl, queue: str) -> None:
+    with Broker(url) as broker:
+        changed = broker.call(control.resume(broker.js, queue), 10.0)
+    click.echo(f"resumed queue {queue}" if changed else f"queue {queue} was not paused")
+
+
+def cancel(url: BrokerUrl, message_id: str) -> None:
+    with Broker(url) as broker:
+        how = admin.cancel(broker, message_id)
+    if how == "dead":
+        click.echo(f"cancelled {message_id} (moved to the dead letters)")
+    else:
+        click.echo(
+            f"cancelling {message_id}: a worker has it; it will be recorded as cancelled"
+        )
+
+
+def jobs(url: BrokerUrl, queue: str | None, limit: int) -> None:
+    """The SQL listing's columns where JetStream has the figure (no lease, no priority
+    column, no last error: a message carries none of them)."""
+    with Broker(url) as broker:
+        rows = admin.jobs(broker, queue, limit)
+    tables.echo_table(
+        ["MESSAGE_ID", "QUEUE", "JOB", "STATE", "MAX_TRIES", "DUE", "SEQ"],
+        [
+            [
+                r.job.message_id,
+                r.job.queue,
+                r.job.job_name,
+                r.state,
+                r.job.max_attempts or tables.NONE,
+                tables.utc(r.job.available_at or None),
+                r.job.id,
+            ]
+            for r in rows
+        ],
+        nothing="no jobs in a queue on NATS",
+        right={4, 6},
+    )
+    if rows:
+        click.echo(tables.shown(len(rows), limit))

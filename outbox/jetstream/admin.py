@@ -12,17 +12,30 @@ a hot path.
 it as a duplicate within the window. The job keeps its message id (``ctx.message_id``)
 and starts again at attempt 1. The dead letter is deleted only after the PubAck; a crash
 in between re-drives it again under the same new id, which JetStream absorbs.
+
+``jobs`` lists the messages in the queue streams (read by sequence, never consumed),
+without payloads: ``ready``/``delayed`` were never delivered, ``reserved`` were
+delivered and not acknowledged (running, prefetched, or waiting for their retry).
+``cancel`` marks the job in the control bucket first (``outbox.jetstream.control``),
+then takes a never-delivered message out of its stream and writes its dead letter
+(class ``cancelled``) itself; a delivered one is left to the worker holding it, which
+sees the mark. A worker racing the delete sees the mark too and writes the same dead
+letter under the same ``Nats-Msg-Id``, so JetStream keeps one.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Literal
 
 from nats.js.api import StreamInfo
 from nats.js.errors import NotFoundError
 
+from outbox.db.driver import CANCELLED_FAILURE
+from outbox.db.rows import ClaimedJob
 from outbox.errors import BrokerError, MessageNotFound
-from outbox.jetstream import codec, names
+from outbox.jetstream import codec, control, names
 from outbox.jetstream.connect import Broker
 
 # A byte-limited stream counts as refusing when less than one largest job still fits.
@@ -49,6 +62,14 @@ class StreamState:
     bytes: int
     max_bytes: int
     refusing: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingJob:
+    """One job message in a queue stream, as ``queue jobs --broker`` shows it."""
+
+    job: ClaimedJob  # its payload is never shown
+    state: Literal["ready", "delayed", "reserved"]
 
 
 async def _queue_streams(broker: Broker) -> list[tuple[str, StreamInfo]]:
@@ -154,6 +175,74 @@ def retry(broker: Broker, message_id: str | None) -> int:
     return len(jobs)
 
 
+async def _jobs(
+    broker: Broker, queue: str | None, limit: int | None, message_id: str | None = None
+) -> list[WaitingJob]:
+    out: list[WaitingJob] = []
+    now_ms = int(time.time() * 1000)
+    for q, info in await _queue_streams(broker):
+        if queue is not None and q != queue:
+            continue
+        try:
+            c = await broker.js.consumer_info(names.stream(q), names.CONSUMER)
+            delivered = c.delivered.stream_seq or 0
+        except NotFoundError:
+            delivered = 0
+        state = info.state
+        for seq in range(state.first_seq, state.last_seq + 1) if state.messages else ():
+            if limit is not None and len(out) >= limit:
+                return out
+            try:
+                raw = await broker.js.get_msg(names.stream(q), seq)
+                job = codec.decode_job(q, seq, 0, raw.headers, raw.data or b"")
+            except (NotFoundError, codec.ForeignMessage):
+                continue
+            if message_id is not None and job.message_id != message_id:
+                continue
+            if seq <= delivered:
+                out.append(WaitingJob(job, "reserved"))
+            else:
+                out.append(WaitingJob(job, "ready" if job.available_at <= now_ms else "delayed"))
+    return out
+
+
+def jobs(broker: Broker, queue: str | None, limit: int) -> list[WaitingJob]:
+    """Up to ``limit`` jobs in the queue streams, queue by queue, oldest first."""
+    return broker.call(_jobs(broker, queue, limit))
+
+
+def cancel(broker: Broker, message_id: str) -> Literal["dead", "flagged"]:
+    """Cancel the job ``message_id``: "dead" when it had not been delivered (its dead
+    letter is written now), "flagged" when a worker has it (that worker records it)."""
+    found = broker.call(_jobs(broker, None, None, message_id))
+    if not found:
+        raise MessageNotFound(f"no job with message id {message_id} in a queue on NATS")
+    broker.call(control.mark_cancelled(broker.js, message_id))
+    how: Literal["dead", "flagged"] = "flagged"
+    for w in found:
+        if w.state != "reserved":
+            broker.call(_bury_cancelled(broker, w.job))
+            how = "dead"
+    return how
+
+
+async def _bury_cancelled(broker: Broker, job: ClaimedJob) -> None:
+    """Take the message out, then write its dead letter under the id a worker would use
+    (``outbox.jetstream.lane``); a worker that fetched it first wrote the same one."""
+    queue = job.queue
+    try:
+        await broker.js.delete_msg(names.stream(queue), job.id)
+    except NotFoundError:
+        return  # a worker settled it first, and saw the mark
+    dedupe = f"dead:{names.stream(queue)}:{job.id}"
+    await broker.js.publish(
+        names.dead_subject(queue),
+        codec.dead_body(job, CANCELLED_FAILURE),
+        headers={codec.MSG_ID: dedupe},
+        stream=names.dead_stream(queue),
+    )
+
+
 async def _redrive(broker: Broker, d: codec.DeadLetter) -> None:
     body = d.body
     headers = codec.job_headers(
@@ -165,6 +254,7 @@ async def _redrive(broker: Broker, d: codec.DeadLetter) -> None:
         msg_id=f"{d.message_id}:redrive:{d.seq}",
     )
     payload = str(body.get("payload", "null")).encode()
+    await control.unmark_cancelled(broker.js, d.message_id)  # it runs again
     await broker.js.publish(
         names.subject(d.queue), payload, headers=headers, stream=names.stream(d.queue)
     )

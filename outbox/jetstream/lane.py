@@ -75,6 +75,8 @@ class LaneContext:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)  # a second signal
     started: int = 0  # jobs started, for max_jobs
     began: float = 0.0  # by ``clock``, for max_time
+    paused: set[str] = field(default_factory=set)  # queues paused (``outbox.jetstream.control``)
+    cancel_marks: set[str] = field(default_factory=set)  # message ids an operator cancelled
 
     def done(self) -> bool:
         """``max_jobs`` started, or ``max_time`` over."""
@@ -135,6 +137,7 @@ class Lane:
         self._timers: dict[int, asyncio.TimerHandle] = {}  # id(job) → its sync timeout
         self._abandoned: set[int] = set()  # id(job) of sync jobs failed at their timeout
         self.tasks: set[asyncio.Task[Any]] = set()  # async handlers, dead-lettering
+        self._handlers: dict[int, asyncio.Task[Any]] = {}  # id(job) → its async handler
         self.room = asyncio.Event()  # set when a fetch may be due, or stop was asked
         self.idle = asyncio.Event()
         self._out: list[Send] = []
@@ -153,10 +156,29 @@ class Lane:
 
     # -- fetching -----------------------------------------------------------------
 
+    def paused(self) -> bool:
+        return self.queue in self.ctx.paused
+
+    def cancel_job(self, message_id: str) -> None:
+        """An operator cancelled ``message_id``: a running job sees ``ctx.cancelled`` (an
+        async handler is cancelled) and is dead-lettered as cancelled when it returns; a
+        fetched one that has not started is dead-lettered when its turn comes."""
+        for key, (_, job) in list(self.running.items()):
+            if job.message_id == message_id:
+                self.ctx.runner.cancelled.add(job.id)
+                task = self._handlers.get(key)
+                if task is not None:
+                    task.cancel()
+
+    def wake(self) -> None:
+        """The queue was paused or resumed: fetch and start again, or stop doing so."""
+        self.room.set()
+        self._pump()
+
     def _want(self) -> int:
         """How many to ask for now: 0 while a request is open or the window is full
         enough (refill by half windows while every slot has work, not per job)."""
-        if self.puller.busy(self.ctx.clock()):
+        if self.puller.busy(self.ctx.clock()) or self.paused():
             return 0
         held = len(self.waiting) + self.busy
         want = self.window - held
@@ -179,6 +201,8 @@ class Lane:
                     self.puller.failed = ""
                     await w.pause(config.sleep)
                     continue
+                if config.stop_when_empty and self.paused():
+                    break  # nothing is claimable from a paused queue
                 if config.stop_when_empty and self._ended_empty and not self._held():
                     break
                 want = self._want()
@@ -256,7 +280,7 @@ class Lane:
     def _pump(self) -> None:
         """Start waiting messages while slots are free."""
         w = self.ctx
-        while self.waiting and self.busy < self.cap:
+        while self.waiting and self.busy < self.cap and not self.paused():
             msg = self.waiting.popleft()
             if self._closed or w.stopping.is_set() or w.done():
                 w.stats.released += 1
@@ -284,7 +308,9 @@ class Lane:
         w.stats.claimed += 1
         handler = w.registry.get(job.job_name)
         limit = w.registry.max_attempts(job.job_name, job.max_attempts)
-        if handler is None:
+        if job.message_id in w.cancel_marks:  # cancelled before it ran: never runs
+            self._settle(msg, Outcome(Kind.CANCELLED, job))
+        elif handler is None:
             w.stats.unknown += 1
             failure = Failure(
                 "outbox.UnknownJob", f"no handler is registered for {job.job_name}", ""
@@ -300,7 +326,7 @@ class Lane:
             self.idle.clear()
             self.running[id(job)] = (msg, job)
             if handler.is_async:
-                self._spawn(self._run_async(job, handler))
+                self._handlers[id(job)] = self._spawn(self._run_async(job, handler))
             else:
                 self._sync_pool().inbox.put((job, handler))
 
@@ -348,6 +374,7 @@ class Lane:
         try:
             outcome = await self.ctx.runner.run_async(job, handler)
         finally:
+            self._handlers.pop(id(job), None)
             if outcome is None:  # cancelled (a second signal): the ack wait returns it
                 self.running.pop(id(job), None)
                 self._freed()
@@ -398,6 +425,7 @@ class Lane:
             cancelled=job.id in w.runner.cancelled,
             snoozes=snoozes,
         )
+        w.runner.cancelled.discard(job.id)
         w.hooks.job_settled(job, decision.action, decision.delay_ms, decision.error)
         action = decision.action
         if action is Action.ACK:
@@ -467,10 +495,11 @@ class Lane:
         self.ctx.stats.dead += 1
         self._send(msg.term)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        return task
 
     async def _beat(self) -> None:
         """In-progress acks each lease/3 for every message held: running, and fetched but
@@ -481,6 +510,7 @@ class Lane:
             held += self.waiting
             for msg in held:
                 await _quietly(msg.in_progress())
+            self.ctx.hooks.worker_tick(len(held))  # the loop is alive (/healthz)
 
     # -- stopping -----------------------------------------------------------------
 

@@ -40,8 +40,8 @@ for a missing one, and refuses one set up wrongly.
 
 Graceful stop (SIGTERM/SIGINT): no new fetches; fetched jobs that have not started are
 NAKed at once (unlike SQL, JetStream counts that delivery); running jobs get ``grace``
-seconds, after which the ack wait returns them. Transactional handlers are refused:
-a broker shares no transaction with the application's database.
+seconds, after which the ack wait returns them. Transactional handlers run with an
+inbox in the database given (``outbox.jetstream.inbox``): their effects happen once.
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ from nats.js.errors import APIError
 from outbox.db.connection import Database
 from outbox.errors import BrokerError, ConfigurationError
 from outbox.hooks import NO_HOOKS, Hooks
-from outbox.jetstream import names, provision
+from outbox.jetstream import control, inbox, names, provision
 from outbox.jetstream.connect import BrokerUrl, connect
+from outbox.jetstream.inbox import InboxRunner
 from outbox.jetstream.lane import Lane, LaneContext
 from outbox.job import MAX_ATTEMPTS_LIMIT
 from outbox.log import get_logger
@@ -75,18 +76,22 @@ _BACKSTOP_DELIVERIES = MAX_ATTEMPTS_LIMIT + 2
 STEP_TIMEOUT_S = 30.0
 
 
-def refuse_sql_only(registry: Registry, config: WorkerConfig) -> None:
-    """What needs the SQL queue cannot run on a broker: say which, before anything runs.
+def transactional_jobs(registry: Registry) -> list[str]:
+    """The registry's transactional jobs: a broker worker runs them with an inbox."""
+    return sorted(n for n in registry if (h := registry.get(n)) and h.transactional)
 
-    A transactional handler needs a transaction shared with the database; global
-    concurrency and rate limits are held in the database's tables.
+
+def refuse_sql_only(registry: Registry, config: WorkerConfig, database: Database | None) -> None:
+    """What a broker worker cannot run: say which, before anything runs.
+
+    A transactional handler needs the database its inbox is in (``outbox.jetstream.inbox``);
+    global concurrency and rate limits are held in the SQL queue's tables.
     """
-    names_ = sorted(n for n in registry if (h := registry.get(n)) and h.transactional)
-    if names_:
+    names_ = transactional_jobs(registry)
+    if names_ and database is None:
         raise ConfigurationError(
-            f"job {names_[0]} is transactional, which needs the SQL queue: a broker shares "
-            "no transaction with your database (drop transactional=True or run without "
-            "--broker)"
+            f"job {names_[0]} is transactional, which on a broker needs the database of its "
+            "inbox (give --database-url, migrated, or drop transactional=True)"
         )
     limited = sorted(registry.limited)
     if limited:
@@ -120,20 +125,32 @@ class JetStreamWorker:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         hooks: Hooks = NO_HOOKS,
+        database: Database | None = None,
     ) -> None:
         config = config or WorkerConfig()
         config.check()
-        refuse_sql_only(registry, config)
+        refuse_sql_only(registry, config, database)
         self.url, self.registry, self.config = url, registry, config
         self.worker_id = new_worker_id()
-        # No transactional handler runs here, so the Runner never opens a database.
-        runner = Runner(registry, self.worker_id, cast(Database, None), hooks)
+        runner: Runner
+        self.inbox: InboxRunner | None
+        if database is not None and transactional_jobs(registry):
+            runner = self.inbox = InboxRunner(registry, self.worker_id, database, hooks)
+        else:  # no transactional handler runs here, so the Runner never opens a database
+            self.inbox = None
+            runner = Runner(registry, self.worker_id, cast(Database, None), hooks)
         self.ctx = LaneContext(
             config, registry, runner, WorkerStats(), hooks, clock, wall_clock, began=clock()
         )
         self.stats = self.ctx.stats
         self._lanes: list[Lane] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._nc: Client | None = None
+
+    def connected(self) -> bool:
+        """The broker connection is up (``/readyz``); safe from any thread."""
+        nc = self._nc
+        return nc is not None and bool(nc.is_connected)
 
     def run(self) -> WorkerStats:
         """Connect, run until stopped (signal, limits, or empty with stop_when_empty)."""
@@ -168,7 +185,13 @@ class JetStreamWorker:
         try:
             js = nc.jetstream()
             async with asyncio.timeout(timeout):
+                watch = control.ControlWatch(lambda: None)
+                await watch.start(js)
+                await watch.stop()
+                self.ctx.paused, self.ctx.cancel_marks = watch.paused, watch.cancelled
                 for queue, cap in self.config.caps().items():
+                    if queue in watch.paused:
+                        continue
                     if await self._consumer(js, queue, wait=False):
                         await Lane(self.ctx, nc, js, queue, cap).run_round()
         except TimeoutError:
@@ -196,14 +219,18 @@ class JetStreamWorker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, on_signal)
-        nc = await connect(self.url)
+        nc = self._nc = await connect(self.url)
         caps = self.config.caps()
         self.ctx.began = self.ctx.clock()
+        watch = control.ControlWatch(self._paused_changed, self._cancel_asked)
         try:
             js = nc.jetstream()
+            await watch.start(js)  # the paused queues, read before the first fetch
+            self.ctx.paused, self.ctx.cancel_marks = watch.paused, watch.cancelled
             log.info("worker.started", broker=self.url.shown, queues=list(caps))
             await asyncio.gather(*(self._queue(nc, js, q, caps[q]) for q in caps))
         finally:
+            await watch.stop()
             with contextlib.suppress(Exception):
                 await nc.flush(timeout=2)  # the last acks out, then close
             with contextlib.suppress(Exception):
@@ -215,6 +242,14 @@ class JetStreamWorker:
                 dead=self.stats.dead,
             )
 
+    def _paused_changed(self) -> None:
+        for lane in self._lanes:
+            lane.wake()
+
+    def _cancel_asked(self, message_id: str) -> None:
+        for lane in self._lanes:
+            lane.cancel_job(message_id)
+
     async def _consumer(self, js: JetStreamContext, queue: str, *, wait: bool = True) -> bool:
         """The queue's consumer, once its stream exists: the relay (or an operator)
         creates streams with the fleet's settings; a worker never does, or it could make
@@ -223,7 +258,7 @@ class JetStreamWorker:
         warned = False
         while True:
             try:
-                await provision.ensure(js, queue, provision.StreamSettings(), "require")
+                window = await provision.ensure(js, queue, provision.StreamSettings(), "require")
                 break
             except BrokerError as exc:
                 if not provision.stream_missing(exc):
@@ -234,6 +269,8 @@ class JetStreamWorker:
                 log.warning("worker.waiting_for_stream", queue=queue, stream=names.stream(queue))
                 warned = True
             await self.ctx.pause(self.config.sleep)
+        if self.inbox is not None:
+            inbox.check_retention(names.stream(queue), window, self.config.lease)
         config = ConsumerConfig(
             durable_name=names.CONSUMER,
             ack_policy=AckPolicy.EXPLICIT,

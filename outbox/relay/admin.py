@@ -23,6 +23,7 @@ from outbox.errors import (
     RetryRefused,
 )
 from outbox.ids import is_message_id
+from outbox.jetstream import inbox
 from outbox.job import canonical_json
 from outbox.log import get_logger
 from outbox.relay.verify import reason_for, refingerprint
@@ -154,6 +155,7 @@ def prune(
         if n < want:
             break
     results.prune(conn)  # job results past their retention (outbox.results)
+    inbox.prune(conn, days, limit, batch)  # the broker inbox's ids (their own count)
     return deleted
 
 

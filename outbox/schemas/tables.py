@@ -294,3 +294,16 @@ job_results = Table(
     **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
 )
 Index("outbox_job_results_expires", job_results.c.expires_at)
+
+# The broker inbox (``outbox.jetstream.inbox``): the message id of each JetStream job
+# whose transactional handler committed, written in that transaction; a redelivery of
+# an id here is acknowledged without running. ``outbox prune`` deletes old ids.
+inbox = Table(
+    "outbox_inbox",
+    metadata,
+    Column("message_id", String(200), primary_key=True),
+    _name("queue"),
+    Column("handled_at", BigInteger, nullable=False),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+Index("outbox_inbox_handled", inbox.c.handled_at)

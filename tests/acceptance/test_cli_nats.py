@@ -178,11 +178,17 @@ def test_worker_on_nats_runs_the_jobs_and_queue_commands_manage_dead_letters(
     assert forgot.exit_code == 0 and forgot.stdout.strip() == f"forgot {dead_id}"
 
 
-def test_worker_refuses_transactional_handlers_on_a_broker(url: str, nats_url: str) -> None:
+def test_worker_with_transactional_handlers_on_a_broker_needs_the_inbox_migrated(
+    tmp_path: Path, nats_url: str
+) -> None:
+    """The inbox lives in --database-url: one not migrated is one line at start."""
+    (tmp_path / "bare").mkdir()
+    bare = sqlite_url(tmp_path / "bare")
+    Database(bare).connect().close()
     code, _, err = process(
-        url, "worker", "q", "--app", "tests.nats.app:transactional", "--broker", nats_url
+        bare, "worker", "q", "--app", "tests.nats.app:transactional", "--broker", nats_url
     )
-    assert code == 1 and "t.tx is transactional" in err and "Traceback" not in err
+    assert code == 1 and "outbox migrate" in err and "Traceback" not in err
 
 
 def test_status_shows_a_full_stream_refusing(url: str, nats_url: str) -> None:

@@ -125,3 +125,16 @@ limited = Registry()
 @limited.job("t.limited", concurrency=2)
 def limited_job(payload: Any, ctx: Any) -> None:
     return None
+
+
+@registry.job("t.watch", max_attempts=5, backoff=QUICK)
+def watch(payload: Any, ctx: Any) -> None:
+    """Runs until ``ctx.cancelled`` (at most ``payload["s"]`` seconds); says which."""
+    _ledger(ctx, "start")
+    end = time.monotonic() + float(payload["s"])
+    while time.monotonic() < end:
+        if ctx.cancelled:
+            _ledger(ctx, "saw-cancel")
+            return
+        time.sleep(0.02)
+    _ledger(ctx)

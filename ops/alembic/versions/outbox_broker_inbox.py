@@ -1,0 +1,19 @@
+"""outbox tables: the broker inbox (message ids of committed JetStream jobs)."""
+
+from alembic import op
+
+import outbox.alembic
+from outbox.db.migrate import version_of
+
+revision = "outbox_broker_inbox"  # renamed to its number when it lands beside others
+down_revision = "outbox_0006"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    outbox.alembic.upgrade(op, to=version_of("broker inbox"))
+
+
+def downgrade() -> None:
+    pass  # outbox migrations only go forward; the first revision's downgrade drops all
