@@ -96,6 +96,8 @@ class Dispatcher:
                 if limit <= 0:
                     break
                 jobs = self._claim(queue, limit)
+                if self.db.in_trouble:  # paused on already (settle): try again next round
+                    break
                 claimed += len(jobs)
                 got = len(jobs)
                 if self._gating:
@@ -130,9 +132,13 @@ class Dispatcher:
         return min(limit, remaining)
 
     def _claim(self, queue: str, limit: int) -> list[ClaimedJob]:
-        """Claim, carrying the pending acknowledgements along (one round trip)."""
+        """Claim, carrying the pending acknowledgements along (one round trip). If the
+        round trip fails, those acknowledgements wait for the next one: the fence
+        (id, attempt, holder) makes a second try safe even if the first landed."""
         done, self.to_ack = self.to_ack, []
         jobs = self.db.claim(queue, limit, done)
+        if self.db.in_trouble:
+            self.to_ack = done + self.to_ack
         self.held.add(queue, jobs)
         return jobs
 
