@@ -58,7 +58,7 @@ class Listener:
         self._thread.start()
 
     def _run(self) -> None:
-        reconnect = Reconnect(RECONNECT_MIN_S, max(self._reconnect_max, RECONNECT_MIN_S))
+        reconnect = Reconnect(RECONNECT_MIN_S, self._reconnect_max)
         try:
             while not self._closed.is_set():
                 try:

@@ -66,6 +66,7 @@ class Dispatcher:
         self._ack_since = 0.0
         self.dry: dict[str, float] = {}  # per queue: claim again at (by the clock)
         self.stop_deadline: float | None = None
+        self.listening = False  # NOTIFY wakes this worker (set by the worker's listener)
         self.tally_due = 0.0  # when the chart's counts are next written (throughput.py)
         self._gate = Gate(registry, config.queue_limits)
         self._gating = self._gate.active  # False: claimed jobs never see the gate
@@ -174,9 +175,15 @@ class Dispatcher:
 
     def _claim_coming(self) -> bool:
         """Will a claim be due soon (a queue not dry, no limit reached, not stopping)?
-        Then finished jobs wait for it, up to ``ACK_DELAY_S``, instead of a lone ack."""
+        Then finished jobs wait for it, up to ``ACK_DELAY_S``, instead of a lone ack.
+
+        A worker that listens expects one even when its queues are dry: while work
+        flows, the next relay batch's NOTIFY brings a claim within milliseconds, and a
+        lone ack would hold the connection just when that claim should go out."""
         if self.halting() or self.at_max_jobs():
             return False
+        if self.listening:
+            return True
         now = self._clock()
         return any(self.dry.get(q, 0) <= now for q in self._caps)
 

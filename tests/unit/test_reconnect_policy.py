@@ -82,6 +82,7 @@ def test_before_any_connection_worked_every_failure_backs_off() -> None:
     assert r.pause(_ours(psycopg.errors.UndefinedTable("42P01"))) == 0.2
 
 
-def test_a_backoff_must_be_ordered() -> None:
-    with pytest.raises(ValueError, match="low <= high"):
-        Reconnect(2.0, 1.0)
+def test_a_first_pause_above_the_cap_is_the_cap() -> None:
+    """A relay polling every 60 s with reconnect_max=30 waits 30 s after a failure."""
+    r = Reconnect(60.0, 30.0)
+    assert [r.pause(ValueError()) for _ in range(2)] == [30.0, 30.0]
