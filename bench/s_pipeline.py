@@ -248,7 +248,8 @@ def plan(ctx: Ctx) -> Plan:
             1.0,
         ),
         Target(
-            "pipeline record() commit → handler start p99 <= 50 ms",
+            "pipeline p99 (8 producers, relay --watch, one default worker): record() "
+            "commit → handler start <= 50 ms",
             f"{NAME}: {OURS} p99",
             None,
             "<=",

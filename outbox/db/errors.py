@@ -7,6 +7,10 @@ has certainly rolled the transaction back (a deadlock victim, a serialisation fa
 or refused to start writing (SQLite BUSY/LOCKED). A lost connection is never retried:
 during COMMIT we cannot know whether the transaction landed, so the next run reads the
 durable state instead.
+
+``is_connection_lost`` tells a connection the server or the network ended (a failover,
+an operator's ``pg_terminate_backend`` or ``KILL``, a reset socket) from every other
+failure; the services' reconnect policy (``outbox.db.reconnect``) asks it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,13 @@ SQLITE_RETRYABLE = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 # generic SQLITE_ERROR): errors are told apart by code only, so there the hint is left out
 # and ``outbox``'s commands say it from their schema check instead.
 MISSING_TABLE = frozenset({"42P01", 1146})
+# PostgreSQL: admin_shutdown, crash_shutdown, cannot_connect_now, idle_session_timeout,
+# idle_in_transaction_session_timeout; and the whole class 08, connection_exception.
+PG_CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03"})
+PG_CONNECTION_CLASS = "08"
+# MariaDB/MySQL: ER_SERVER_SHUTDOWN, ER_CONNECTION_KILLED, CR_SERVER_GONE_ERROR,
+# CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED, MySQL 8's ER_CLIENT_INTERACTION_TIMEOUT.
+MYSQL_CONNECTION_LOST = frozenset({1053, 1927, 2006, 2013, 2055, 4031})
 # PostgreSQL invalid_text_representation: a ::json cast met text that is not JSON.
 INVALID_TEXT = "22P02"
 
@@ -49,6 +60,36 @@ def is_retryable(exc: BaseException) -> bool:
         return code & 0xFF in SQLITE_RETRYABLE
     cause = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver error
     return cause is not None and cause is not exc and is_retryable(cause)
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """True when ``exc`` says a connection that was open is gone: the server ended the
+    session (SQLSTATE 57P01/57P02/57P03, MariaDB's "connection killed", 2013 "lost
+    connection", 2006 "server has gone away") or the socket was reset or closed.
+
+    A connection that could not be opened (``DatabaseError`` of operation ``"connect"``)
+    was never lost: that is a reconnect failing, which the caller backs off from.
+    """
+    if isinstance(exc, DatabaseError):
+        if exc.operation == "connect":
+            return False
+        cause = exc.__cause__
+        return cause is not None and cause is not exc and is_connection_lost(cause)
+    if isinstance(exc, ConnectionError):  # reset, aborted, broken pipe
+        return True
+    if _is_pymysql_error(exc):
+        if type(exc).__name__ == "InterfaceError":  # PyMySQL's "the connection is closed"
+            return True
+        return bool(exc.args) and exc.args[0] in MYSQL_CONNECTION_LOST
+    if type(exc).__module__.startswith("psycopg"):
+        sqlstate = getattr(exc, "sqlstate", None)
+        if isinstance(sqlstate, str):
+            return sqlstate in PG_CONNECTION_LOST or sqlstate.startswith(PG_CONNECTION_CLASS)
+        # No SQLSTATE: psycopg's own "the connection is closed", "server closed the
+        # connection unexpectedly" (the server's message never arrived).
+        return type(exc).__name__ in ("OperationalError", "InterfaceError")
+    cause = getattr(exc, "orig", None) or exc.__cause__  # SQLAlchemy wraps the driver error
+    return cause is not None and cause is not exc and is_connection_lost(cause)
 
 
 def error_code(exc: BaseException) -> str | int | None:

@@ -5,8 +5,9 @@ worker (``outbox_jobs``, notified by ``push()`` and the relay's handoffs). A
 notification is only a hint that work *may* be waiting: NOTIFY is lost across
 reconnects and does not pass PgBouncer's transaction pooling, so the owner keeps
 polling either way; a notification only makes it look sooner. Losing the connection is
-logged and repaired with backoff; each time LISTEN is (re)established the owner is
-woken once, for whatever was committed while nobody was listening.
+logged and repaired (``outbox.db.reconnect``: at once after a listening connection is
+lost, with backoff while reconnecting fails); each time LISTEN is (re)established the
+owner is woken once, for whatever was committed while nobody was listening.
 
 The thread waits on the connection's socket and on one end of a socket pair, so
 ``close()`` wakes it at once instead of after a timeout.
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from outbox.db.connection import Database
+from outbox.db.reconnect import Reconnect
 from outbox.log import get_logger
 
 POLL_S = 1.0  # a safety net only: close() wakes the thread at once
@@ -56,25 +58,26 @@ class Listener:
         self._thread.start()
 
     def _run(self) -> None:
-        pause = RECONNECT_MIN_S
+        reconnect = Reconnect(RECONNECT_MIN_S, self._reconnect_max)
         try:
             while not self._closed.is_set():
                 try:
-                    self._listen()
-                    pause = RECONNECT_MIN_S
+                    self._listen(reconnect)
                 except Exception as exc:
+                    pause = reconnect.pause(exc)
                     self._log.warning(
                         f"{self._owner}.listen_lost", error=type(exc).__name__, retry_in_s=pause
                     )
-                    self._closed.wait(pause)
-                    pause = min(pause * 2, self._reconnect_max)
+                    if pause:
+                        self._closed.wait(pause)
         finally:
             self._wake_r.close()
 
-    def _listen(self) -> None:
+    def _listen(self, reconnect: Reconnect) -> None:
         conn = self._database.connect()
         try:
             conn.execute(conn.driver.listen_statement(self._channel))
+            reconnect.working()
             self.ready.set()
             self._log.info(f"{self._owner}.listening")
             self._on_notify()  # whatever was committed while we were not listening

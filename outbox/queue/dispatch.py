@@ -66,6 +66,7 @@ class Dispatcher:
         self._ack_since = 0.0
         self.dry: dict[str, float] = {}  # per queue: claim again at (by the clock)
         self.stop_deadline: float | None = None
+        self.listening = False  # NOTIFY wakes this worker (set by the worker's listener)
         self.tally_due = 0.0  # when the chart's counts are next written (throughput.py)
         self._gate = Gate(registry, config.queue_limits)
         self._gating = self._gate.active  # False: claimed jobs never see the gate
@@ -96,6 +97,8 @@ class Dispatcher:
                 if limit <= 0:
                     break
                 jobs = self._claim(queue, limit)
+                if self.db.in_trouble:  # paused on already (settle): try again next round
+                    break
                 claimed += len(jobs)
                 got = len(jobs)
                 if self._gating:
@@ -130,9 +133,13 @@ class Dispatcher:
         return min(limit, remaining)
 
     def _claim(self, queue: str, limit: int) -> list[ClaimedJob]:
-        """Claim, carrying the pending acknowledgements along (one round trip)."""
+        """Claim, carrying the pending acknowledgements along (one round trip). If the
+        round trip fails, those acknowledgements wait for the next one: the fence
+        (id, attempt, holder) makes a second try safe even if the first landed."""
         done, self.to_ack = self.to_ack, []
         jobs = self.db.claim(queue, limit, done)
+        if self.db.in_trouble:
+            self.to_ack = done + self.to_ack
         self.held.add(queue, jobs)
         return jobs
 
@@ -168,9 +175,15 @@ class Dispatcher:
 
     def _claim_coming(self) -> bool:
         """Will a claim be due soon (a queue not dry, no limit reached, not stopping)?
-        Then finished jobs wait for it, up to ``ACK_DELAY_S``, instead of a lone ack."""
+        Then finished jobs wait for it, up to ``ACK_DELAY_S``, instead of a lone ack.
+
+        A worker that listens expects one even when its queues are dry: while work
+        flows, the next relay batch's NOTIFY brings a claim within milliseconds, and a
+        lone ack would hold the connection just when that claim should go out."""
         if self.halting() or self.at_max_jobs():
             return False
+        if self.listening:
+            return True
         now = self._clock()
         return any(self.dry.get(q, 0) <= now for q in self._caps)
 

@@ -21,6 +21,7 @@ from typing import Any
 from outbox.db.connection import Connection, Database
 from outbox.db.driver import Driver
 from outbox.db.results import KeptResult
+from outbox.db.reconnect import Reconnect
 from outbox.db.rows import (
     ClaimedJob,
     Failure,
@@ -67,7 +68,7 @@ class Settler:
         self.lease_ms = lease_ms
         self.stats = stats
         self.log = log
-        self.pause_s = pause_s
+        self.reconnect = Reconnect(pause_s, pause_s)
         self.unknown_delay_ms = unknown_delay_ms
         self.tally = tally or Tally(worker_id)  # the dashboard chart's counts
         self._conn: Connection | None = None
@@ -378,13 +379,18 @@ class Settler:
                 conn.close()
                 raise
             self._conn = conn
+            self.reconnect.working()
         return self._conn.driver
 
     def _trouble(self, during: str, exc: DatabaseError) -> None:
-        """Log the error class, drop the connection, pause; leases cover what is held."""
+        """Log the error class, drop the connection, pause (``outbox.db.reconnect``);
+        leases cover what is held."""
         cause = type(exc.__cause__).__name__ if exc.__cause__ else type(exc).__name__
-        self.log.error("worker.database_error", during=during, error=cause, code=exc.code)
+        pause = self.reconnect.pause(exc)
+        self.log.error("worker.database_error", during=during, error=cause, code=exc.code,
+                       retry_in_s=pause)
         self.in_trouble = True
         self.close()
-        time.sleep(self.pause_s)
+        if pause:
+            time.sleep(pause)
 

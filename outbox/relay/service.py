@@ -8,8 +8,9 @@ pending) and hands nothing off twice. Any number of relays may run at once.
 wait ``poll_interval``; an empty one → wait, doubling up to ``max_poll_interval``
 while idle. On PostgreSQL the wait ends early when ``record()``'s NOTIFY arrives on
 ``outbox_relay`` (unless ``listen=False``: poll-only). A database error is logged by
-class name, the connection is dropped and reopened, and the relay carries on after a
-backoff; ``run`` and ``run_once`` instead raise it to the caller. A broker target
+class name, the connection is dropped and reopened, and the relay carries on: at once
+the first time a working connection is lost (the server ended it), else after a backoff
+(``outbox.db.reconnect``); ``run`` and ``run_once`` instead raise it to the caller. A broker target
 (``outbox.relay.jetstream``) that is unreachable or refuses (a full stream) raises a
 transient ``BrokerError``: ``watch`` logs it at most every 10 s and backs off (up to
 ``reconnect_max``, or ``max_poll_interval`` for a full stream), and the intents stay
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 
 from outbox.config import settings
 from outbox.db.connection import Database, LazyConnection
+from outbox.db.reconnect import Reconnect
 from outbox.db.rows import HandoffResult, OutboxHandoff
 from outbox.errors import BrokerError, ConfigurationError, DatabaseError, TargetRefused
 from outbox.hooks import NO_HOOKS, Hooks
@@ -164,6 +166,7 @@ class Relay:
         waiter = self._waiter()
         totals = RunTotals()
         idle = _Backoff(self.config.poll_interval, self.config.max_poll_interval)
+        database = Reconnect(self.config.poll_interval, self.config.reconnect_max)
         failing = _Backoff(self.config.poll_interval, self.config.reconnect_max)
         refusing = _Backoff(self.config.poll_interval, self.config.max_poll_interval)
         quiet = _RateLimitedLog()
@@ -174,8 +177,11 @@ class Relay:
                     batch = self.run_once()
                 except DatabaseError as exc:
                     cause = type(exc.__cause__ or exc).__name__
-                    log.warning("relay.batch_failed", error=cause, code=exc.code)
-                    waiter.wait(stop, failing.next())
+                    pause = database.pause(exc)
+                    log.warning("relay.batch_failed", error=cause, code=exc.code,
+                                retry_in_s=pause)
+                    if pause:
+                        waiter.wait(stop, pause)
                     continue
                 except BrokerError as exc:
                     if not exc.transient:
@@ -184,6 +190,7 @@ class Relay:
                     full = isinstance(exc, TargetRefused)
                     waiter.wait(stop, refusing.next() if full else failing.next())
                     continue
+                database.working()
                 failing.reset()
                 refusing.reset()
                 if batch.claimed:
