@@ -5,7 +5,7 @@ from alembic import op
 import outbox.alembic
 from outbox.db.migrate import version_of
 
-revision = "outbox_job_results"
+revision = "outbox_0007"
 down_revision = "outbox_0006"
 branch_labels = None
 depends_on = None

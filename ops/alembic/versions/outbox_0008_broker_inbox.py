@@ -5,8 +5,8 @@ from alembic import op
 import outbox.alembic
 from outbox.db.migrate import version_of
 
-revision = "outbox_broker_inbox"  # renamed to its number when it lands beside others
-down_revision = "outbox_0006"
+revision = "outbox_0008"
+down_revision = "outbox_0007"
 branch_labels = None
 depends_on = None
 
