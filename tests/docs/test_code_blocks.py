@@ -3,8 +3,9 @@
 ``HOW`` names, for each block (by page and first line), how it is exercised:
 
 - ``test:PATH::NAME``: that test runs the block as written (it must exist);
-- ``exec``: run here, with the names the surrounding text supplies (``STUBS``), and what it
-  declared checked (``CHECKS``);
+- ``exec``: run here, with the names the surrounding text supplies (``STUBS``) and the
+  page's example database (``postgresql://app@db/app``) a migrated SQLite file, and what it
+  declared or wrote checked (``CHECKS``);
 - ``fragment``: a Python excerpt whose names come from the text around it; compiled here,
   and what it calls is covered by the conformance tests;
 - ``commands``: a shell block: every ``outbox`` command is parsed by the real command tree
@@ -24,13 +25,16 @@ import re
 import shlex
 import tomllib
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import create_engine, text
 
-from outbox import Registry
+from outbox import Database, Job, Registry, record
 from outbox.cli import main
+from outbox.db.migrate import migrate
 from tests.docs.pages import DOCS, ROOT, Block, blocks_of, site_pages
 
 T = "test:"
@@ -65,7 +69,7 @@ HOW: dict[tuple[str, str], str] = {
     ("how-to/queue-control.md", "outbox queue pause mail        # maintenance on the mail provider"):
         "commands",
     ("how-to/queue-control.md", "from outbox import Database, pause_queue, paused_queues, resume_queue"):
-        "fragment",
+        "exec",
     ("how-to/queue-control.md", '@registry.job("exports.build")'): "exec",
     ("how-to/queue-control.md", "from outbox import Snooze"): "exec",
     ("how-to/queue-control.md", '@registry.job("sync.account", concurrency=2, concurrency_key=lambda payload: payload["account_id"])'):
@@ -73,7 +77,7 @@ HOW: dict[tuple[str, str], str] = {
     ("how-to/queue-control.md", "outbox worker default mail --app myapp.jobs:registry --queue-concurrency mail=5"):
         "commands",
     ("how-to/record.md", "from sqlalchemy import create_engine, update"): "fragment",
-    ("how-to/record.md", "from outbox.errors import RetryTransaction"): "fragment",
+    ("how-to/record.md", "from outbox.errors import RetryTransaction"): "exec",
     ("how-to/roles.md", '--8<-- "ops/sql/postgresql-grants.sql"'): "include:tests/ops/test_grants.py",
     ("how-to/run-jobs.md", "# myapp/jobs.py"): "exec",
     ("how-to/run-jobs.md", "outbox relay --watch                                   # committed intents -> queue"):
@@ -145,9 +149,15 @@ def test_the_block_is_exercised(block: Block, tmp_path: Any) -> None:
         assert block.lang == "python"
         compile(block.body, f"{block.page}:{block.first}", "exec")
     elif how == "exec":
-        ns = STUBS.get(block.first, dict)()
-        exec(compile(block.body, f"{block.page}:{block.first}", "exec"), ns)
-        CHECKS[block.first](ns)
+        url = f"sqlite:///{tmp_path / 'app.db'}"
+        ns = STUBS.get(block.first, lambda _: {})(url)
+        body = block.body.replace(EXAMPLE_URL, url)  # the page's database is a test one
+        try:
+            exec(compile(body, f"{block.page}:{block.first}", "exec"), ns)
+            CHECKS[block.first](ns)
+        finally:
+            if "engine" in ns:
+                ns["engine"].dispose()
     else:
         assert how == "commands" and block.lang in ("bash", "sh"), how
         for line in _shell_lines(block.body):
@@ -205,15 +215,33 @@ def _check_shell_line(line: str) -> None:
 # -- exec: the names the text supplies, and what the block must have declared -----------
 
 
-def _sqlite_url() -> str:
-    return "sqlite:///:memory:"
+EXAMPLE_URL = "postgresql://app@db/app"
 
 
-STUBS: dict[str, Callable[[], dict[str, Any]]] = {
-    "from starlette.routing import Mount": lambda: {"database_url": _sqlite_url(), "token": None},
-    "engine = create_engine(": lambda: {"create_engine": __import__("sqlalchemy").create_engine},
-    '@registry.job("exports.build")': lambda: {"registry": Registry()},
-    "from outbox import Snooze": lambda: {"registry": Registry()},
+def _migrated(url: str) -> dict[str, Any]:
+    """A migrated database at ``url`` and a SQLAlchemy engine on it, as ``engine``."""
+    with Database(url).connect() as conn:
+        migrate(conn)
+    return {"engine": create_engine(url)}
+
+
+def _order(url: str) -> dict[str, Any]:
+    return {
+        **_migrated(url),
+        "record": record,
+        "Job": Job,
+        "order": SimpleNamespace(id=7),
+        "place_order": lambda conn, order: conn.execute(text("SELECT 1")),
+    }
+
+
+STUBS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "from starlette.routing import Mount": lambda url: {"database_url": url, "token": None},
+    "engine = create_engine(": lambda url: {"create_engine": create_engine},
+    '@registry.job("exports.build")': lambda url: {"registry": Registry()},
+    "from outbox import Snooze": lambda url: {"registry": Registry()},
+    "from outbox import Database, pause_queue, paused_queues, resume_queue": _migrated,
+    "from outbox.errors import RetryTransaction": _order,
 }
 
 
@@ -232,10 +260,17 @@ def _mount(ns: dict[str, Any]) -> None:
 
 def _engine(ns: dict[str, Any]) -> None:
     engine = ns["engine"]
-    try:
-        assert engine.dialect.name == "postgresql" and engine.url.port == 6432
-    finally:
-        engine.dispose()
+    assert engine.dialect.name == "postgresql" and engine.url.port == 6432
+
+
+def _paused(ns: dict[str, Any]) -> None:
+    assert ns["paused_queues"](ns["db"]) == ["mail"]  # the last pause joined a commit
+
+
+def _ordered(ns: dict[str, Any]) -> None:
+    with ns["engine"].connect() as conn:
+        keys = conn.execute(text("SELECT count(*) FROM outbox_keys")).scalar_one()
+    assert keys == 1
 
 
 def _registered(*names: str) -> Callable[[dict[str, Any]], None]:
@@ -252,4 +287,6 @@ CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
     '@registry.job("exports.build")': _registered("exports.build"),
     "from outbox import Snooze": _registered("shipments.track"),
     "# myapp/jobs.py": _registered("notes.index", "billing.credit"),
+    "from outbox import Database, pause_queue, paused_queues, resume_queue": _paused,
+    "from outbox.errors import RetryTransaction": _ordered,
 }

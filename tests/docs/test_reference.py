@@ -56,3 +56,26 @@ def test_every_environment_variable_the_code_reads_is_on_the_settings_page() -> 
     assert {"OUTBOX_POOLER", "OUTBOX_NOTIFY", "OUTBOX_DATABASE_URL"} <= names  # it looked
     documented = set(re.findall(r"`(OUTBOX_[A-Z_]+)`", PAGES["settings.md"]))
     assert names - documented == set()
+
+
+def _options_under(name: str) -> set[str]:
+    """Every long option of the top-level command ``name`` and the commands under it."""
+    return {
+        opt
+        for path, command in walk(main)
+        if path[:1] == (name,)
+        for param in command.params
+        for opt in getattr(param, "opts", [])
+        if opt.startswith("--")
+    }
+
+
+def test_the_hand_written_command_table_names_real_commands_and_options() -> None:
+    rows = re.findall(r"^\| `outbox ([a-z]+)[^\n]*$", PAGES["cli.md"], re.M)
+    assert len(rows) >= 14
+    top = {path[0] for path, _ in walk(main) if path}
+    for row in re.findall(r"^\| `outbox [a-z][^\n]*$", PAGES["cli.md"], re.M):
+        name = row.split()[2].strip("`")
+        assert name in top, row
+        for option in re.findall(r"(--[a-z][a-z-]*)", row):
+            assert option in _options_under(name) | {"--help"}, (name, option)

@@ -46,7 +46,7 @@ RUN_CRON = "each installed cron entry's command run as cron would"
 HOW: list[tuple[str, str]] = [
     (r"python3 -m venv /opt/outbox/\.venv", RUN),
     (
-        r"/opt/outbox/\.venv/bin/pip install 'outbox\[postgres,metrics\]'",
+        r"/opt/outbox/\.venv/bin/pip install 'outbox-relay\[postgres,metrics\]'",
         "tests/ops/test_ops_readme.py::test_the_extras_the_walkthrough_installs_exist",
     ),
     (r"export OUTBOX_DATABASE_URL=.*", EXPORT),
@@ -104,7 +104,7 @@ def test_every_command_in_the_walkthrough_is_exercised() -> None:
 
 
 def test_the_extras_the_walkthrough_installs_exist() -> None:
-    """``pip install 'outbox[postgres,metrics]'``: both extras exist, and the dev install
+    """``pip install 'outbox-relay[postgres,metrics]'``: both extras exist, and the dev install
     every test runs in includes them (so everything below ran with what they bring)."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
