@@ -72,9 +72,7 @@ class PostgresqlDriver(SharedDriver):
             return super().outbox_handoff(p, verify)
         started = time.perf_counter()
         try:
-            # One statement is its own transaction: it commits (and its NOTIFY goes out)
-            # in the server as it ends, not a round trip later when COMMIT arrives.
-            outcome = self.conn.atomic(lambda c: _in_one_statement(c, p), operation="relay batch")
+            outcome = self._transact("relay batch", lambda c: _in_one_statement(c, p))
         except _NeedsPythonVerify:
             log.info("relay.verify_fallback", cause="payload_not_json")
             return super().outbox_handoff(

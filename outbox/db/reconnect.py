@@ -26,13 +26,11 @@ class Reconnect:
         self.low, self.high = min(low, high), high  # a relay's poll may exceed its cap
         self._next = self.low
         self._working = False  # the current connection has done work since it opened
-        self.immediate = 0  # reconnects made without a pause (for logs and tests)
 
     def pause(self, exc: BaseException) -> float:
         """Seconds to wait before trying again after ``exc``."""
         if self._working and is_connection_lost(exc):
             self._working = False
-            self.immediate += 1
             return 0.0
         self._working = False
         value, self._next = self._next, min(self._next * 2, self.high)

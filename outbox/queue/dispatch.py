@@ -97,8 +97,8 @@ class Dispatcher:
                 if limit <= 0:
                     break
                 jobs = self._claim(queue, limit)
-                if self.db.in_trouble:  # paused on already (settle): try again next round
-                    break
+                if not jobs and self.db.in_trouble:  # failed, paused on (settle): claim
+                    break  # again next round, not after the poll interval
                 claimed += len(jobs)
                 got = len(jobs)
                 if self._gating:
@@ -137,8 +137,9 @@ class Dispatcher:
         round trip fails, those acknowledgements wait for the next one: the fence
         (id, attempt, holder) makes a second try safe even if the first landed."""
         done, self.to_ack = self.to_ack, []
+        succeeded = self.stats.succeeded
         jobs = self.db.claim(queue, limit, done)
-        if self.db.in_trouble:
+        if done and not jobs and self.db.in_trouble and self.stats.succeeded == succeeded:
             self.to_ack = done + self.to_ack
         self.held.add(queue, jobs)
         return jobs
