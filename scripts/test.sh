@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
+./scripts/system-deps.sh  # mysqlclient's headers (Django's MySQL driver, in the dev extra)
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 ./scripts/services.sh
 exec .venv/bin/python -m pytest -n "${OUTBOX_TEST_WORKERS:-4}" --dist loadgroup --durations=25 "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The system headers mysqlclient builds from (Django's MySQL/MariaDB driver, in the dev
-# extra): Debian's client library headers and pkg-config. Run before the pip install;
-# does nothing (and no apt-get update) when they are already there.
+# The system packages the dev extra builds from: mysqlclient (Django's MySQL/MariaDB
+# driver) needs Debian's client library headers and pkg-config. scripts/test.sh runs this
+# before its pip install; it does nothing (and no apt-get update) when they are there.
 set -euo pipefail
 if dpkg -s default-libmysqlclient-dev pkg-config >/dev/null 2>&1; then
   exit 0
