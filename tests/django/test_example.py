@@ -7,7 +7,6 @@ import os
 import secrets
 import subprocess
 import sys
-from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
@@ -16,13 +15,12 @@ from tests.fixtures.workers import ROOT
 EXAMPLE = ROOT / "examples" / "django_app"
 
 
-def test_the_example_s_tests_pass(backend: str, db_url: str, tmp_path: Path) -> None:
+def test_the_example_s_tests_pass(backend: str, db_url: str) -> None:
     url = make_url(db_url).set(query={})  # Django's test database gets its own schema
-    test_name = (str(tmp_path / "test.sqlite3") if backend == "sqlite"
-                 else f"outbox_example_{secrets.token_hex(4)}")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "DJANGO_"))}
-    env.update(DATABASE_URL=url.render_as_string(hide_password=False),
-               TEST_DATABASE_NAME=test_name)
+    env["DATABASE_URL"] = url.render_as_string(hide_password=False)
+    if backend != "sqlite":  # SQLite: Django's own test database, in memory
+        env["TEST_DATABASE_NAME"] = f"outbox_example_{secrets.token_hex(4)}"
     done = subprocess.run(
         [sys.executable, "manage.py", "test", "shop", "--noinput", "-v", "1"],
         cwd=EXAMPLE, env=env, capture_output=True, text=True, timeout=300, check=False,

@@ -31,6 +31,11 @@ class SettingError(ValueError):
     """The ``OUTBOX`` setting, or the database it names, cannot be used."""
 
 
+class InMemory(SettingError):
+    """SQLite in memory (as Django's test runner makes it): only Django's own connection
+    reaches it, so no worker, relay or outbox command can."""
+
+
 def setting() -> dict[str, Any]:
     """``settings.OUTBOX`` over the defaults; an unknown key is refused by name."""
     from django.conf import settings
@@ -70,8 +75,9 @@ def url_for(alias_name: str) -> str:
     name = str(conf.get("NAME") or "")
     if kind == "sqlite":
         if not name or name == ":memory:" or name.startswith("file:"):
-            raise SettingError(
-                f"database {alias_name!r} is SQLite in memory; outbox's worker needs a file"
+            raise InMemory(
+                f"database {alias_name!r} is SQLite in memory; outbox's worker, relay and "
+                "commands need a file"
             )
         return URL.create("sqlite", database=name).render_as_string(hide_password=False)
     query = {

@@ -21,6 +21,39 @@ def upgrade(alias: str) -> list[int]:
         return migrate(conn)
 
 
+def in_memory(wrapper: Any) -> bool:
+    """SQLite in memory, as Django's test runner makes it: no other connection can
+    reach it, so outbox's migrations run on Django's own."""
+    if wrapper.vendor != "sqlite":
+        return False
+    return bool(wrapper.is_in_memory_db())
+
+
+def upgrade_in_memory(wrapper: Any) -> list[int]:
+    """``upgrade`` on Django's own connection to an in-memory SQLite database."""
+    from outbox.db.dialect import SQLITE
+
+    wrapper.ensure_connection()
+    raw = wrapper.connection
+    has_table = raw.execute(
+        "SELECT count(*) FROM sqlite_master WHERE name = 'outbox_schema_version'"
+    ).fetchone()[0]
+    done = (
+        {int(r[0]) for r in raw.execute("SELECT version FROM outbox_schema_version")}
+        if has_table else set()
+    )
+    record = record_version_sql(SQLITE)
+    applied = []
+    for m in MIGRATIONS:
+        if m.version in done:
+            continue
+        for stmt in m.ddl(SQLITE):
+            raw.execute(stmt)
+        raw.execute(record, m.version_row)
+        applied.append(m.version)
+    return applied
+
+
 class OutboxMigrations(Operation):
     """Runs outbox's migrations (all its schema versions, as they ship)."""
 
@@ -51,7 +84,11 @@ class OutboxMigrations(Operation):
             return
         from outbox.contrib.django import conf
 
-        if alias == conf.alias():
+        if alias != conf.alias():
+            return
+        if in_memory(schema_editor.connection):
+            upgrade_in_memory(schema_editor.connection)
+        else:
             upgrade(alias)
 
     def database_backwards(
