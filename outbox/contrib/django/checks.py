@@ -3,9 +3,10 @@
 Always: ``outbox.E001`` the ``OUTBOX`` setting is wrong; ``E002`` its database alias
 does not exist; ``E003`` that database's engine is not one outbox supports; ``W002`` it
 is SQLite in memory (fine for Django's test runner, which makes one; no worker can reach
-it). With ``check --database ALIAS``: ``W001`` the outbox tables are missing or behind (run ``manage.py migrate``): a warning, so that ``migrate``, which runs the
-database checks first, is never blocked by the very thing it fixes; ``--fail-level
-WARNING`` makes it fail a deployment check.
+it). With ``check --database ALIAS``: ``W001`` the outbox tables are missing or behind
+(run ``manage.py migrate``): a warning, so that ``migrate``, which runs the database
+checks first, is never blocked by the very thing it fixes; ``--fail-level WARNING``
+makes it fail a deployment check.
 """
 
 from __future__ import annotations
