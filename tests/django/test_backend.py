@@ -148,3 +148,18 @@ def test_an_unknown_id_is_django_s_does_not_exist(outbox_on: str) -> None:
     for unknown in ("00000000-0000-4000-8000-000000000000", "not-an-id"):
         with pytest.raises(TaskResultDoesNotExist):
             tasks.add.get_result(unknown)
+
+
+def test_tasks_and_plain_handlers_share_one_worker_registry(outbox_on: str) -> None:
+    from django.test import override_settings
+
+    from outbox.contrib.django.worker import build
+    from tests.fixtures.workers import registry as plain
+
+    before = set(plain)
+    with override_settings(OUTBOX={"DATABASE": outbox_on,
+                                   "REGISTRY": "tests.fixtures.workers:registry"}):
+        both = build()
+    assert "t.noop" in both and "tests.django.testapp.tasks.add" in both
+    assert both.get("tests.django.testapp.tasks.add").keep_result_ms is not None  # type: ignore[union-attr]
+    assert set(plain) == before  # the application's registry is left as it is
