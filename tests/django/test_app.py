@@ -4,6 +4,7 @@ outbox's commands on Django's database."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pytest
@@ -15,25 +16,26 @@ from outbox.db.migrate import LATEST, applied_versions
 from tests.django.conftest import manage
 
 
-def test_migrate_deploys_and_check_reports_the_schema(db_url: str) -> None:
-    before = manage(db_url, "check", "--database", "default", "--fail-level", "WARNING")
-    assert before.returncode != 0 and "outbox.W001" in before.stderr
-    assert "tables of database 'default' are missing" in before.stderr
-    shown = manage(db_url, "sqlmigrate", "outbox", "0001")
-    assert shown.returncode == 0, shown.stderr
-    assert "CREATE TABLE IF NOT EXISTS outbox_jobs" in shown.stdout
-    assert "CREATE TABLE IF NOT EXISTS outbox_job_results" in shown.stdout
-    with Database(db_url).connect() as conn:
-        assert applied_versions(conn) == []  # sqlmigrate only shows
-    migrated = manage(db_url, "migrate", "outbox", "--no-input")  # Django's own apps: theirs
-    assert migrated.returncode == 0, migrated.stderr
-    with Database(db_url).connect() as conn:
-        assert applied_versions(conn) == list(range(1, LATEST + 1))
-    after = manage(db_url, "check", "--database", "default", "--fail-level", "WARNING")
-    assert after.returncode == 0, after.stderr
-    status = manage(db_url, "outbox", "status")
-    assert status.returncode == 0, status.stderr
-    bad = manage(db_url, "outbox", "result", "nope")
+def test_migrate_deploys_and_check_reports_the_schema(db_url: str, empty_alias: str) -> None:
+    from django.core.management import call_command
+
+    with override_settings(OUTBOX={"DATABASE": empty_alias}):
+        before = checks.schema(databases=[empty_alias])
+        assert [m.id for m in before] == ["outbox.W001"]
+        assert f"tables of database {empty_alias!r} are missing" in before[0].msg
+        shown = io.StringIO()
+        call_command("sqlmigrate", "outbox", "0001", database=empty_alias, stdout=shown)
+        assert "CREATE TABLE IF NOT EXISTS outbox_jobs" in shown.getvalue()
+        assert "CREATE TABLE IF NOT EXISTS outbox_job_results" in shown.getvalue()
+        with Database(db_url).connect() as conn:
+            assert applied_versions(conn) == []  # sqlmigrate only shows
+        call_command("migrate", "outbox", database=empty_alias, verbosity=0, interactive=False)
+        with Database(db_url).connect() as conn:
+            assert applied_versions(conn) == list(range(1, LATEST + 1))
+        assert checks.schema(databases=[empty_alias]) == []
+        out = io.StringIO()
+        call_command("outbox", "status", stdout=out)
+    bad = manage(db_url, "outbox", "result", "nope")  # a real manage.py process
     assert bad.returncode == 2 and "not a message id" in bad.stderr
 
 
