@@ -30,28 +30,14 @@ def in_memory(wrapper: Any) -> bool:
 
 
 def upgrade_in_memory(wrapper: Any) -> list[int]:
-    """``upgrade`` on Django's own connection to an in-memory SQLite database."""
+    """``upgrade`` on Django's own connection to an in-memory SQLite database (outside
+    any transaction: the migration that calls it is not atomic)."""
+    from outbox.db.connection import Connection
     from outbox.db.dialect import SQLITE
+    from outbox.db.migrate import apply_locked
 
     wrapper.ensure_connection()
-    raw = wrapper.connection
-    has_table = raw.execute(
-        "SELECT count(*) FROM sqlite_master WHERE name = 'outbox_schema_version'"
-    ).fetchone()[0]
-    done = (
-        {int(r[0]) for r in raw.execute("SELECT version FROM outbox_schema_version")}
-        if has_table else set()
-    )
-    record = record_version_sql(SQLITE)
-    applied = []
-    for m in MIGRATIONS:
-        if m.version in done:
-            continue
-        for stmt in m.ddl(SQLITE):
-            raw.execute(stmt)
-        raw.execute(record, m.version_row)
-        applied.append(m.version)
-    return applied
+    return apply_locked(Connection(wrapper.connection, SQLITE))
 
 
 class OutboxMigrations(Operation):
