@@ -64,3 +64,27 @@ def test_check_names_what_is_wrong(
         connections.settings.clear()
         connections.settings.update(saved)
     assert [m.id for m in found] == [error], found
+
+
+def test_the_outbox_url_is_made_from_django_s_settings() -> None:
+    from django.db import connections
+
+    from outbox.contrib.django import conf
+
+    saved = dict(connections.settings)
+    try:
+        connections.settings.update(connections.configure_settings({
+            "default": saved["default"],
+            "pg": {"ENGINE": "django.db.backends.postgresql", "NAME": "shop", "USER": "app",
+                   "PASSWORD": "s3cret", "HOST": "db", "PORT": "6432",
+                   "OPTIONS": {"sslmode": "require", "isolation_level": 1, "pool": True}},
+            "my": {"ENGINE": "django.db.backends.mysql", "NAME": "shop", "USER": "root"},
+        }))
+        assert conf.url_for("pg") == (
+            "postgresql://app:s3cret@db:6432/shop?sslmode=require")  # Django-only keys dropped
+        assert conf.url_for("my") == "mysql://root@127.0.0.1/shop"
+        with pytest.raises(conf.SettingError, match="'nope': no such database"):
+            conf.url_for("nope")
+    finally:
+        connections.settings.clear()
+        connections.settings.update(saved)

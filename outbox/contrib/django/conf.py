@@ -22,8 +22,7 @@ ENGINES = {
 }
 # OPTIONS of Django's own, not the driver's: never part of the URL.
 _DJANGO_ONLY = frozenset(
-    {"isolation_level", "server_side_binding", "pool", "assume_role", "transaction_mode",
-     "init_command_django", "timeout", "check_same_thread", "uri"}
+    {"isolation_level", "server_side_binding", "pool", "assume_role", "cursor_factory"}
 )
 
 
