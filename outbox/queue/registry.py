@@ -112,6 +112,23 @@ class Registry:
         """The handler registered under ``name``, or ``None`` when this registry has none."""
         return self._handlers.get(name)
 
+    def include(self, other: Registry) -> None:
+        """Run ``other``'s handlers here too, with its periodic jobs and listeners (a
+        framework's tasks beside an application's registry, as
+        ``outbox.contrib.django`` does). ``other`` is left as it is; a job name both
+        define raises ``ConfigurationError``, and so does a second registry with
+        schedules or listeners (the books are shared, not merged)."""
+        both = sorted(set(self._handlers) & set(other._handlers))
+        if both:
+            raise ConfigurationError(f"jobs {both} are registered in both registries")
+        for book in ("_schedules", "_listeners"):
+            theirs = other.__dict__.get(book)
+            if theirs is not None and len(theirs.events() if book == "_listeners" else theirs):
+                if book in self.__dict__:
+                    raise ConfigurationError("only one included registry may bring " + book[1:])
+                self.__dict__[book] = theirs
+        self._handlers.update(other._handlers)
+
     def max_attempts(self, name: str, recorded: int | None) -> int:
         """The attempt limit of one job: as recorded with it, else the handler's."""
         if recorded is not None:

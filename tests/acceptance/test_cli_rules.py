@@ -33,6 +33,7 @@ ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 # Commands that make or read nothing by default, with the arguments they need.
 NEEDS = {
     "retry": ["00000000-0000-7000-8000-000000000000"],
+    "result": ["00000000-0000-7000-8000-000000000000"],
     "prune": ["1"],
     "worker": ["--app", "tests.fixtures.workers:registry", "--once"],
     "queue retry": ["all"],

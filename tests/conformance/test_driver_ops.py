@@ -487,6 +487,55 @@ def test_dashboard_job_intent_and_payloads(conn: Connection) -> None:
     assert d.dashboard_payload("dead", job_id) is None
 
 
+# -- job results (outbox.db.results) ---------------------------------------------------
+
+
+def test_result_ack_writes_the_results_of_the_jobs_it_acked(conn: Connection) -> None:
+    from outbox.db.results import KeptResult
+
+    _push(conn, 2)
+    mine, other = _claim(conn)
+    d = conn.driver
+    kept = [KeptResult(j, W, 60_000, 5, '{"ok":1}') for j in (mine, other)]
+    assert d.result_ack(JobFence(W, [mine]), kept) == {mine.id}  # only the fence's job
+    assert d.result_ack(JobFence("w:other", [other]), kept) == set()  # not held: no result
+    assert d.result_ack(_fence(), kept) == set()
+    got = d.result_get(mine.message_id)
+    assert got is not None and (got.status, got.return_value, got.worker_id) == (
+        "SUCCESSFUL", '{"ok":1}', W)
+    assert got.started_at is not None and got.started_at <= got.finished_at
+    assert d.result_get(other.message_id) is None
+    state = d.result_job_state(other.message_id)
+    assert state is not None and state.reserved_by == W and state.attempts == 1
+    assert d.result_job_state(mine.message_id) is None
+
+
+def test_result_dead_letter_and_in_tx_and_prune(conn: Connection) -> None:
+    from outbox.db.results import KeptResult
+
+    _push(conn, 2)
+    dead, tx = _claim(conn)
+    d = conn.driver
+    failure = Failure("LookupError", "secret", "Traceback...\n  line\nLookupError: secret")
+    assert d.result_dead_letter(JobDeadLetter(W, dead, failure), KeptResult(dead, W, 0, 0,
+                                                                           None, failure))
+    assert not d.result_dead_letter(JobDeadLetter(W, dead, failure),
+                                    KeptResult(dead, W, 0, 0, None, failure))
+    got = d.result_get(dead.message_id)
+    assert got is not None and got.status == "FAILED" and got.exception_class == "LookupError"
+    assert "secret" not in (got.exception_trace or "")
+    with pytest.raises(RuntimeError), conn.transaction():
+        d.result_write_in_tx(KeptResult(tx, W, 60_000, 0, "1"))
+        raise RuntimeError("roll back")
+    assert d.result_get(tx.message_id) is None
+    with conn.transaction():
+        d.result_write_in_tx(KeptResult(tx, W, 60_000, 0, "1"))
+    with conn.transaction():  # the dead one's retention is over
+        conn.execute_sql("UPDATE outbox_job_results SET expires_at = 0 WHERE status = 'FAILED'")
+    assert d.result_prune(10) == 1
+    assert d.result_get(dead.message_id) is None and d.result_get(tx.message_id) is not None
+
+
 # -- the guard ------------------------------------------------------------------------
 
 

@@ -27,6 +27,16 @@ _aliases = itertools.count()
 @pytest.fixture
 def django_alias(db_url: str, database: Any) -> Iterator[str]:
     """A Django alias for this test's migrated database, closed and removed after it."""
+    yield from _alias_for(db_url)
+
+
+@pytest.fixture
+def empty_alias(db_url: str) -> Iterator[str]:
+    """A Django alias for this test's database, never migrated."""
+    yield from _alias_for(db_url)
+
+
+def _alias_for(db_url: str) -> Iterator[str]:
     alias = f"t{next(_aliases)}"
     configured = connections.configure_settings(
         {"default": connections.settings["default"], alias: database_settings(db_url)}

@@ -4,6 +4,7 @@ outbox's commands on Django's database."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pytest
@@ -15,25 +16,26 @@ from outbox.db.migrate import LATEST, applied_versions
 from tests.django.conftest import manage
 
 
-def test_migrate_deploys_and_check_reports_the_schema(db_url: str) -> None:
-    before = manage(db_url, "check", "--database", "default", "--fail-level", "WARNING")
-    assert before.returncode != 0 and "outbox.W001" in before.stderr
-    assert "tables of database 'default' are missing" in before.stderr
-    shown = manage(db_url, "sqlmigrate", "outbox", "0001")
-    assert shown.returncode == 0, shown.stderr
-    assert "CREATE TABLE IF NOT EXISTS outbox_jobs" in shown.stdout
-    assert "CREATE TABLE IF NOT EXISTS outbox_job_results" in shown.stdout
-    with Database(db_url).connect() as conn:
-        assert applied_versions(conn) == []  # sqlmigrate only shows
-    migrated = manage(db_url, "migrate", "outbox", "--no-input")  # Django's own apps: theirs
-    assert migrated.returncode == 0, migrated.stderr
-    with Database(db_url).connect() as conn:
-        assert applied_versions(conn) == list(range(1, LATEST + 1))
-    after = manage(db_url, "check", "--database", "default", "--fail-level", "WARNING")
-    assert after.returncode == 0, after.stderr
-    status = manage(db_url, "outbox", "status")
-    assert status.returncode == 0, status.stderr
-    bad = manage(db_url, "outbox", "result", "nope")
+def test_migrate_deploys_and_check_reports_the_schema(db_url: str, empty_alias: str) -> None:
+    from django.core.management import call_command
+
+    with override_settings(OUTBOX={"DATABASE": empty_alias}):
+        before = checks.schema(databases=[empty_alias])
+        assert [m.id for m in before] == ["outbox.W001"]
+        assert f"tables of database {empty_alias!r} are missing" in before[0].msg
+        shown = io.StringIO()
+        call_command("sqlmigrate", "outbox", "0001", database=empty_alias, stdout=shown)
+        assert "CREATE TABLE IF NOT EXISTS outbox_jobs" in shown.getvalue()
+        assert "CREATE TABLE IF NOT EXISTS outbox_job_results" in shown.getvalue()
+        with Database(db_url).connect() as conn:
+            assert applied_versions(conn) == []  # sqlmigrate only shows
+        call_command("migrate", "outbox", database=empty_alias, verbosity=0, interactive=False)
+        with Database(db_url).connect() as conn:
+            assert applied_versions(conn) == list(range(1, LATEST + 1))
+        assert checks.schema(databases=[empty_alias]) == []
+        out = io.StringIO()
+        call_command("outbox", "status", stdout=out)
+    bad = manage(db_url, "outbox", "result", "nope")  # a real manage.py process
     assert bad.returncode == 2 and "not a message id" in bad.stderr
 
 
@@ -44,7 +46,7 @@ def test_migrate_deploys_and_check_reports_the_schema(db_url: str) -> None:
         ({"DATABASES": "default"}, None, "outbox.E001"),
         ({}, {"default": {"ENGINE": "django.db.backends.oracle", "NAME": "x"}}, "outbox.E003"),
         ({}, {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-         "outbox.E003"),
+         "outbox.W002"),
     ],
 )
 def test_check_names_what_is_wrong(
@@ -62,3 +64,27 @@ def test_check_names_what_is_wrong(
         connections.settings.clear()
         connections.settings.update(saved)
     assert [m.id for m in found] == [error], found
+
+
+def test_the_outbox_url_is_made_from_django_s_settings() -> None:
+    from django.db import connections
+
+    from outbox.contrib.django import conf
+
+    saved = dict(connections.settings)
+    try:
+        connections.settings.update(connections.configure_settings({
+            "default": saved["default"],
+            "pg": {"ENGINE": "django.db.backends.postgresql", "NAME": "shop", "USER": "app",
+                   "PASSWORD": "s3cret", "HOST": "db", "PORT": "6432",
+                   "OPTIONS": {"sslmode": "require", "isolation_level": 1, "pool": True}},
+            "my": {"ENGINE": "django.db.backends.mysql", "NAME": "shop", "USER": "root"},
+        }))
+        assert conf.url_for("pg") == (
+            "postgresql://app:s3cret@db:6432/shop?sslmode=require")  # Django-only keys dropped
+        assert conf.url_for("my") == "mysql://root@127.0.0.1/shop"
+        with pytest.raises(conf.SettingError, match="'nope': no such database"):
+            conf.url_for("nope")
+    finally:
+        connections.settings.clear()
+        connections.settings.update(saved)

@@ -44,62 +44,50 @@ def test_a_rollback_leaves_nothing(outbox_on: str, conn: Connection) -> None:
     assert count_rows(conn, "outbox_jobs") == 0
 
 
-def test_a_commit_runs_exactly_once_and_keeps_the_result(
+def test_a_worker_process_runs_what_committed(
     outbox_on: str, db_url: str, conn: Connection, tmp_path: Path
 ) -> None:
+    """One real ``manage.py outbox worker`` run: each committed task exactly once, with
+    its result; a failing task FAILED with its class; the context's attempt; an async
+    task; ``run_after`` respected; priorities honoured under a backlog."""
     with transaction.atomic(using=outbox_on):
         result = tasks.add.enqueue(2, 3)
         mail = tasks.send.enqueue("a@example.com", subject="hi")
+        failing = tasks.fails.enqueue("no such thing")
+        ctx = tasks.which_attempt.enqueue()
+        coro = tasks.add_async.enqueue(4, 5)
+        later = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(7, 7)
+        for p in (-100, -20, 0, 30, 100, -50):
+            tasks.ordered.using(priority=p).enqueue(str(p))
     assert result.status == TaskResultStatus.READY and result.args == [2, 3]
     assert tasks.add.get_result(result.id).status == TaskResultStatus.READY
-    _work(db_url, tmp_path)
-    assert sorted(_runs(tmp_path)) == ["add 2 3", "send a@example.com"]
+    _work(db_url, tmp_path, "--prefetch", "1")
+    runs = _runs(tmp_path)
+    assert sorted(r for r in runs if not r.startswith("ordered")) == [
+        "add 2 3", "send a@example.com"]  # once each; "add 7 7" is not due yet
+    assert [r for r in runs if r.startswith("ordered")] == [
+        f"ordered {p}" for p in ("100", "30", "0", "-20", "-50", "-100")]
+
     done = tasks.add.get_result(result.id)
     assert (done.status, done.return_value, done.attempts) == (TaskResultStatus.SUCCESSFUL, 5, 1)
     assert done.enqueued_at is not None and done.finished_at is not None
     assert done.started_at is not None and done.started_at <= done.finished_at
     assert len(done.worker_ids) == 1 and done.args == [2, 3]
-    sent = tasks.send.get_result(mail.id)
-    assert sent.return_value == {"to": "a@example.com", "subject": "hi"}
+    assert tasks.send.get_result(mail.id).return_value == {"to": "a@example.com", "subject": "hi"}
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
-    assert count_rows(conn, "outbox_jobs") == 0
 
-
-def test_a_failing_task_is_failed_with_its_exception_class(
-    outbox_on: str, db_url: str, tmp_path: Path
-) -> None:
-    with transaction.atomic(using=outbox_on):
-        result = tasks.fails.enqueue("no such thing")
-    _work(db_url, tmp_path)
-    failed = tasks.fails.get_result(result.id)
+    failed = tasks.fails.get_result(failing.id)
     assert failed.status == TaskResultStatus.FAILED
     assert [e.exception_class for e in failed.errors] == [LookupError]
     assert "no such thing" not in failed.errors[0].traceback  # the message stays out
     with pytest.raises(ValueError, match="failed"):
         failed.return_value  # noqa: B018
 
-
-def test_context_async_tasks_and_run_after(outbox_on: str, db_url: str, tmp_path: Path) -> None:
-    with transaction.atomic(using=outbox_on):
-        ctx = tasks.which_attempt.enqueue()
-        coro = tasks.add_async.enqueue(4, 5)
-        later = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(7, 7)
-    _work(db_url, tmp_path)
     assert tasks.which_attempt.get_result(ctx.id).return_value == 1
     assert tasks.add_async.get_result(coro.id).return_value == 9
-    assert tasks.add.get_result(later.id).status == TaskResultStatus.READY  # not yet due
-    assert "add 7 7" not in _runs(tmp_path)
-
-
-def test_priorities_are_honoured_under_a_backlog(
-    outbox_on: str, db_url: str, tmp_path: Path
-) -> None:
-    with transaction.atomic(using=outbox_on):
-        for p in (-100, -20, 0, 30, 100, -50):
-            tasks.ordered.using(priority=p).enqueue(str(p))
-    _work(db_url, tmp_path, "--prefetch", "1")
-    assert _runs(tmp_path) == [f"ordered {p}" for p in ("100", "30", "0", "-20", "-50", "-100")]
+    assert tasks.add.get_result(later.id).status == TaskResultStatus.READY
+    assert count_rows(conn, "outbox_jobs") == 1  # the delayed one
 
 
 def test_priority_map_keeps_the_order_at_every_step() -> None:
@@ -148,3 +136,18 @@ def test_an_unknown_id_is_django_s_does_not_exist(outbox_on: str) -> None:
     for unknown in ("00000000-0000-4000-8000-000000000000", "not-an-id"):
         with pytest.raises(TaskResultDoesNotExist):
             tasks.add.get_result(unknown)
+
+
+def test_tasks_and_plain_handlers_share_one_worker_registry(outbox_on: str) -> None:
+    from django.test import override_settings
+
+    from outbox.contrib.django.worker import build
+    from tests.fixtures.workers import registry as plain
+
+    before = set(plain)
+    with override_settings(OUTBOX={"DATABASE": outbox_on,
+                                   "REGISTRY": "tests.fixtures.workers:registry"}):
+        both = build()
+    assert "t.noop" in both and "tests.django.testapp.tasks.add" in both
+    assert both.get("tests.django.testapp.tasks.add").keep_result_ms is not None  # type: ignore[union-attr]
+    assert set(plain) == before  # the application's registry is left as it is

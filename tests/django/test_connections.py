@@ -126,22 +126,46 @@ def test_plain_dbapi_connections_write_in_their_transaction(
         raw.close()
 
 
+def _autocommit(raw: Any) -> None:
+    if isinstance(raw, sqlite3.Connection):
+        raw.isolation_level = None
+    elif type(raw).__module__.startswith("psycopg2"):
+        raw.autocommit = True
+    else:
+        raw.autocommit(True)
+
+
 def test_plain_dbapi_connections_in_autocommit_are_refused(
     db_url: str, database: Any, conn: Connection
 ) -> None:
     raw = _second_driver(db_url)
     try:
-        if isinstance(raw, sqlite3.Connection):
-            raw.isolation_level = None
-        elif type(raw).__module__.startswith("psycopg2"):
-            raw.autocommit = True
-        else:
-            raw.autocommit(True)
+        _autocommit(raw)
         with pytest.raises(NoActiveTransaction, match="autocommit"):
             push(raw, JOB)
     finally:
         raw.close()
     assert _written(conn) == {"outbox_messages": 0, "outbox_jobs": 0}
+
+
+def test_in_autocommit_a_transaction_begun_explicitly_is_joined(
+    db_url: str, database: Any, conn: Connection
+) -> None:
+    raw = _second_driver(db_url)
+    try:
+        _autocommit(raw)
+        cur = raw.cursor()
+        cur.execute("BEGIN")
+        push(raw, JOB)
+        cur.execute("ROLLBACK")
+        assert _written(conn) == {"outbox_messages": 0, "outbox_jobs": 0}
+        cur.execute("BEGIN")
+        push(raw, JOB)
+        cur.execute("COMMIT")
+        cur.close()
+    finally:
+        raw.close()
+    assert _written(conn) == {"outbox_messages": 0, "outbox_jobs": 1}
 
 
 def test_a_closed_plain_connection_is_refused(db_url: str, database: Any) -> None:

@@ -28,8 +28,14 @@ class OutboxConfig(AppConfig):
 def _upgrade(sender: Any, using: str, plan: Any = None, **kwargs: Any) -> None:
     """After ``migrate`` on the outbox's database, bring its schema to the latest
     version (idempotent: nothing when it is current)."""
-    from outbox.contrib.django import conf
-    from outbox.contrib.django.schema import upgrade
+    from django.db import connections
 
-    if using == conf.alias():
+    from outbox.contrib.django import conf
+    from outbox.contrib.django.schema import in_memory, upgrade, upgrade_in_memory
+
+    if using != conf.alias():
+        return
+    if in_memory(connections[using]):
+        upgrade_in_memory(connections[using])
+    else:
         upgrade(using)

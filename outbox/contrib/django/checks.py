@@ -1,11 +1,12 @@
 """``manage.py check``: what would stop outbox from working, found before it is used.
 
-Always: ``outbox.E001`` the ``OUTBOX`` setting is wrong; ``E002`` its database alias does not
-exist; ``E003`` that database's engine is not one outbox supports (or SQLite in
-memory). With ``check --database ALIAS``: ``W001`` the outbox tables are missing or
-behind (run ``manage.py migrate``): a warning, so that ``migrate``, which runs the
-database checks first, is never blocked by the very thing it fixes; ``--fail-level
-WARNING`` makes it fail a deployment check.
+Always: ``outbox.E001`` the ``OUTBOX`` setting is wrong; ``E002`` its database alias
+does not exist; ``E003`` that database's engine is not one outbox supports; ``W002`` it
+is SQLite in memory (fine for Django's test runner, which makes one; no worker can reach
+it). With ``check --database ALIAS``: ``W001`` the outbox tables are missing or behind
+(run ``manage.py migrate``): a warning, so that ``migrate``, which runs the database
+checks first, is never blocked by the very thing it fixes; ``--fail-level WARNING``
+makes it fail a deployment check.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def _problems() -> Iterator[checks.CheckMessage]:
         return
     try:
         conf.url_for(alias)
+    except conf.InMemory as exc:  # Django's test databases: run_tasks() still works
+        yield checks.Warning(str(exc), id="outbox.W002")
     except conf.SettingError as exc:
         yield checks.Error(str(exc), id="outbox.E003")
 

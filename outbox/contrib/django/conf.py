@@ -22,13 +22,17 @@ ENGINES = {
 }
 # OPTIONS of Django's own, not the driver's: never part of the URL.
 _DJANGO_ONLY = frozenset(
-    {"isolation_level", "server_side_binding", "pool", "assume_role", "transaction_mode",
-     "init_command_django", "timeout", "check_same_thread", "uri"}
+    {"isolation_level", "server_side_binding", "pool", "assume_role", "cursor_factory"}
 )
 
 
 class SettingError(ValueError):
     """The ``OUTBOX`` setting, or the database it names, cannot be used."""
+
+
+class InMemory(SettingError):
+    """SQLite in memory (as Django's test runner makes it): only Django's own connection
+    reaches it, so no worker, relay or outbox command can."""
 
 
 def setting() -> dict[str, Any]:
@@ -70,8 +74,9 @@ def url_for(alias_name: str) -> str:
     name = str(conf.get("NAME") or "")
     if kind == "sqlite":
         if not name or name == ":memory:" or name.startswith("file:"):
-            raise SettingError(
-                f"database {alias_name!r} is SQLite in memory; outbox's worker needs a file"
+            raise InMemory(
+                f"database {alias_name!r} is SQLite in memory; outbox's worker, relay and "
+                "commands need a file"
             )
         return URL.create("sqlite", database=name).render_as_string(hide_password=False)
     query = {

@@ -21,6 +21,25 @@ def upgrade(alias: str) -> list[int]:
         return migrate(conn)
 
 
+def in_memory(wrapper: Any) -> bool:
+    """SQLite in memory, as Django's test runner makes it: no other connection can
+    reach it, so outbox's migrations run on Django's own."""
+    if wrapper.vendor != "sqlite":
+        return False
+    return bool(wrapper.is_in_memory_db())
+
+
+def upgrade_in_memory(wrapper: Any) -> list[int]:
+    """``upgrade`` on Django's own connection to an in-memory SQLite database (outside
+    any transaction: the migration that calls it is not atomic)."""
+    from outbox.db.connection import Connection
+    from outbox.db.dialect import SQLITE
+    from outbox.db.migrate import apply_locked
+
+    wrapper.ensure_connection()
+    return apply_locked(Connection(wrapper.connection, SQLITE))
+
+
 class OutboxMigrations(Operation):
     """Runs outbox's migrations (all its schema versions, as they ship)."""
 
@@ -51,7 +70,11 @@ class OutboxMigrations(Operation):
             return
         from outbox.contrib.django import conf
 
-        if alias == conf.alias():
+        if alias != conf.alias():
+            return
+        if in_memory(schema_editor.connection):
+            upgrade_in_memory(schema_editor.connection)
+        else:
             upgrade(alias)
 
     def database_backwards(

@@ -68,7 +68,9 @@ def build() -> Registry:
 
     autodiscover_modules("tasks")
     spec = conf.setting()["REGISTRY"]
-    registry = load_registry(spec) if spec else Registry()
+    registry = Registry()
+    if spec:
+        registry.include(load_registry(spec))  # the application's, left unchanged
     for name, task in sorted(task_backend._known.items()):
         if task.backend not in our_backends() or name in registry:
             continue

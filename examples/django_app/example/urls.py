@@ -1,0 +1,4 @@
+from django.urls import path
+from shop import views
+
+urlpatterns = [path("checkout/", views.checkout)]
