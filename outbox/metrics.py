@@ -278,15 +278,18 @@ class _Reader:
         at, answer = self._ready
         if time.monotonic() - at < READY_CACHE_S:
             return answer
-        from outbox.db.migrate import LATEST, applied_versions
+        from outbox.db.migrate import REQUIRED, applied_versions
 
         try:
             versions = self.read("readyz", applied_versions)
-            if LATEST in versions:
-                answer = (True, f"ok: schema version {LATEST}")
+            have = max(versions, default=0)
+            if REQUIRED in versions:  # the contract step may still be held back
+                answer = (True, f"ok: schema version {have}")
             else:
-                have = max(versions, default=0)
-                answer = (False, f"schema at version {have}, expected {LATEST}: run outbox migrate")
+                answer = (
+                    False,
+                    f"schema at version {have}, expected {REQUIRED}: run outbox migrate",
+                )
         except OutboxError as exc:
             answer = (False, f"database unavailable ({type(exc.__cause__ or exc).__name__})")
         self._ready = (time.monotonic(), answer)

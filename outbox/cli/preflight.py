@@ -26,7 +26,7 @@ from types import FrameType
 
 from outbox.db.connection import Connection, Database
 from outbox.db.dialect import SQLITE
-from outbox.db.migrate import LATEST, applied_versions
+from outbox.db.migrate import LATEST, REQUIRED, applied_versions
 from outbox.errors import ConfigurationError, DatabaseError
 from outbox.log import get_logger
 
@@ -102,10 +102,10 @@ def check_schema(conn: Connection, database: Database) -> None:
         raise ConfigurationError(
             f"{database.describe()} has no outbox tables; run `outbox migrate` first"
         )
-    if max(versions) < LATEST:
+    if max(versions) < REQUIRED:  # the contract step alone may be missing: it only removes
         raise ConfigurationError(
             f"{database.describe()} has outbox schema version {max(versions)}, this outbox "
-            f"needs {LATEST}; run `outbox migrate`"
+            f"needs {REQUIRED}; run `outbox migrate`"
         )
     if max(versions) > LATEST:  # a rolling deploy: newer code migrated first; it is said
         log.warning("schema.newer", database_version=max(versions), code_version=LATEST)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from outbox.db.dialect import SQLITE, Dialect, dialect_named, mysql_server
+from outbox.db.dialect import SQLITE, Dialect, dialect_named, on_server
 from outbox.db.sql import Statement
 from outbox.errors import NoActiveTransaction, UnsupportedConnection
 
@@ -68,11 +68,10 @@ def adapt(conn: object) -> Target:
         return _dbapi2(conn)
     if mod.startswith("sqlalchemy."):
         sa_conn = _sa_connection(conn)
-        dialect = dialect_named(sa_conn.dialect.name)
         raw = sa_conn.connection.dbapi_connection
         _check_dbapi(raw)
-        if dialect.name == "mysql":
-            dialect = mysql_server(str(getattr(raw, "server_version", "")))
+        version = str(getattr(raw, "server_version", ""))
+        dialect = on_server(dialect_named(sa_conn.dialect.name), version)
 
         def run_sa(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
             result = sa_conn.execute(_text(stmt.named), params)
@@ -84,7 +83,8 @@ def adapt(conn: object) -> Target:
         return Target(dialect_named("postgresql"), _run_dbapi(conn, psycopg_has_rows))
     if mod.startswith("pymysql") and _is_pymysql(conn):
         _check_dbapi(conn)
-        return Target(mysql_server(str(getattr(conn, "server_version", ""))), _run_dbapi(conn))
+        version = str(getattr(conn, "server_version", ""))
+        return Target(on_server(dialect_named("mysql"), version), _run_dbapi(conn))
     raise UnsupportedConnection(_unsupported(conn))
 
 

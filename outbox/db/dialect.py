@@ -64,20 +64,21 @@ MYSQL = Dialect(
 
 # MariaDB 10.5+ returns rows from an INSERT, ON DUPLICATE KEY UPDATE included (the
 # existing row's values): a caller's connection to it runs MySQL's SQL with that one
-# capability more (``mysql_server``). Not in DIALECTS: same name, same SQL files.
+# capability more (``on_server``). Not in DIALECTS: same name, same SQL files.
 MARIADB = replace(MYSQL, supports_returning=True)
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (SQLITE, POSTGRESQL, MYSQL)}
 _MARIADB_VERSION = re.compile(r"(\d+)\.(\d+)\.\d+-MariaDB")
 
 
-def mysql_server(version: str) -> Dialect:
-    """``MARIADB`` for a MariaDB 10.5 or later server version string (as the protocol
-    sends it, perhaps behind a ``5.5.5-`` prefix), else ``MYSQL``."""
-    found = _MARIADB_VERSION.search(version)
+def on_server(dialect: Dialect, version: str) -> Dialect:
+    """``dialect`` as the server behind a connection refines it: ``MARIADB`` for
+    ``MYSQL`` on MariaDB 10.5 or later (the version string as the protocol sends it,
+    perhaps behind a ``5.5.5-`` prefix); otherwise ``dialect`` itself."""
+    found = _MARIADB_VERSION.search(version) if dialect == MYSQL else None
     if found and (int(found.group(1)), int(found.group(2))) >= (10, 5):
         return MARIADB
-    return MYSQL
+    return dialect
 
 
 def dialect_named(name: str) -> Dialect:

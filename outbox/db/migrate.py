@@ -117,6 +117,9 @@ def _ddl_of(version: int) -> Callable[[Dialect], list[str]]:
 
 MIGRATIONS: tuple[Migration, ...] = _load()
 LATEST = MIGRATIONS[-1].version
+# The version this code needs to run: every step but the contract one, which only
+# removes what older code needed (and may be held back while that code runs).
+REQUIRED = max(m.version for m in MIGRATIONS if m.description != CONTRACT)
 
 
 def version_of(description: str) -> int:

@@ -19,7 +19,7 @@ import pytest
 from outbox import Job, push_many, record, record_many
 from outbox.db import adapters
 from outbox.db.connection import Connection
-from outbox.db.dialect import MARIADB, MYSQL, mysql_server
+from outbox.db.dialect import MARIADB, MYSQL, POSTGRESQL, on_server
 from outbox.errors import IdempotencyConflict
 from tests.fixtures.databases import raw_connect
 from tests.fixtures.gaps import Gap, skip_unless
@@ -130,11 +130,12 @@ def test_postgresql_prepares_the_hot_statement_unless_preparing_is_off(
 
 
 def test_the_server_version_picks_the_returning_path() -> None:
-    assert mysql_server("5.5.5-10.11.19-MariaDB-0+deb12u1") is MARIADB
-    assert mysql_server("10.5.2-MariaDB") is MARIADB
-    assert mysql_server("10.4.30-MariaDB-log") is MYSQL  # no INSERT ... RETURNING yet
-    assert mysql_server("8.0.36") is MYSQL
-    assert mysql_server("") is MYSQL
+    assert on_server(MYSQL, "5.5.5-10.11.19-MariaDB-0+deb12u1") is MARIADB
+    assert on_server(MYSQL, "10.5.2-MariaDB") is MARIADB
+    assert on_server(MYSQL, "10.4.30-MariaDB-log") is MYSQL  # no INSERT ... RETURNING yet
+    assert on_server(MYSQL, "8.0.36") is MYSQL
+    assert on_server(MYSQL, "") is MYSQL
+    assert on_server(POSTGRESQL, "10.11.19-MariaDB") is POSTGRESQL
 
 
 def test_the_mysql_8_path_without_returning_still_means_the_same(
@@ -143,7 +144,7 @@ def test_the_mysql_8_path_without_returning_still_means_the_same(
     """MySQL 8's statements (no RETURNING: key row, intent, lookup), run on MariaDB,
     which accepts them."""
     skip_unless(backend, "mysql", gap=Gap.PYMYSQL_CONNECTION)
-    monkeypatch.setattr(adapters, "mysql_server", lambda version: MYSQL)
+    monkeypatch.setattr(adapters, "on_server", lambda dialect, version: dialect)
     insert_note(app_conn, backend, 1)
     ids: list[str] = []
     assert sent_by(app_conn, backend, lambda: ids.append(record(app_conn, "k1", JOB))) == 3

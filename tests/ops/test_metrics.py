@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from outbox import Job, record
 from outbox.cli import main
 from outbox.db.connection import Database
-from outbox.db.migrate import LATEST, migrate
+from outbox.db.migrate import LATEST, REQUIRED, migrate
 from outbox.errors import DatabaseError
 from outbox.metrics import Exporter, serving
 from outbox.relay import Relay
@@ -199,7 +199,7 @@ def test_readyz_says_what_is_missing_and_healthz_notices_a_stalled_loop(
     port = exporter.start("127.0.0.1", free_port())
     try:
         status, body = _get(port, "/readyz")
-        expected = f"schema at version 0, expected {LATEST}: run outbox migrate"
+        expected = f"schema at version 0, expected {REQUIRED}: run outbox migrate"
         assert status == 503 and expected in body
         assert _get(port, "/healthz") == (200, "ok\n")
         exporter.stale_after = 0.0

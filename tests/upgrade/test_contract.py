@@ -188,3 +188,23 @@ def test_a_migrator_owning_the_tables_but_not_the_function_applies_the_step(
         conn.execute_sql(f"DROP OWNED BY {role}")
         conn.execute_sql(f"DROP ROLE IF EXISTS {role}")
         conn.close()
+
+
+def test_this_release_runs_while_the_step_is_held_back(db_url: str) -> None:
+    """The contract step only removes: relays and workers start, and /readyz is ready,
+    on a database where it is held back."""
+    from outbox.cli import preflight
+    from outbox.metrics import Exporter
+
+    conn = at_version_before_contract(db_url)
+    try:
+        v1_record(conn, "note:1", "m-v1-1", db_now_ms(conn))
+        assert migrate(conn) == [] and held_back(conn) is not None
+        preflight.check_schema(conn, Database(db_url))  # raises when the schema is too old
+    finally:
+        conn.close()
+    exporter = Exporter(Database(db_url), "worker", queues=["q"])
+    try:
+        assert exporter.ready() == (True, f"ok: schema version {BEFORE}")
+    finally:
+        exporter.stop()
