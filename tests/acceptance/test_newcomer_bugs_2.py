@@ -198,7 +198,7 @@ def test_queue_control_refuses_an_unknown_object_naming_the_kinds_it_takes() -> 
     with pytest.raises(UnsupportedConnection) as caught:
         pause_queue(object(), "mail")
     message = str(caught.value)
-    assert "psycopg Connection" in message and "sqlite3.Connection" in message
+    assert "psycopg (3 or 2) connection" in message and "sqlite3.Connection" in message
     assert "PyMySQL" in message and "SQLAlchemy" in message and "database URL" in message
 
 
