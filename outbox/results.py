@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from outbox.db.connection import Connection, Database
-from outbox.db.results import FAILED, SUCCESSFUL, StoredResult
+from outbox.db.rows import FAILED, SUCCESSFUL, StoredResult
 from outbox.errors import ConfigurationError, OutboxError
 from outbox.log import get_logger
 

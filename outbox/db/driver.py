@@ -55,7 +55,7 @@ from outbox.db.rows import (
 )
 
 if TYPE_CHECKING:
-    from outbox.db.results import KeptResult, QueuedState, StoredResult
+    from outbox.db.rows import KeptResult, QueuedState, StoredResult
 
 T = TypeVar("T")
 Row = tuple[Any, ...]

@@ -10,99 +10,10 @@ keep no result never reach these operations.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from outbox.db.driver import Executor, Row
-from outbox.db.rows import ClaimedJob, Failure, JobDeadLetter, JobFence
-
-SUCCESSFUL = "SUCCESSFUL"
-FAILED = "FAILED"
-MAX_TRACE_CHARS = 16_000  # a result's traceback is for reading, not a core dump
-
-
-@dataclass(frozen=True, slots=True)
-class KeptResult:
-    """What to write for one settled job: ``return_value`` (JSON text) when it
-    succeeded, ``failure`` (only its class and trace are kept) when it failed."""
-
-    job: ClaimedJob
-    worker_id: str
-    keep_ms: int
-    ran_ms: int = 0
-    return_value: str | None = None
-    failure: Failure | None = None
-
-    def params(self) -> dict[str, Any]:
-        job, failure = self.job, self.failure
-        return {
-            "message_id": job.message_id,
-            "queue": job.queue,
-            "job_name": job.job_name,
-            "status": FAILED if failure is not None else SUCCESSFUL,
-            "payload": job.payload,
-            "return_value": self.return_value,
-            "attempts": job.attempts,
-            "enqueued_at": job.created_at,
-            "ran_ms": max(self.ran_ms, 0),
-            "worker_id": self.worker_id,
-            "exception_class": None if failure is None else failure.exception_class[:200],
-            "exception_trace": None if failure is None else without_messages(failure),
-            "keep_ms": self.keep_ms,
-        }
-
-
-_HEADERS = (
-    "Traceback (most recent call last):",
-    "The above exception was the direct cause of the following exception:",
-    "During handling of the above exception, another exception occurred:",
-)
-
-
-def without_messages(failure: Failure) -> str:
-    """The traceback with every exception's message left out (a message may quote the
-    payload; only the dead letter keeps it): the frames and the chain's headers, then
-    the exception's class."""
-    kept = [
-        line
-        for line in failure.trace.splitlines()
-        if line.startswith(" ") or line.strip() in _HEADERS or not line.strip()
-    ]
-    text = "\n".join(kept).rstrip() + "\n" + failure.exception_class
-    return text[-MAX_TRACE_CHARS:]
-
-
-@dataclass(frozen=True, slots=True)
-class StoredResult:
-    """One row of ``outbox_job_results`` (times in database milliseconds)."""
-
-    message_id: str
-    queue: str
-    job_name: str
-    status: str
-    payload: str
-    return_value: str | None
-    attempts: int
-    enqueued_at: int
-    started_at: int | None
-    finished_at: int
-    worker_id: str | None
-    exception_class: str | None
-    exception_trace: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedState:
-    """A job still in the queue: held by ``reserved_by`` since ``reserved_at``, or waiting."""
-
-    message_id: str
-    queue: str
-    job_name: str
-    payload: str
-    attempts: int
-    created_at: int
-    reserved_at: int | None
-    reserved_by: str | None
+from outbox.db.rows import Failure, JobDeadLetter, JobFence, KeptResult, QueuedState, StoredResult
 
 
 def _write(c: Executor, kept: KeptResult) -> None:

@@ -30,8 +30,7 @@ import orjson
 
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
-from outbox.db.results import KeptResult
-from outbox.db.rows import ClaimedJob, Failure, JobFence
+from outbox.db.rows import ClaimedJob, Failure, JobFence, KeptResult
 from outbox.errors import OutboxError, PermanentFailure, Snooze
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.queue.context import JobContext

@@ -20,7 +20,6 @@ from typing import Any
 
 from outbox.db.connection import Connection, Database
 from outbox.db.driver import Driver
-from outbox.db.results import KeptResult
 from outbox.db.reconnect import Reconnect
 from outbox.db.rows import (
     ClaimedJob,
@@ -31,6 +30,7 @@ from outbox.db.rows import (
     JobRelease,
     JobReleaseUnspent,
     JobSnooze,
+    KeptResult,
     LimitAdmit,
     LimitAsk,
     LimitSlot,

@@ -491,7 +491,7 @@ def test_dashboard_job_intent_and_payloads(conn: Connection) -> None:
 
 
 def test_result_ack_writes_the_results_of_the_jobs_it_acked(conn: Connection) -> None:
-    from outbox.db.results import KeptResult
+    from outbox.db.rows import KeptResult
 
     _push(conn, 2)
     mine, other = _claim(conn)
@@ -511,7 +511,7 @@ def test_result_ack_writes_the_results_of_the_jobs_it_acked(conn: Connection) ->
 
 
 def test_result_dead_letter_and_in_tx_and_prune(conn: Connection) -> None:
-    from outbox.db.results import KeptResult
+    from outbox.db.rows import KeptResult
 
     _push(conn, 2)
     dead, tx = _claim(conn)
