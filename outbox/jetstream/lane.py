@@ -48,6 +48,7 @@ from nats.js import JetStreamContext
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.jetstream import codec, names
+from outbox.jetstream.inbox import InboxRunner
 from outbox.jetstream.pull import Puller
 from outbox.log import get_logger
 from outbox.queue.config import WorkerConfig, WorkerStats
@@ -77,6 +78,7 @@ class LaneContext:
     began: float = 0.0  # by ``clock``, for max_time
     paused: set[str] = field(default_factory=set)  # queues paused (``outbox.jetstream.control``)
     cancel_marks: set[str] = field(default_factory=set)  # message ids an operator cancelled
+    inbox: InboxRunner | None = None  # transactional handlers' inbox (``outbox.jetstream.inbox``)
 
     def done(self) -> bool:
         """``max_jobs`` started, or ``max_time`` over."""
@@ -317,10 +319,7 @@ class Lane:
             )
             self._settle(msg, Outcome(Kind.FAILED, job, failure))
         elif job.attempts > limit:  # its worker died on the last attempt
-            why = f"attempt {job.attempts} of {limit}: earlier attempts never reported back"
-            self._settle(
-                msg, Outcome(Kind.PERMANENT, job, Failure("outbox.AttemptsExhausted", why, ""))
-            )
+            self._spawn(self._exhausted(msg, job, limit, handler.transactional))
         else:
             self.busy += 1
             self.idle.clear()
@@ -329,6 +328,24 @@ class Lane:
                 self._handlers[id(job)] = self._spawn(self._run_async(job, handler))
             else:
                 self._sync_pool().inbox.put((job, handler))
+
+    async def _exhausted(self, msg: Msg, job: ClaimedJob, limit: int, transactional: bool) -> None:
+        """Dead-letter a job past its last attempt, unless that attempt committed: a
+        transactional job whose id is in the inbox succeeded (its ack was lost)."""
+        inbox = self.ctx.inbox
+        if transactional and inbox is not None:
+            try:
+                if await asyncio.to_thread(inbox.seen, job):
+                    self._settle(msg, Outcome(Kind.ACKED, job))
+                    return
+            except Exception as exc:  # the database is down: it comes back after the ack wait
+                error = type(exc).__name__
+                log.warning("worker.inbox_lookup_failed", queue=self.queue, error=error)
+                return
+        why = f"attempt {job.attempts} of {limit}: earlier attempts never reported back"
+        self._settle(
+            msg, Outcome(Kind.PERMANENT, job, Failure("outbox.AttemptsExhausted", why, ""))
+        )
 
     def _sync_pool(self) -> SyncPool:
         if self._pool is None:

@@ -142,6 +142,7 @@ class JetStreamWorker:
         self.ctx = LaneContext(
             config, registry, runner, WorkerStats(), hooks, clock, wall_clock, began=clock()
         )
+        self.ctx.inbox = self.inbox
         self.stats = self.ctx.stats
         self._lanes: list[Lane] = []
         self._loop: asyncio.AbstractEventLoop | None = None
