@@ -113,7 +113,9 @@ class JetStreamWorker:
 
     ``clock`` (monotonic seconds) schedules leases, timeouts and ``max_time``;
     ``wall_clock`` (UNIX seconds) says when a job is due; ``hooks`` hears what happens
-    (``outbox.hooks``).
+    (``outbox.hooks``); ``database`` holds the inbox of transactional handlers
+    (``outbox.jetstream.inbox``), without which they are refused. Paused queues and
+    cancelled jobs come from the control bucket (``outbox.jetstream.control``).
     """
 
     def __init__(
