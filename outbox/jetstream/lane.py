@@ -128,7 +128,13 @@ class Lane:
     """Fetches, runs and settles the jobs of one queue, at most ``cap`` at a time."""
 
     def __init__(
-        self, ctx: LaneContext, nc: Client, js: JetStreamContext, queue: str, cap: int
+        self,
+        ctx: LaneContext,
+        nc: Client,
+        js: JetStreamContext,
+        queue: str,
+        cap: int,
+        bands: int = 1,
     ) -> None:
         self.ctx, self.js, self.queue, self.cap = ctx, js, queue, cap
         config = ctx.config
@@ -152,9 +158,23 @@ class Lane:
         self._ended_empty = False  # a held-open request found nothing
         self._linger = False  # the last no_wait request found nothing: hold the next open
         self._closed = False  # fetching is over: whatever still arrives is NAKed
-        self.puller = Puller(
-            nc, names.stream(queue), names.CONSUMER, self._arrived, self._request_ended, ctx.clock
-        )
+        # One puller per priority band (``names.consumer``), one request open at a time:
+        # each fetch asks the most urgent band first and moves to the next only when a
+        # band has nothing now (``_request_ended``).
+        self.pullers = [
+            Puller(
+                nc,
+                names.stream(queue),
+                names.consumer(b),
+                self._arrived,
+                partial(self._request_ended, b),
+                ctx.clock,
+            )
+            for b in range(bands)
+        ]
+        self.band = 0  # the band the next request goes to
+        self.puller = self.pullers[0]
+        self._sweep_lingered = False  # this sweep's band-0 request was held open
 
     # -- fetching -----------------------------------------------------------------
 
@@ -194,7 +214,8 @@ class Lane:
         """Fetch until stopped, done, or (``stop_when_empty``) nothing is left."""
         w, config = self.ctx, self.ctx.config
         wait = min(config.sleep, 0.25) if config.stop_when_empty else config.sleep
-        await self.puller.start()
+        for puller in self.pullers:
+            await puller.start()
         beat = asyncio.create_task(self._beat())
         try:
             while not w.stopping.is_set() and not w.done():
@@ -250,8 +271,9 @@ class Lane:
         await self._flush()
         if self._pool is not None:
             self._pool.close()
-        with contextlib.suppress(Exception):
-            await self.puller.stop()
+        for puller in self.pullers:
+            with contextlib.suppress(Exception):
+                await puller.stop()
 
     def _held(self) -> int:
         return len(self.waiting) + self.busy
@@ -269,13 +291,26 @@ class Lane:
         self.waiting.append(msg)
         self._pump()
 
-    def _request_ended(self) -> None:
+    def _request_ended(self, band: int) -> None:
+        if band != self.band:
+            return  # a late status of a request given up (``Puller.busy``)
         p = self.puller
         if p.got == 0 and not p.failed:
-            self._ended_empty, self._linger = p.lingered, True
+            if band == 0:
+                self._sweep_lingered = p.lingered
+            if band + 1 < len(self.pullers):  # nothing in this band now: the next one
+                self._to_band(band + 1)
+                self._linger = False
+            else:  # every band empty: hold the next request open, on the most urgent
+                self._to_band(0)
+                self._ended_empty, self._linger = self._sweep_lingered, True
         else:
+            self._to_band(0)
             self._linger = False
         self.room.set()
+
+    def _to_band(self, band: int) -> None:
+        self.band, self.puller = band, self.pullers[band]
 
     # -- starting -----------------------------------------------------------------
 
@@ -283,13 +318,29 @@ class Lane:
         """Start waiting messages while slots are free."""
         w = self.ctx
         while self.waiting and self.busy < self.cap and not self.paused():
-            msg = self.waiting.popleft()
+            msg = self._most_urgent()
             if self._closed or w.stopping.is_set() or w.done():
                 w.stats.released += 1
                 self._send(msg.nak)
             else:
                 w.started += 1
                 self._start(msg)
+
+    def _most_urgent(self) -> Msg:
+        """The next waiting message to start: the first of the most urgent band held."""
+        waiting = self.waiting
+        if len(self.pullers) == 1:
+            return waiting.popleft()
+        best, at = 10, 0
+        for i, msg in enumerate(waiting):
+            band = names.band_of_subject(msg.subject)
+            if band < best:
+                best, at = band, i
+                if band == 0:
+                    break
+        msg = waiting[at]
+        del waiting[at]
+        return msg
 
     def _start(self, msg: Msg) -> None:
         w, queue = self.ctx, self.queue
@@ -305,6 +356,7 @@ class Lane:
         if job.available_at > now_ms:
             self._send(partial(msg.nak, delay=(job.available_at - now_ms) / 1000))
             return
+        job.priority = names.band_of_subject(msg.subject)
         if job.available_at > sent_ms + 1 and delivered > 1:
             job.attempts -= 1  # the early delivery did not count
         w.stats.claimed += 1
@@ -477,7 +529,7 @@ class Lane:
             attempts_before=job.attempts - 1,
         )
         try:
-            await self.js.publish(names.subject(self.queue), msg.data, headers=headers)
+            await self.js.publish(msg.subject, msg.data, headers=headers)  # the same band
         except Exception as exc:
             log.warning("worker.snooze_failed", queue=self.queue, error=type(exc).__name__)
             return
