@@ -166,6 +166,42 @@ def _drain_case(url: str, n: int, workers: int) -> Case:
     return Case(label, measure, unit="jobs/s", metrics=metrics)
 
 
+def _fill_priorities(url: str, n: int) -> None:
+    """``n`` jobs waiting in the bench stream, priorities 0..9 in turn (recorded with
+    ``record()``, so each is sealed with its priority, then relayed; not timed)."""
+    import psycopg
+
+    from outbox import Job, record
+
+    conn = data.connect(url)
+    data.clear(conn)
+    conn.raw.commit()
+    conn.close()
+    raw = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
+    try:
+        for i in range(n):
+            job = Job(JOB_NAME, data.payload(i), queue=QUEUE, priority=i % 10)
+            record(raw, f"bench:prio:{i}", job)
+        raw.commit()
+    finally:
+        raw.close()
+    _drop_streams()
+    procs.run_one("bench.w_nats:relay", url=url, batch=BATCH, nats=NATS)
+
+
+def _priority_drain_case(url: str, n: int) -> Case:
+    """The 1-process drain of ``_drain_case`` with the jobs spread over the 10 bands:
+    what the band sweep costs against every job on band 0."""
+
+    def measure() -> float:
+        _fill_priorities(url, n)
+        spec = procs.Spec("bench.w_nats:worker", {"nats": NATS, "concurrency": 8, "prefetch": 64})
+        o = procs.run([spec])
+        return rate(o.total(), o.elapsed_s)
+
+    return Case("JetStream drain, 1 worker process, priorities 0-9 mixed", measure, unit="jobs/s")
+
+
 def _effect_case(url: str, n: int, transactional: bool) -> Case:
     """Jobs/s of one worker process whose handler writes one business row per job, with
     or without the inbox (``bench.w_nats:effect_worker``): the inbox's cost per job."""
@@ -276,6 +312,7 @@ def plan(ctx: Ctx) -> Plan:
         _cluster_relay_case(url, n, cluster, 1),
         _drain_case(url, n, 1),
         _drain_case(url, n, 4),
+        _priority_drain_case(url, n),
         _effect_case(url, n, transactional=False),
         _effect_case(url, n, transactional=True),
         _latency_case(url, 100 if not ctx.quick else 30, 0.05),

@@ -10,10 +10,15 @@ hands intents off to JetStream (``outbox.relay.jetstream``) and workers consume 
 - ``codec``: a job and a dead letter as JetStream messages;
 - ``publish``, ``wire``: a batch published at once, its PubAcks awaited together;
 - ``provision``: ``--provisioning create|require``;
-- ``admin``: ``outbox queue stats/failed/retry/forget --broker`` and ``status --target``.
+- ``admin``: ``outbox queue stats/failed/retry/forget/jobs/cancel --broker`` and
+  ``status --target``;
+- ``inbox``: exactly-once effects of transactional handlers (the ``outbox_inbox`` table);
+- ``control``: pause/resume and cancel marks in a key-value bucket every worker watches;
+- ``metrics``: ``outbox worker --broker --metrics-port``.
 
 The guarantee: exactly once into the stream within the stream's duplicate window, at
-least once beyond it; execution at least once, as on SQL.
+least once beyond it; execution at least once, as on SQL; a transactional handler's
+effects once per message id, through the inbox.
 """
 
 # JetStream's own default duplicate window; the relay's --duplicate-window default.

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from nats.js.api import StreamInfo
 from nats.js.errors import NotFoundError
@@ -88,11 +88,10 @@ def stats(broker: Broker) -> list[QueueStats]:
         out = []
         for queue, info in await _queue_streams(broker):
             ready, reserved = info.state.messages, 0
-            try:
-                c = await broker.js.consumer_info(names.stream(queue), names.CONSUMER)
-                ready, reserved = c.num_pending, c.num_ack_pending
-            except NotFoundError:
-                pass
+            consumers = await _consumers(broker, queue)
+            if consumers:
+                ready = sum(c.num_pending for c in consumers)
+                reserved = sum(c.num_ack_pending for c in consumers)
             out.append(QueueStats(queue, ready, reserved, await _dead_count(broker, queue)))
         return out
 
@@ -175,6 +174,22 @@ def retry(broker: Broker, message_id: str | None) -> int:
     return len(jobs)
 
 
+async def _banded(broker: Broker, queue: str) -> bool:
+    info = await broker.js.stream_info(names.stream(queue))
+    return set(names.band_subjects(queue)) <= set(info.config.subjects or [])
+
+
+async def _consumers(broker: Broker, queue: str) -> list[Any]:
+    """The consumer of each band the queue's workers made (band 0 first)."""
+    out = []
+    for band in names.BANDS:
+        try:
+            out.append(await broker.js.consumer_info(names.stream(queue), names.consumer(band)))
+        except NotFoundError:
+            continue  # no worker made it yet (or a stream made before priorities)
+    return out
+
+
 async def _jobs(
     broker: Broker, queue: str | None, limit: int | None, message_id: str | None = None
 ) -> list[WaitingJob]:
@@ -183,11 +198,10 @@ async def _jobs(
     for q, info in await _queue_streams(broker):
         if queue is not None and q != queue:
             continue
-        try:
-            c = await broker.js.consumer_info(names.stream(q), names.CONSUMER)
-            delivered = c.delivered.stream_seq or 0
-        except NotFoundError:
-            delivered = 0
+        delivered = {
+            names.band_of_subject(c.config.filter_subject or ""): c.delivered.stream_seq or 0
+            for c in await _consumers(broker, q)
+        }
         state = info.state
         for seq in range(state.first_seq, state.last_seq + 1) if state.messages else ():
             if limit is not None and len(out) >= limit:
@@ -199,7 +213,8 @@ async def _jobs(
                 continue
             if message_id is not None and job.message_id != message_id:
                 continue
-            if seq <= delivered:
+            job.priority = names.band_of_subject(raw.subject or "")
+            if seq <= delivered.get(job.priority, 0):
                 out.append(WaitingJob(job, "reserved"))
             else:
                 out.append(WaitingJob(job, "ready" if job.available_at <= now_ms else "delayed"))
@@ -255,8 +270,12 @@ async def _redrive(broker: Broker, d: codec.DeadLetter) -> None:
     )
     payload = str(body.get("payload", "null")).encode()
     await control.unmark_cancelled(broker.js, d.message_id)  # it runs again
+    priority = body.get("priority")
+    band = priority if isinstance(priority, int) and priority in names.BANDS else 0
+    if band and not await _banded(broker, d.queue):
+        band = 0  # a stream made before priorities: its one subject
     await broker.js.publish(
-        names.subject(d.queue), payload, headers=headers, stream=names.stream(d.queue)
+        names.subject(d.queue, band), payload, headers=headers, stream=names.stream(d.queue)
     )
     await broker.js.delete_msg(names.dead_stream(d.queue), d.seq)
 

@@ -170,6 +170,7 @@ def dead_body(job: ClaimedJob, failure: Failure) -> bytes:
             "max_attempts": job.max_attempts,
             "created_at_ms": job.created_at,
             "available_at_ms": job.available_at,
+            "priority": job.priority,
             "exception_class": failure.exception_class[:200],
             "exception_message": failure.message,
             "exception_trace": failure.trace,

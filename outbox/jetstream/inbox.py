@@ -86,6 +86,15 @@ class InboxRunner(Runner):
         return Outcome(Kind.ACKED, job)
 
 
+    def seen(self, job: ClaimedJob) -> bool:
+        """Is ``job``'s id in the inbox? On a connection of its own (a rare path: a job
+        redelivered past its last attempt, whose run may have committed)."""
+        params = {"message_id": job.message_id}
+        with self.database.connect() as conn:
+            rows = conn.read(lambda c: c.execute("inbox_seen", params), operation="inbox lookup")
+        return bool(rows)
+
+
 def _prune_batch(age_ms: int, batch: int, c: Connection) -> int:
     return c.execute_count("inbox_prune", {"age_ms": age_ms, "batch": batch})
 

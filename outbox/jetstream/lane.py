@@ -48,6 +48,7 @@ from nats.js import JetStreamContext
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.jetstream import codec, names
+from outbox.jetstream.inbox import InboxRunner
 from outbox.jetstream.pull import Puller
 from outbox.log import get_logger
 from outbox.queue.config import WorkerConfig, WorkerStats
@@ -77,6 +78,7 @@ class LaneContext:
     began: float = 0.0  # by ``clock``, for max_time
     paused: set[str] = field(default_factory=set)  # queues paused (``outbox.jetstream.control``)
     cancel_marks: set[str] = field(default_factory=set)  # message ids an operator cancelled
+    inbox: InboxRunner | None = None  # transactional handlers' inbox (``outbox.jetstream.inbox``)
 
     def done(self) -> bool:
         """``max_jobs`` started, or ``max_time`` over."""
@@ -126,7 +128,13 @@ class Lane:
     """Fetches, runs and settles the jobs of one queue, at most ``cap`` at a time."""
 
     def __init__(
-        self, ctx: LaneContext, nc: Client, js: JetStreamContext, queue: str, cap: int
+        self,
+        ctx: LaneContext,
+        nc: Client,
+        js: JetStreamContext,
+        queue: str,
+        cap: int,
+        bands: int = 1,
     ) -> None:
         self.ctx, self.js, self.queue, self.cap = ctx, js, queue, cap
         config = ctx.config
@@ -150,9 +158,23 @@ class Lane:
         self._ended_empty = False  # a held-open request found nothing
         self._linger = False  # the last no_wait request found nothing: hold the next open
         self._closed = False  # fetching is over: whatever still arrives is NAKed
-        self.puller = Puller(
-            nc, names.stream(queue), names.CONSUMER, self._arrived, self._request_ended, ctx.clock
-        )
+        # One puller per priority band (``names.consumer``), one request open at a time:
+        # each fetch asks the most urgent band first and moves to the next only when a
+        # band has nothing now (``_request_ended``).
+        self.pullers = [
+            Puller(
+                nc,
+                names.stream(queue),
+                names.consumer(b),
+                self._arrived,
+                partial(self._request_ended, b),
+                ctx.clock,
+            )
+            for b in range(bands)
+        ]
+        self.band = 0  # the band the next request goes to
+        self.puller = self.pullers[0]
+        self._sweep_lingered = False  # this sweep's band-0 request was held open
 
     # -- fetching -----------------------------------------------------------------
 
@@ -192,7 +214,8 @@ class Lane:
         """Fetch until stopped, done, or (``stop_when_empty``) nothing is left."""
         w, config = self.ctx, self.ctx.config
         wait = min(config.sleep, 0.25) if config.stop_when_empty else config.sleep
-        await self.puller.start()
+        for puller in self.pullers:
+            await puller.start()
         beat = asyncio.create_task(self._beat())
         try:
             while not w.stopping.is_set() and not w.done():
@@ -248,8 +271,9 @@ class Lane:
         await self._flush()
         if self._pool is not None:
             self._pool.close()
-        with contextlib.suppress(Exception):
-            await self.puller.stop()
+        for puller in self.pullers:
+            with contextlib.suppress(Exception):
+                await puller.stop()
 
     def _held(self) -> int:
         return len(self.waiting) + self.busy
@@ -267,13 +291,26 @@ class Lane:
         self.waiting.append(msg)
         self._pump()
 
-    def _request_ended(self) -> None:
+    def _request_ended(self, band: int) -> None:
+        if band != self.band:
+            return  # a late status of a request given up (``Puller.busy``)
         p = self.puller
         if p.got == 0 and not p.failed:
-            self._ended_empty, self._linger = p.lingered, True
+            if band == 0:
+                self._sweep_lingered = p.lingered
+            if band + 1 < len(self.pullers):  # nothing in this band now: the next one
+                self._to_band(band + 1)
+                self._linger = False
+            else:  # every band empty: hold the next request open, on the most urgent
+                self._to_band(0)
+                self._ended_empty, self._linger = self._sweep_lingered, True
         else:
+            self._to_band(0)
             self._linger = False
         self.room.set()
+
+    def _to_band(self, band: int) -> None:
+        self.band, self.puller = band, self.pullers[band]
 
     # -- starting -----------------------------------------------------------------
 
@@ -281,13 +318,29 @@ class Lane:
         """Start waiting messages while slots are free."""
         w = self.ctx
         while self.waiting and self.busy < self.cap and not self.paused():
-            msg = self.waiting.popleft()
+            msg = self._most_urgent()
             if self._closed or w.stopping.is_set() or w.done():
                 w.stats.released += 1
                 self._send(msg.nak)
             else:
                 w.started += 1
                 self._start(msg)
+
+    def _most_urgent(self) -> Msg:
+        """The next waiting message to start: the first of the most urgent band held."""
+        waiting = self.waiting
+        if len(self.pullers) == 1:
+            return waiting.popleft()
+        best, at = 10, 0
+        for i, msg in enumerate(waiting):
+            band = names.band_of_subject(msg.subject)
+            if band < best:
+                best, at = band, i
+                if band == 0:
+                    break
+        msg = waiting[at]
+        del waiting[at]
+        return msg
 
     def _start(self, msg: Msg) -> None:
         w, queue = self.ctx, self.queue
@@ -303,6 +356,7 @@ class Lane:
         if job.available_at > now_ms:
             self._send(partial(msg.nak, delay=(job.available_at - now_ms) / 1000))
             return
+        job.priority = names.band_of_subject(msg.subject)
         if job.available_at > sent_ms + 1 and delivered > 1:
             job.attempts -= 1  # the early delivery did not count
         w.stats.claimed += 1
@@ -317,10 +371,7 @@ class Lane:
             )
             self._settle(msg, Outcome(Kind.FAILED, job, failure))
         elif job.attempts > limit:  # its worker died on the last attempt
-            why = f"attempt {job.attempts} of {limit}: earlier attempts never reported back"
-            self._settle(
-                msg, Outcome(Kind.PERMANENT, job, Failure("outbox.AttemptsExhausted", why, ""))
-            )
+            self._spawn(self._exhausted(msg, job, limit, handler.transactional))
         else:
             self.busy += 1
             self.idle.clear()
@@ -329,6 +380,24 @@ class Lane:
                 self._handlers[id(job)] = self._spawn(self._run_async(job, handler))
             else:
                 self._sync_pool().inbox.put((job, handler))
+
+    async def _exhausted(self, msg: Msg, job: ClaimedJob, limit: int, transactional: bool) -> None:
+        """Dead-letter a job past its last attempt, unless that attempt committed: a
+        transactional job whose id is in the inbox succeeded (its ack was lost)."""
+        inbox = self.ctx.inbox
+        if transactional and inbox is not None:
+            try:
+                if await asyncio.to_thread(inbox.seen, job):
+                    self._settle(msg, Outcome(Kind.ACKED, job))
+                    return
+            except Exception as exc:  # the database is down: it comes back after the ack wait
+                error = type(exc).__name__
+                log.warning("worker.inbox_lookup_failed", queue=self.queue, error=error)
+                return
+        why = f"attempt {job.attempts} of {limit}: earlier attempts never reported back"
+        self._settle(
+            msg, Outcome(Kind.PERMANENT, job, Failure("outbox.AttemptsExhausted", why, ""))
+        )
 
     def _sync_pool(self) -> SyncPool:
         if self._pool is None:
@@ -460,7 +529,7 @@ class Lane:
             attempts_before=job.attempts - 1,
         )
         try:
-            await self.js.publish(names.subject(self.queue), msg.data, headers=headers)
+            await self.js.publish(msg.subject, msg.data, headers=headers)  # the same band
         except Exception as exc:
             log.warning("worker.snooze_failed", queue=self.queue, error=type(exc).__name__)
             return

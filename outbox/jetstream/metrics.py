@@ -75,11 +75,13 @@ class BrokerExporter(Exporter):
 async def _pending(broker: Broker, queues: list[str]) -> dict[str, int]:
     out = {}
     for queue in queues:
-        try:
-            info = await broker.js.consumer_info(names.stream(queue), names.CONSUMER)
-            out[queue] = int(info.num_pending or 0)
-        except Exception:
-            out[queue] = 0  # no stream or consumer yet: nothing waits
+        out[queue] = 0  # no stream or consumer yet: nothing waits
+        for band in names.BANDS:  # each priority band's consumer
+            try:
+                info = await broker.js.consumer_info(names.stream(queue), names.consumer(band))
+            except Exception:
+                continue
+            out[queue] += int(info.num_pending or 0)
     return out
 
 

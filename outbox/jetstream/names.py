@@ -6,7 +6,10 @@ For queue ``search``:
 - dead-letter stream ``OUTBOX_DEAD_search`` (limits retention: kept until forgotten or
   re-driven) on subject ``outbox.dead.search``;
 - durable pull consumer ``outbox-workers`` on the queue's stream, shared by every
-  worker process of that queue, so JetStream spreads the messages over them.
+  worker process of that queue, so JetStream spreads the messages over them;
+- priorities 1 to 9 (``Job(priority=)``): subjects ``outbox.prio.<p>.search`` in the
+  same stream, each band with its consumer ``outbox-workers-p<p>``; a stream made
+  before priorities has the first subject only, and every job goes there.
 
 A stream name may not contain ``.``, which queue names may: there it is written ``_``
 and a short digest of the real name is appended (``OUTBOX_mail_eu-3f2a9c``), so two
@@ -21,7 +24,9 @@ STREAM_PREFIX = "OUTBOX_"
 DEAD_PREFIX = "OUTBOX_DEAD_"
 JOBS_SUBJECT = "outbox.jobs."
 DEAD_SUBJECT = "outbox.dead."
+PRIO_SUBJECT = "outbox.prio."
 CONSUMER = "outbox-workers"
+BANDS = range(10)  # priorities 0 (most urgent) to 9
 
 
 def _safe(queue: str) -> str:
@@ -41,9 +46,28 @@ def dead_stream(queue: str) -> str:
     return DEAD_PREFIX + _safe(queue)
 
 
-def subject(queue: str) -> str:
-    """The subject the relay publishes ``queue``'s jobs on."""
-    return JOBS_SUBJECT + queue
+def subject(queue: str, priority: int = 0) -> str:
+    """The subject the relay publishes ``queue``'s jobs of ``priority`` on: priority 0
+    on ``outbox.jobs.<queue>``, 1 to 9 on ``outbox.prio.<p>.<queue>`` (the band before
+    the queue, so a queue name with ``.`` never reads as another's band)."""
+    return JOBS_SUBJECT + queue if priority == 0 else f"{PRIO_SUBJECT}{priority}.{queue}"
+
+
+def band_subjects(queue: str) -> list[str]:
+    """Every band's subject of ``queue``, the most urgent first."""
+    return [subject(queue, p) for p in BANDS]
+
+
+def consumer(priority: int = 0) -> str:
+    """The durable consumer of one band (band 0 keeps the name it always had)."""
+    return CONSUMER if priority == 0 else f"{CONSUMER}-p{priority}"
+
+
+def band_of_subject(subject_name: str) -> int:
+    """``outbox.prio.3.search`` → 3; any other subject → 0."""
+    if subject_name.startswith(PRIO_SUBJECT):
+        return int(subject_name[len(PRIO_SUBJECT)])
+    return 0
 
 
 def dead_subject(queue: str) -> str:

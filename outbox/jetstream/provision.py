@@ -51,14 +51,24 @@ class StreamSettings:
             raise ConfigurationError("replicas must be between 1 and 5")
 
 
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a queue's stream allows: its duplicate window (seconds), and whether it has
+    the subjects of every priority band (a stream made before priorities has band 0's
+    only: every job goes there, in the order published)."""
+
+    window: float
+    banded: bool
+
+
 async def ensure(
     js: JetStreamContext, queue: str, settings: StreamSettings, mode: Provisioning
-) -> float:
-    """Make sure ``queue``'s stream and dead-letter stream are usable; return the queue
-    stream's duplicate window in seconds."""
+) -> Found:
+    """Make sure ``queue``'s stream and dead-letter stream are usable; say what the
+    queue stream allows."""
     work = StreamConfig(
         name=names.stream(queue),
-        subjects=[names.subject(queue)],
+        subjects=names.band_subjects(queue),
         retention=RetentionPolicy.WORK_QUEUE,
         storage=StorageType.FILE,
         discard=DiscardPolicy.NEW,
@@ -79,7 +89,8 @@ async def ensure(
     found = await _existing_or_created(js, work, mode)
     await _existing_or_created(js, dead, mode)
     _check(found, work, dead=False)
-    return float(found.duplicate_window or 0.0)
+    banded = set(names.band_subjects(queue)) <= set(found.subjects or [])
+    return Found(float(found.duplicate_window or 0.0), banded)
 
 
 async def _existing_or_created(

@@ -113,7 +113,9 @@ class JetStreamWorker:
 
     ``clock`` (monotonic seconds) schedules leases, timeouts and ``max_time``;
     ``wall_clock`` (UNIX seconds) says when a job is due; ``hooks`` hears what happens
-    (``outbox.hooks``).
+    (``outbox.hooks``); ``database`` holds the inbox of transactional handlers
+    (``outbox.jetstream.inbox``), without which they are refused. Paused queues and
+    cancelled jobs come from the control bucket (``outbox.jetstream.control``).
     """
 
     def __init__(
@@ -142,6 +144,7 @@ class JetStreamWorker:
         self.ctx = LaneContext(
             config, registry, runner, WorkerStats(), hooks, clock, wall_clock, began=clock()
         )
+        self.ctx.inbox = self.inbox
         self.stats = self.ctx.stats
         self._lanes: list[Lane] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -192,8 +195,8 @@ class JetStreamWorker:
                 for queue, cap in self.config.caps().items():
                     if queue in watch.paused:
                         continue
-                    if await self._consumer(js, queue, wait=False):
-                        await Lane(self.ctx, nc, js, queue, cap).run_round()
+                    if bands := await self._consumer(js, queue, wait=False):
+                        await Lane(self.ctx, nc, js, queue, cap, bands).run_round()
         except TimeoutError:
             log.warning("worker.round_timed_out", timeout_s=timeout)
         finally:
@@ -250,45 +253,50 @@ class JetStreamWorker:
         for lane in self._lanes:
             lane.cancel_job(message_id)
 
-    async def _consumer(self, js: JetStreamContext, queue: str, *, wait: bool = True) -> bool:
-        """The queue's consumer, once its stream exists: the relay (or an operator)
+    async def _consumer(self, js: JetStreamContext, queue: str, *, wait: bool = True) -> int:
+        """The queue's consumers, once its stream exists: the relay (or an operator)
         creates streams with the fleet's settings; a worker never does, or it could make
         one with the wrong replicas. A stream set up wrongly is an error; a missing one
-        is waited for (with ``stop_when_empty``, nothing is claimable: False)."""
+        is waited for (with ``stop_when_empty``, nothing is claimable: 0). Returns how
+        many priority bands the stream has (10, or 1 for a stream made before them),
+        each with its consumer."""
         warned = False
         while True:
             try:
-                window = await provision.ensure(js, queue, provision.StreamSettings(), "require")
+                found = await provision.ensure(js, queue, provision.StreamSettings(), "require")
                 break
             except BrokerError as exc:
                 if not provision.stream_missing(exc):
                     raise
             if not wait or self.config.stop_when_empty or self.ctx.stopping.is_set():
-                return False
+                return 0
             if not warned:
                 log.warning("worker.waiting_for_stream", queue=queue, stream=names.stream(queue))
                 warned = True
             await self.ctx.pause(self.config.sleep)
         if self.inbox is not None:
-            inbox.check_retention(names.stream(queue), window, self.config.lease)
-        config = ConsumerConfig(
-            durable_name=names.CONSUMER,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=self.config.lease,
-            max_deliver=_BACKSTOP_DELIVERIES,
-            max_ack_pending=-1,
-            filter_subject=names.subject(queue),
-        )
-        try:
-            await js.add_consumer(names.stream(queue), config)
-        except APIError as exc:  # an existing consumer keeps its settings
-            log.warning("worker.consumer_kept", queue=queue, error=exc.description or "")
-        return True
+            inbox.check_retention(names.stream(queue), found.window, self.config.lease)
+        bands = len(names.BANDS) if found.banded else 1
+        for band in range(bands):
+            config = ConsumerConfig(
+                durable_name=names.consumer(band),
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=self.config.lease,
+                max_deliver=_BACKSTOP_DELIVERIES,
+                max_ack_pending=-1,
+                filter_subject=names.subject(queue, band),
+            )
+            try:
+                await js.add_consumer(names.stream(queue), config)
+            except APIError as exc:  # an existing consumer keeps its settings
+                log.warning("worker.consumer_kept", queue=queue, error=exc.description or "")
+        return bands
 
     async def _queue(self, nc: Client, js: JetStreamContext, queue: str, cap: int) -> None:
-        if not await self._consumer(js, queue):
+        bands = await self._consumer(js, queue)
+        if not bands:
             return
-        lane = Lane(self.ctx, nc, js, queue, cap)
+        lane = Lane(self.ctx, nc, js, queue, cap, bands)
         self._lanes.append(lane)
         if self.ctx.stopping.is_set():
             lane.room.set()

@@ -99,6 +99,7 @@ class JetStreamTarget:
         self._broker: Broker | None = None
         self._publisher: BatchPublisher | None = None
         self._ready: set[str] = set()
+        self._banded: set[str] = set()  # queues whose stream has every priority band
         self._lock = threading.Lock()
 
     @property
@@ -173,15 +174,18 @@ class JetStreamTarget:
     async def _ensure(self, broker: Broker, queues: set[str]) -> None:
         for queue in sorted(queues - self._ready):
             s = self.settings
-            window = await provision.ensure(broker.js, queue, s.streams, s.provisioning)
-            provision.check_window(names.stream(queue), window, self.horizon)
+            found = await provision.ensure(broker.js, queue, s.streams, s.provisioning)
+            provision.check_window(names.stream(queue), found.window, self.horizon)
             self._ready.add(queue)
+            if found.banded:
+                self._banded.add(queue)
 
     async def _publish_all(self, broker: Broker, intents: list[StoredIntent]) -> list[Outcome]:
         now_ms = int(time.time() * 1000)
+        banded = self._banded
         messages = [
             (
-                names.subject(str(i.queue)),
+                names.subject(str(i.queue), int(i.priority or 0) if i.queue in banded else 0),
                 str(i.payload).encode(),
                 codec.job_headers(
                     i.message_id,
@@ -207,6 +211,7 @@ class JetStreamTarget:
         self._broker = None
         self._publisher = None
         self._ready.clear()
+        self._banded.clear()
 
     def close(self) -> None:
         self._drop()

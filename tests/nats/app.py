@@ -138,3 +138,18 @@ def watch(payload: Any, ctx: Any) -> None:
             return
         time.sleep(0.02)
     _ledger(ctx)
+
+
+once = Registry()
+
+
+@once.job("t.tx.once", transactional=True, max_attempts=1)
+def tx_once(payload: Any, ctx: Any) -> None:
+    """One attempt only; its business row (the fault harness's ledger) commits with the
+    inbox id. ``HARNESS_URL`` names the database."""
+    from tests.reliability.ledger_app import INSERT, placeholder
+
+    ph = placeholder(os.environ["HARNESS_URL"])
+    ctx.connection.cursor().execute(
+        INSERT.format(", ".join([ph] * 4)), (ctx.message_id, str(os.getpid()), ctx.attempt, 1)
+    )

@@ -176,3 +176,27 @@ def test_the_cli_worker_runs_transactional_handlers_with_the_inbox(
     assert code == 0, err[-2000:]
     assert _ledger(harness) == Counter({i: 1 for i in ids}) and _inbox(harness) == set(ids)
     assert "secret" not in err and os.environ.get("PGPASSWORD", "x") not in err
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_committed_last_attempt_redelivered_is_acked_not_dead_lettered(
+    harness: str, nats_url: str
+) -> None:
+    """``max_attempts=1``: the worker dies after the commit; the redelivery is attempt 2,
+    past the limit, and the inbox says the first one committed."""
+    queue = support.queue_name("last")
+    ids = support.record_jobs(harness, queue, 1, job="t.tx.once")
+    with support.relay(Database(harness), nats_url) as relay:
+        relay.run()
+    argv = [sys.executable, "-m", "tests.nats.inbox_worker", nats_url, harness, queue]
+    env = {"HARNESS_URL": harness}
+    code, _, err = finish(spawn([*argv, "1", "1.0", "tests.nats.app:once"], env), 60)
+    assert code == -9, err[-2000:]  # killed between its commit and its ack
+    assert _ledger(harness) == Counter({ids[0]: 1})
+    deadline = time.monotonic() + 60
+    while support.stream_count(nats_url, names.stream(queue)) > 0:  # after the ack wait
+        assert time.monotonic() < deadline, "the redelivery never came"
+        code, _, err = finish(spawn([*argv, "2", "0", "tests.nats.app:once"], env), 60)
+        assert code == 0, err[-2000:]
+    assert _ledger(harness) == Counter({ids[0]: 1})
+    assert support.stream_count(nats_url, names.dead_stream(queue)) in (-1, 0)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
+from outbox.jetstream import control
+from outbox.jetstream.connect import Broker, parse_url
 from tests.fixtures.databases import sqlite_url
 from tests.fixtures.fault_harness import cli_argv
 from tests.fixtures.ports import free_port
@@ -54,10 +56,21 @@ def test_a_broker_worker_serves_the_sql_workers_metric_names(
         url, "worker", queue, "--app", "tests.nats.app:registry", "--broker", nats_url,
         "--metrics-port", str(port), "--lease", "0.9",
     )
+    broker = parse_url(nats_url)
+    with Broker(broker) as b:  # paused: the ready gauge must show the 4 waiting jobs
+        b.call(control.pause(b.js, queue))
     fleet = Supervisor(tmp_path)
     fleet.add("w", argv, ready="worker.started", env={"NATS_TEST_LEDGER": str(ledger)})
     try:
         fleet.wait_ready()
+        wait_until(
+            lambda: _value(_get(port, "/metrics")[1], "outbox_queue_ready_jobs", f'queue="{queue}"')
+            == 4.0,
+            30,
+            "the ready gauge to show the 4 waiting jobs",
+        )
+        with Broker(broker) as b:
+            b.call(control.resume(b.js, queue))
         labels = f'job="t.ok",queue="{queue}"'
         wait_until(
             lambda: _value(_get(port, "/metrics")[1], "outbox_jobs_succeeded_total", labels)
@@ -74,7 +87,12 @@ def test_a_broker_worker_serves_the_sql_workers_metric_names(
         text = _get(port, "/metrics")[1]
         assert _value(text, "outbox_jobs_retried_total", fail) == 1.0
         assert _value(text, "outbox_jobs_failed_total", fail) == 2.0
-        assert _value(text, "outbox_queue_ready_jobs", f'queue="{queue}"') == 0.0
+        wait_until(  # the gauge is read from the consumer at most every 5 s
+            lambda: _value(_get(port, "/metrics")[1], "outbox_queue_ready_jobs", f'queue="{queue}"')
+            == 0.0,
+            30,
+            "the ready gauge to reach 0",
+        )
         assert f'outbox_job_run_seconds_count{{{labels}}} 3.0' in text
         assert "outbox_jobs_in_flight" in text and "outbox_lease_renewals_total" in text
         assert "outbox_leases_lost" not in text and "secret-exception-text" not in text

@@ -11,3 +11,8 @@ DELETE FROM outbox_inbox
 WHERE handled_at <= {now_ms} - :age_ms
 ORDER BY handled_at
 LIMIT :batch;
+
+-- name: inbox_seen
+-- Whether a committed handler had this message id (a job redelivered past its last
+-- attempt is acknowledged, not dead-lettered, when it had).
+SELECT 1 FROM outbox_inbox WHERE message_id = :message_id;

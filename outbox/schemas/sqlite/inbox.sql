@@ -14,3 +14,8 @@ WHERE message_id IN (
     ORDER BY handled_at
     LIMIT :batch
 );
+
+-- name: inbox_seen
+-- Whether a committed handler had this message id (a job redelivered past its last
+-- attempt is acknowledged, not dead-lettered, when it had).
+SELECT 1 FROM outbox_inbox WHERE message_id = :message_id;
