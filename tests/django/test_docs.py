@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.fixtures.workers import ROOT
 
-PAGE = ROOT / "docs" / "incoming" / "django.md"
+PAGE = ROOT / "docs" / "how-to" / "django.md"
 _BLOCK = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 

@@ -57,6 +57,12 @@ HOW: dict[tuple[str, str], str] = {
         "include:tests/docs/test_code_blocks.py::test_every_k8s_manifest_runs_a_real_command",
     ("how-to/jetstream.md", "outbox relay --watch --target nats://nats1:4222,nats2:4222,nats3:4222 --replicas 3"):
         "commands",
+    ("how-to/jetstream.md", "outbox worker billing --app myapp.jobs:registry --broker nats://nats1:4222 \\"):
+        "commands",
+    ("how-to/django.md", "from django.db import transaction"): "fragment",
+    ("how-to/django.md", "OUTBOX = {"): "exec",
+    ("how-to/django.md", "from outbox.contrib.django import idempotent"): "fragment",
+    ("how-to/django.md", "from django.test import TestCase"): "fragment",
     ("how-to/periodic-jobs.md", "from outbox import Registry"):
         T + "tests/docs/test_page_examples.py::test_the_periodic_jobs_example_declares_and_runs",
     ("how-to/periodic-jobs.md", "outbox scheduler --app myapp.jobs:registry      # as many as you like; each tick once"):
@@ -93,6 +99,16 @@ HOW: dict[tuple[str, str], str] = {
     ("tutorial.md", "python3 -m venv .venv && .venv/bin/pip install 'outbox-relay[postgres]'"):
         T + "tests/docs/test_tutorial.py::test_the_install_step_names_this_distribution_and_an_extra_it_has",
 }
+# The Django page's first section: its test runs these in order in a fresh project.
+for first in (
+    "$ pip install 'outbox[django]'",
+    'INSTALLED_APPS += ["outbox.contrib.django", "shop"]',
+    "try:",
+    "$ python manage.py migrate",
+):
+    HOW[("how-to/django.md", first)] = (
+        T + "tests/django/test_docs.py::test_the_page_goes_from_pip_install_to_a_task_result"
+    )
 for first in (
     "export OUTBOX_DATABASE_URL=postgresql://app@127.0.0.1:5432/app",
     "outbox init jobs.py",
@@ -280,7 +296,18 @@ def _registered(*names: str) -> Callable[[dict[str, Any]], None]:
     return check
 
 
+def _outbox_setting(ns: dict[str, Any]) -> None:
+    """The Django page's ``OUTBOX`` names every key the app reads, at its default."""
+    from outbox.contrib.django.conf import DEFAULTS
+
+    setting = ns["OUTBOX"]
+    assert set(setting) == set(DEFAULTS)
+    assert setting["DATABASE"] == DEFAULTS["DATABASE"]
+    assert setting["ADMIN_SHOW_PAYLOADS"] == DEFAULTS["ADMIN_SHOW_PAYLOADS"]
+
+
 CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "OUTBOX = {": _outbox_setting,
     "# migrations/versions/outbox_0001_schema_v1.py": _alembic,
     "from starlette.routing import Mount": _mount,
     "engine = create_engine(": _engine,
