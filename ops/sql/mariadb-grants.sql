@@ -85,6 +85,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_limit_starts TO outbox_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_limit_waits TO outbox_worker;
 -- The broker inbox (outbox/jetstream/inbox.py): a JetStream worker's transactional jobs.
 GRANT SELECT, INSERT ON outbox_inbox TO outbox_worker;
+-- Kept job results (outbox/results.py): written with the ack, an old one replaced on a rerun.
+GRANT SELECT, INSERT, DELETE ON outbox_job_results TO outbox_worker;
 
 -- operator: reads everything; returns quarantined intents to pending (retry, which may
 -- re-seal a key's fingerprint), prunes the keys of handed-off intents (and version-1
@@ -108,3 +110,4 @@ GRANT SELECT, DELETE ON outbox_limit_slots TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_limit_starts TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_limit_waits TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_inbox TO outbox_operator;
+GRANT SELECT, DELETE ON outbox_job_results TO outbox_operator;

@@ -58,6 +58,7 @@ ALTER TABLE outbox_limit_slots OWNER TO outbox_migrator;
 ALTER TABLE outbox_limit_starts OWNER TO outbox_migrator;
 ALTER TABLE outbox_limit_waits OWNER TO outbox_migrator;
 ALTER TABLE outbox_inbox OWNER TO outbox_migrator;
+ALTER TABLE outbox_job_results OWNER TO outbox_migrator;
 
 -- app: writes intents with their key rows, and jobs; reads back only ids, digests,
 -- fingerprints and times (RETURNING, the replay lookup in outbox_keys). No payload, no
@@ -99,6 +100,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_limits, outbox_limit_slots,
     outbox_limit_starts, outbox_limit_waits TO outbox_worker;
 -- The broker inbox (outbox/jetstream/inbox.py): a JetStream worker's transactional jobs.
 GRANT SELECT, INSERT ON outbox_inbox TO outbox_worker;
+-- Kept job results (outbox/results.py): written with the ack, an old one replaced on a rerun.
+GRANT SELECT, INSERT, DELETE ON outbox_job_results TO outbox_worker;
 
 -- operator: reads everything; returns quarantined intents to pending (retry, which may
 -- re-seal a key's fingerprint), prunes the keys of handed-off intents (and version-1
@@ -120,3 +123,4 @@ GRANT SELECT, DELETE ON outbox_throughput TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_limits, outbox_limit_slots, outbox_limit_starts,
     outbox_limit_waits TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_inbox TO outbox_operator;
+GRANT SELECT, DELETE ON outbox_job_results TO outbox_operator;

@@ -273,7 +273,7 @@ def run_worker(
         if not worker.run().graceful:
             sys.exit(1)
         return
-    from outbox.jetstream.metrics import BrokerExporter
+    from outbox.cli.broker_metrics import BrokerExporter
 
     box: list[JetStreamWorker] = []
     exporter = BrokerExporter(

@@ -33,6 +33,7 @@ import threading
 from functools import partial
 from typing import Any
 
+from outbox.db import inbox as inbox_rows
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
 from outbox.db.rows import ClaimedJob
@@ -61,8 +62,7 @@ class InboxRunner(Runner):
 
     def _run_transactional(self, job: ClaimedJob, handler: Handler, payload: Any) -> Outcome:
         def body(c: Connection) -> bool:
-            claim = {"message_id": job.message_id, "queue": job.queue}
-            if c.execute_count("inbox_claim", claim) == 0:
+            if not inbox_rows.claim(c, job.message_id, job.queue):
                 return False
             try:
                 handler.fn(payload, self._ctx(job, c))
@@ -89,14 +89,12 @@ class InboxRunner(Runner):
     def seen(self, job: ClaimedJob) -> bool:
         """Is ``job``'s id in the inbox? On a connection of its own (a rare path: a job
         redelivered past its last attempt, whose run may have committed)."""
-        params = {"message_id": job.message_id}
         with self.database.connect() as conn:
-            rows = conn.read(lambda c: c.execute("inbox_seen", params), operation="inbox lookup")
-        return bool(rows)
+            return conn.read(lambda c: inbox_rows.seen(c, job.message_id), operation="inbox lookup")
 
 
 def _prune_batch(age_ms: int, batch: int, c: Connection) -> int:
-    return c.execute_count("inbox_prune", {"age_ms": age_ms, "batch": batch})
+    return inbox_rows.prune_batch(c, age_ms, batch)
 
 
 def check_retention(stream: str, duplicate_window_s: float, lease_s: float) -> None:

@@ -1,4 +1,4 @@
-"""``outbox worker --broker --metrics-port`` (``outbox.jetstream.metrics``) as a real
+"""``outbox worker --broker --metrics-port`` (``outbox.cli.broker_metrics``) as a real
 process against a real nats-server: the SQL worker's job metrics by the same names,
 the ready gauge from the consumer, /healthz and /readyz."""
 
