@@ -97,7 +97,7 @@ def dashboard_command(
         from outbox.dashboard import create_app
     except ImportError as exc:
         raise ConfigurationError(
-            "the dashboard needs its extra: pip install 'outbox[dashboard]'"
+            "the dashboard needs its extra: pip install 'outbox-relay[dashboard]'"
         ) from exc
     token = os.environ.get("OUTBOX_DASHBOARD_TOKEN") or None
     extra = {h for spec in allowed_hosts for h in spec.split()}

@@ -42,6 +42,6 @@ def _needs_prometheus(ctx: click.Context, param: click.Parameter, value: int | N
             import prometheus_client  # noqa: F401
         except ImportError:
             raise click.BadParameter(
-                "needs prometheus-client: pip install 'outbox[metrics]'"
+                "needs prometheus-client: pip install 'outbox-relay[metrics]'"
             ) from None
     return value

@@ -1,4 +1,4 @@
-"""The Django page (docs/incoming/django.md): its first section's commands run as written,
+"""The Django page (docs/how-to/django.md): its first section's commands run as written,
 in order, in a fresh directory, and end with the task's result."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_the_page_goes_from_pip_install_to_a_task_result(tmp_path: Path) -> None
             assert line.startswith("$ "), line
             command = line[2:]
             if command.startswith("pip install"):  # installed here already: the extra exists
-                extra = re.search(r"outbox\[([a-z,]+)\]", command)
+                extra = re.search(r"outbox-relay\[([a-z,]+)\]", command)
                 assert extra and set(extra.group(1).split(",")) <= set(extras)
                 continue
             done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=_env(),

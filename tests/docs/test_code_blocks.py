@@ -101,7 +101,7 @@ HOW: dict[tuple[str, str], str] = {
 }
 # The Django page's first section: its test runs these in order in a fresh project.
 for first in (
-    "$ pip install 'outbox[django]'",
+    "$ pip install 'outbox-relay[django]'",
     'INSTALLED_APPS += ["outbox.contrib.django", "shop"]',
     "try:",
     "$ python manage.py migrate",

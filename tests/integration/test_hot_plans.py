@@ -21,6 +21,9 @@ from outbox.db.migrate import migrate
 from tests.fixtures import databases as backends
 
 ROWS = 200_000
+# One xdist worker takes the module, so each backend is seeded once per run, not once
+# per worker (a seed is ~30 s of 200,000-row inserts on this machine).
+pytestmark = pytest.mark.xdist_group("hot_plans")
 CASES = [(b, h) for b in backends.BACKENDS for h in plans.HOT if b in h.dialects]
 
 
