@@ -62,7 +62,9 @@ def require_client() -> None:
     try:
         import nats  # noqa: F401
     except ImportError:
-        raise ConfigurationError("NATS needs the nats extra: pip install 'outbox-relay[nats]'") from None
+        raise ConfigurationError(
+            "NATS needs the nats extra: pip install 'outbox-relay[nats]'"
+        ) from None
 
 
 def check_jetstream(url: BrokerUrl) -> None:

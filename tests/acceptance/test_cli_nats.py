@@ -260,4 +260,5 @@ def test_without_the_nats_extra_the_cli_works_and_nats_urls_say_what_to_install(
     assert run_blocked("status").returncode == 0
     refused = run_blocked("relay", "--target", "nats://127.0.0.1:4222")
     assert refused.returncode == 1
-    assert refused.stderr.strip() == "error: NATS needs the nats extra: pip install 'outbox-relay[nats]'"
+    want = "error: NATS needs the nats extra: pip install 'outbox-relay[nats]'"
+    assert refused.stderr.strip() == want
