@@ -39,7 +39,7 @@ from tests.docs.pages import DOCS, ROOT, Block, blocks_of, site_pages
 
 T = "test:"
 HOW: dict[tuple[str, str], str] = {
-    ("README.md", "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/outbox demo"):
+    ("README.md", "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/outbox demo"):
         T + "tests/docs/test_readme.py::test_its_first_two_commands_install_and_demo_then_run_the_whole_suite_as_ci_does",
     ("README.md", "./scripts/test.sh"):
         T + "tests/docs/test_readme.py::test_its_first_two_commands_install_and_demo_then_run_the_whole_suite_as_ci_does",

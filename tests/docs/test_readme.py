@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.docs.pages import README, ROOT, blocks_of, text
 
 INSTALL_AND_DEMO = (
-    "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/outbox demo"
+    "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/outbox demo"
 )
 TESTS = "./scripts/test.sh"
 

@@ -19,11 +19,11 @@ from django.conf import settings
 from django.db import connections
 from django.utils.module_loading import autodiscover_modules
 
-from outbox.cli.app import load_registry
 from outbox.contrib.django import backend as task_backend
 from outbox.contrib.django import conf
 from outbox.contrib.django.compat import Task, TaskContext, TaskResultStatus
 from outbox.queue import JobContext, Registry
+from outbox.queue.loading import load_registry
 
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 BACKEND_PATH = "outbox.contrib.django.TaskBackend"
