@@ -25,6 +25,7 @@ from outbox.db.dialect import Dialect
 from outbox.errors import IdempotencyConflict, InvalidJob, InvalidKey, RetryTransaction
 from outbox.ids import new_message_id
 from outbox.job import Job, availability_ms, fingerprint, key_digest, normalise
+from outbox.tracing import capture
 
 MAX_BATCH = 1_000
 
@@ -44,14 +45,19 @@ class Intent(NamedTuple):
     max_attempts: int | None
     available_at: int | None
     priority: int
+    trace_context: str | None = None  # the caller's span (outbox.tracing), not fingerprinted
 
     @classmethod
-    def build(cls, key: str, job: Job, available_at: Any) -> Intent:
+    def build(
+        cls, key: str, job: Job, available_at: Any, trace_context: str | None = None
+    ) -> Intent:
         """Validate key, job and availability, and pick the new message id."""
-        return cls.timed(key, job, availability_ms(available_at))
+        return cls.timed(key, job, availability_ms(available_at), trace_context)
 
     @classmethod
-    def timed(cls, key: str, job: Job, at_ms: int | None) -> Intent:
+    def timed(
+        cls, key: str, job: Job, at_ms: int | None, trace_context: str | None = None
+    ) -> Intent:
         """``build`` with the availability already checked (shared by a whole batch)."""
         normal = normalise(job)
         return cls(
@@ -64,6 +70,7 @@ class Intent(NamedTuple):
             normal.max_attempts,
             at_ms,
             normal.priority,
+            trace_context,
         )
 
     def params(self) -> dict[str, Any]:
@@ -94,7 +101,7 @@ def record(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
     on its own, ``IdempotencyConflict`` when ``key`` holds another job, and
     ``RetryTransaction`` when the database aborted the caller's transaction.
     """
-    intent = Intent.build(key, job, available_at)
+    intent = Intent.build(key, job, available_at, capture())
     target = adapt(conn)
     d = target.dialect
     holder = run(intent_insert(IntentInsert(intent.params(), _notify(d)), d), target, "record")
@@ -103,7 +110,7 @@ def record(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
 
 async def record_async(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
     """``record`` for SQLAlchemy AsyncConnection/AsyncSession and psycopg AsyncConnection."""
-    intent = Intent.build(key, job, available_at)
+    intent = Intent.build(key, job, available_at, capture())
     target = await adapt_async(conn)
     d = target.dialect
     plan = intent_insert(IntentInsert(intent.params(), _notify(d)), d)
@@ -153,6 +160,7 @@ async def record_many_async(
 def build_batch(items: Iterable[tuple[str, Job]], available_at: Any) -> list[Intent]:
     """Every item validated, in order; an error names the failing item's index."""
     at_ms = availability_ms(available_at)
+    trace_context = capture()  # one caller, one span: the whole batch shares it
     intents: list[Intent] = []
     for index, item in enumerate(items):
         if index >= MAX_BATCH:
@@ -160,7 +168,7 @@ def build_batch(items: Iterable[tuple[str, Job]], available_at: Any) -> list[Int
         if not isinstance(item, tuple) or len(item) != 2:
             raise InvalidJob(f"item {index}: expected a (key, Job) pair, got {type(item).__name__}")
         try:
-            intents.append(Intent.timed(item[0], item[1], at_ms))
+            intents.append(Intent.timed(item[0], item[1], at_ms, trace_context))
         except (InvalidKey, InvalidJob) as exc:
             raise type(exc)(f"item {index}: {exc}") from None
     return intents

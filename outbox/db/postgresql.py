@@ -110,14 +110,14 @@ def _in_one_statement(conn: Executor, p: OutboxHandoff) -> Outcome:
         if error_code(exc) == INVALID_TEXT:
             raise _NeedsPythonVerify() from exc
         raise
-    claimed, handed_off, failed_ids, reasons, _woken, moved = rows[0]
+    claimed, handed_off, failed_ids, reasons, _woken, moved, traces = rows[0]
     if moved != handed_off:  # rows are locked by this statement: a broken invariant
         raise DatabaseError(
             f"relay batch aborted: {moved} rows left the outbox, {handed_off} reached the queue",
             operation="relay batch",
         )
     failed = tuple(zip(failed_ids or (), reasons or (), strict=True))
-    return int(claimed), int(handed_off), failed
+    return int(claimed), int(handed_off), failed, tuple(traces or ())
 
 
 def connector(url: URL, options: ConnectOptions) -> Callable[[], Any]:

@@ -24,6 +24,8 @@ class ClaimedJob:
     created_at: int
     available_at: int
     priority: int = 0
+    # The recorded W3C Trace Context (outbox.tracing): the attempt span's parent.
+    trace_context: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +143,8 @@ class HandoffResult:
     quarantined: int
     ms: float
     quarantined_ids: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # The recorded trace contexts of the intents handed off (the relay span's links).
+    trace_contexts: tuple[str, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +160,7 @@ class StoredIntent:
     max_attempts: Any
     available_at: Any
     priority: Any = 0
+    trace_context: str | None = None  # never verified: a malformed one is ignored
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,8 @@ from outbox.errors import DatabaseError
 T = TypeVar("T")
 
 # A relay batch's outcome before it is timed: claimed, handed off, (id, reason) quarantined.
-Outcome = tuple[int, int, tuple[tuple[str, str], ...]]
+# claimed, handed off, (quarantined id, reason)..., trace contexts of the handed-off intents
+Outcome = tuple[int, int, tuple[tuple[str, str], ...], tuple[str, ...]]
 
 
 class SharedDriver(LimitOps, ResultOps):
@@ -240,10 +241,13 @@ class SharedDriver(LimitOps, ResultOps):
         self, p: OutboxHandoff, verify: Callable[[StoredIntent], str | None]
     ) -> Outcome:
         if p.verify_in_python:
-            claimed = [(i.id, i.message_id, verify(i)) for i in self.outbox_claim_in_tx(p)]
+            intents = self.outbox_claim_in_tx(p)
+            claimed = [(i.id, i.message_id, verify(i)) for i in intents]
+            traces = {i.id: i.trace_context for i in intents}
         else:
             rows = self.conn.execute("relay_claim", {"batch_size": p.batch_size})
             claimed = [(int(r[0]), str(r[1]), r[2]) for r in rows]
+            traces = {int(r[0]): r[3] for r in rows}
         valid = [row_id for row_id, _, reason in claimed if reason is None]
         if valid:
             self._expect("relay_insert_jobs", valid)
@@ -257,7 +261,7 @@ class SharedDriver(LimitOps, ResultOps):
         for reason, ids in by_reason.items():
             self._expect("relay_mark_failed", ids, reason=reason)
         failed = tuple((m, r) for _, m, r in claimed if r is not None)
-        return len(claimed), len(valid), failed
+        return len(claimed), len(valid), failed, _traces(traces.get(i) for i in valid)
 
     def outbox_handoff_published(
         self,
@@ -283,13 +287,18 @@ class SharedDriver(LimitOps, ResultOps):
             for reason, ids in by_reason.items():
                 self._expect("relay_mark_failed", ids, reason=reason)
             failed = tuple((i.message_id, r) for i, r in claimed if r is not None)
-            return len(claimed), len(moved), failed
+            sent = (i.trace_context for i, r in claimed if r is None and i.message_id in acked)
+            return len(claimed), len(moved), failed, _traces(sent)
 
         return timed(self._transact("relay batch", batch), started)
 
     def outbox_claim_checked_in_tx(self, p: OutboxHandoff) -> list[tuple[StoredIntent, str | None]]:
         rows = self.conn.execute("relay_claim_checked", {"batch_size": p.batch_size})
-        return [(StoredIntent(*r[:-1]), r[-1]) for r in rows]
+        # (intent columns..., reason, trace_context)
+        return [
+            (StoredIntent(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[10]), r[9])
+            for r in rows
+        ]
 
     def _notify_jobs_in_tx(self) -> None:
         """Wake idle workers at commit (LISTEN dialects only)."""
@@ -529,11 +538,17 @@ def _reap_key(job: ExpiredJob) -> dict[str, Any]:
 
 
 def timed(outcome: Outcome, started: float) -> HandoffResult:
-    claimed, handed_off, failed = outcome
+    claimed, handed_off, failed, traces = outcome
     return HandoffResult(
         claimed=claimed,
         handed_off=handed_off,
         quarantined=len(failed),
         ms=round((time.perf_counter() - started) * 1000, 2),
         quarantined_ids=failed,
+        trace_contexts=traces,
     )
+
+
+def _traces(stored: Iterable[Any]) -> tuple[str, ...]:
+    """The recorded trace contexts among ``stored`` (NULLs dropped)."""
+    return tuple(str(s) for s in stored if s)

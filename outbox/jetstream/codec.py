@@ -13,6 +13,8 @@ JSON exactly as the outbox stored it, and the rest rides in headers::
     Outbox-Snoozes        only on a snoozed job's message: how often it was snoozed
     Outbox-Attempts-Before  only there too: attempts spent before this message, which
                           decoding adds to JetStream's delivery count
+    traceparent           only for a job recorded inside a span: W3C Trace Context
+    tracestate            (outbox.tracing), the attempt span's parent
 
 A handler's ``Snooze(seconds)`` re-publishes its job as a new message (same body and
 message id, due ``seconds`` later, ``Outbox-Snoozes`` one more, the attempts so far less
@@ -39,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from outbox import tracing
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.job import MAX_ATTEMPTS_LIMIT, NAME_PATTERN
 
@@ -71,9 +74,11 @@ def job_headers(
     msg_id: str | None = None,
     snoozes: int = 0,
     attempts_before: int = 0,
+    trace_context: str | None = None,
 ) -> dict[str, str]:
     """The headers of one job message; ``msg_id`` only when re-driving or snoozing (a new
-    dedupe key), ``snoozes`` and ``attempts_before`` only when snoozing."""
+    dedupe key), ``snoozes`` and ``attempts_before`` only when snoozing, the W3C headers
+    only with a recorded ``trace_context``."""
     headers = {
         MSG_ID: msg_id or message_id,
         MESSAGE_ID: message_id,
@@ -86,6 +91,8 @@ def job_headers(
         headers[SNOOZES] = str(snoozes)
     if attempts_before:
         headers[ATTEMPTS_BEFORE] = str(attempts_before)
+    if trace_context:
+        headers.update(tracing.headers(trace_context))
     return headers
 
 
@@ -140,6 +147,7 @@ def decode_job(
         max_attempts=max_attempts,
         created_at=_int(h, CREATED_AT),
         available_at=_int(h, AVAILABLE_AT),
+        trace_context=tracing.from_headers(h),
     )
 
 

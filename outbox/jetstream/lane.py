@@ -527,6 +527,7 @@ class Lane:
             msg_id=f"{job.message_id}:snooze:{job.id}",
             snoozes=n,
             attempts_before=job.attempts - 1,
+            trace_context=job.trace_context,
         )
         try:
             await self.js.publish(msg.subject, msg.data, headers=headers)  # the same band

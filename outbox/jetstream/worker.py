@@ -58,6 +58,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import APIError
 
+from outbox import tracing
 from outbox.db.connection import Database
 from outbox.errors import BrokerError, ConfigurationError
 from outbox.hooks import NO_HOOKS, Hooks
@@ -141,6 +142,7 @@ class JetStreamWorker:
         else:  # no transactional handler runs here, so the Runner never opens a database
             self.inbox = None
             runner = Runner(registry, self.worker_id, cast(Database, None), hooks)
+        runner.system = tracing.NATS_SYSTEM  # the attempt spans' messaging.system
         self.ctx = LaneContext(
             config, registry, runner, WorkerStats(), hooks, clock, wall_clock, began=clock()
         )

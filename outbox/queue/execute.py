@@ -10,6 +10,10 @@ A ``TypeError`` or ``ValueError`` raised *by the call itself* (the handler does 
 accept ``(payload, ctx)``, or the payload does not fit the dataclass its first
 parameter is annotated with) is a permanent failure: running it again cannot help.
 The same errors raised inside the handler are ordinary failures.
+
+With a tracer provider set, each attempt runs inside its span (``outbox.tracing.attempt``),
+whose parent is the context recorded with the job; the SQL worker, the JetStream lane
+and ``outbox.testing`` all reach it here, through ``run_sync``/``run_async``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from outbox import tracing
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
 from outbox.db.rows import ClaimedJob, Failure, JobFence, KeptResult
@@ -106,7 +111,13 @@ def _binder(fn: Callable[..., Any]) -> Callable[[Any], Any] | None:
 
 
 class Runner:
-    """Calls handlers; shared by the sync threads and the async loop."""
+    """Calls handlers; shared by the sync threads and the async loop.
+
+    ``system`` is the attempt span's ``messaging.system``: ``outbox`` for the SQL queue,
+    ``nats`` on JetStream (its worker sets it).
+    """
+
+    system = tracing.SQL_SYSTEM
 
     def __init__(
         self, registry: Registry, worker_id: str, database: Database, hooks: Hooks = NO_HOOKS
@@ -143,6 +154,18 @@ class Runner:
         )
 
     def run_sync(self, job: ClaimedJob, handler: Handler) -> Outcome:
+        """Run one attempt of ``job``; in its span when tracing is on."""
+        if not tracing.enabled():  # the cost when off: one global read
+            return self._run_sync(job, handler)
+        with self._span(job) as span:
+            return _traced(span, self._run_sync(job, handler))
+
+    def _span(self, job: ClaimedJob) -> Any:
+        return tracing.attempt(
+            self.system, job.queue, job.message_id, job.attempts, job.job_name, job.trace_context
+        )
+
+    def _run_sync(self, job: ClaimedJob, handler: Handler) -> Outcome:
         if job.id in self.cancelled:  # cancelled while it waited in the buffer
             return Outcome(Kind.CANCELLED, job)
         self.hooks.job_started(job)
@@ -201,6 +224,13 @@ class Runner:
             self._local.conn = None
 
     async def run_async(self, job: ClaimedJob, handler: Handler) -> Outcome:
+        """Run one attempt of ``job`` on the event loop; in its span when tracing is on."""
+        if not tracing.enabled():
+            return await self._run_async(job, handler)
+        with self._span(job) as span:
+            return _traced(span, await self._run_async(job, handler))
+
+    async def _run_async(self, job: ClaimedJob, handler: Handler) -> Outcome:
         if job.id in self.cancelled:
             return Outcome(Kind.CANCELLED, job)
         self.hooks.job_started(job)
@@ -227,6 +257,14 @@ class Runner:
         except Exception as exc:
             return _failed(job, exc)
         return _done(job, handler, value)
+
+
+def _traced(span: tracing.Attempt, outcome: Outcome) -> Outcome:
+    """Mark the attempt's span with how it ended; a failure by its class name only."""
+    span.outcome(outcome.kind.value)
+    if outcome.failure is not None:
+        span.failed(outcome.failure.exception_class)
+    return outcome
 
 
 def _done(job: ClaimedJob, handler: Handler, value: Any) -> Outcome:

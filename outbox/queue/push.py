@@ -18,13 +18,17 @@ from outbox.db.caller import JobPush, JobsPush, job_push, jobs_push, run, run_as
 from outbox.errors import InvalidJob
 from outbox.ids import new_message_id
 from outbox.job import Job, NormalJob, check_priority, normalise
+from outbox.tracing import capture
 
 MAX_DELAY_S = 10 * 365 * 86_400
 MAX_BATCH = 1_000
 
 
-def push_params(job: NormalJob, message_id: str, delay: object) -> dict[str, Any]:
-    """Insert parameters for ``queue_push``; the relay's handoff uses the same columns."""
+def push_params(
+    job: NormalJob, message_id: str, delay: object, trace_context: str | None = None
+) -> dict[str, Any]:
+    """Insert parameters for ``queue_push``; the relay's handoff uses the same columns.
+    ``trace_context`` is the caller's span (``outbox.tracing.capture``)."""
     return {
         "message_id": message_id,
         "queue": job.queue,
@@ -33,6 +37,7 @@ def push_params(job: NormalJob, message_id: str, delay: object) -> dict[str, Any
         "max_attempts": job.max_attempts,
         "delay_ms": delay_ms(delay),
         "priority": job.priority,
+        "trace_context": trace_context,
     }
 
 
@@ -57,7 +62,7 @@ def push(conn: Any, job: Job, delay: float = 0, *, priority: int | None = None) 
     ``priority`` (0 most urgent to 9) replaces ``job.priority`` when given; out of range
     raises ``InvalidJob`` before anything is written.
     """
-    params = push_params(_normal(job, priority), new_message_id(), delay)
+    params = push_params(_normal(job, priority), new_message_id(), delay, capture())
     target = adapt(conn)
     notify = target.dialect.supports_listen and settings.notify
     return run(job_push(JobPush(params, notify)), target, "push")
@@ -65,7 +70,7 @@ def push(conn: Any, job: Job, delay: float = 0, *, priority: int | None = None) 
 
 async def push_async(conn: Any, job: Job, delay: float = 0, *, priority: int | None = None) -> str:
     """``push`` for async connections."""
-    params = push_params(_normal(job, priority), new_message_id(), delay)
+    params = push_params(_normal(job, priority), new_message_id(), delay, capture())
     target = await adapt_async(conn)
     notify = target.dialect.supports_listen and settings.notify
     return await run_async(job_push(JobPush(params, notify)), target, "push")
@@ -110,6 +115,7 @@ def _batch(jobs: Iterable[Job], delay: object, priority: int | None) -> list[tup
     failing job's index (the delay and priority apply to all, so they are checked once)."""
     ms = delay_ms(delay)
     chosen = None if priority is None else check_priority(priority)
+    trace_context = capture()  # one caller, one span: the whole batch shares it
     rows: list[tuple[Any, ...]] = []
     for index, job in enumerate(jobs):
         if index >= MAX_BATCH:
@@ -127,6 +133,7 @@ def _batch(jobs: Iterable[Job], delay: object, priority: int | None) -> list[tup
                 normal.max_attempts,
                 ms,
                 normal.priority,
+                trace_context,
             )
         )
     return rows

@@ -193,6 +193,7 @@ class JetStreamTarget:
                     i.max_attempts,
                     int(i.available_at or 0),
                     now_ms,
+                    trace_context=i.trace_context,
                 ),
             )
             for i in intents

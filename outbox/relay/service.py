@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from outbox import tracing
 from outbox.config import settings
 from outbox.db.connection import Database, LazyConnection
 from outbox.db.reconnect import Reconnect
@@ -101,6 +102,8 @@ class Relay:
         self.hooks = hooks
         self.config = config or RelayConfig()
         self.target: Target = target or SqlQueueTarget()
+        # The relay span's messaging.system: where the batch goes.
+        self._system = tracing.SQL_SYSTEM if self.target.name == "sql" else tracing.NATS_SYSTEM
         self._conn = LazyConnection(database)
         self._more_conns: list[LazyConnection] = []
 
@@ -112,11 +115,13 @@ class Relay:
         size = self.config.batch_size if batch_size is None else batch_size
         notify = self.config.notify and self.database.dialect.supports_listen
         batch = OutboxHandoff(size, notify, self.config.verify_in_python)
+        started_ns = tracing.now_ns()
         try:
             result = self.target.handoff(conn.get().driver, batch)
         except DatabaseError:
             conn.drop()
             raise
+        tracing.relay_batch(self._system, started_ns, result.handed_off, result.trace_contexts)
         _log_batch(result)
         self.hooks.relay_batch(result)
         return result

@@ -14,6 +14,7 @@ import random
 import time
 from datetime import datetime
 
+from outbox import tracing
 from outbox.db.connection import Connection
 from outbox.errors import IdempotencyConflict, RetryTransaction
 from outbox.job import Job, scheduler_keys
@@ -39,12 +40,13 @@ def record_tick(conn: Connection, entry: Entry, tick: datetime) -> str | None:
     ``None`` when the key already holds another job (a scheduler running another
     version of this schedule recorded the tick first): logged, not raised, since the
     tick did run once. A deadlock or busy database (``RetryTransaction``) is retried,
-    ``MAX_ATTEMPTS`` in all; a ``DatabaseError`` propagates.
+    ``MAX_ATTEMPTS`` in all; a ``DatabaseError`` propagates. With tracing on, the tick is
+    recorded inside a span of its own (the scheduler has no request to join).
     """
     key, job = entry.key(tick), job_of(entry)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            with scheduler_keys():
+            with scheduler_keys(), tracing.scheduled(entry.name, entry.queue):
                 return conn.transact(lambda c: record(c.raw, key, job), operation="schedule")
         except IdempotencyConflict as exc:
             log.warning(

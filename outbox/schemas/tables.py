@@ -92,6 +92,8 @@ messages = Table(
     Column("keyed", SmallInteger, nullable=True),
     # 0 (most urgent, the default) to 9; part of the fingerprint when not 0.
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+    # W3C Trace Context of the recording span: "<traceparent>[ <tracestate>]" (outbox.tracing).
+    Column("trace_context", String(600), nullable=True),
     **_OPTIONS,
 )
 
@@ -140,6 +142,8 @@ jobs = Table(
     Column("cancel_requested_at", BigInteger, nullable=True),
     # Times the job came back through outbox.Snooze (capped: outbox.queue.control).
     Column("snoozes", Integer, nullable=False, server_default=text("0")),
+    # Copied from the intent at handoff (outbox.tracing); the attempt span's parent.
+    Column("trace_context", String(600), nullable=True),
     **_OPTIONS,
 )
 

@@ -176,6 +176,7 @@ def _due(target: Target, now_ms: int) -> list[ClaimedJob]:
             max_attempts=r[6],
             created_at=int(r[7]),
             available_at=now_ms,
+            trace_context=r[8],
         )
         for r in rows
     ]

@@ -13,9 +13,9 @@ SELECT max(id) FROM outbox_messages WHERE state = 'pending';
 -- all written by record() a moment ago.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority)
+     priority, trace_context)
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
-    coalesce(available_at, :now_ms), :now_ms, priority
+    coalesce(available_at, :now_ms), :now_ms, priority, trace_context
 FROM outbox_messages
 WHERE state = 'pending' AND id <= :max_id
 ORDER BY id;
@@ -27,7 +27,8 @@ WHERE state = 'pending' AND id <= :max_id;
 
 -- name: testing_due
 -- The jobs due by the test's clock, in the worker's claim order.
-SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created_at
+SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
+    trace_context
 FROM outbox_jobs
 WHERE reserved_by IS NULL AND available_at <= :now_ms
 ORDER BY priority, available_at, id;

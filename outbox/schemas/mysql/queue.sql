@@ -2,23 +2,23 @@
 -- A job straight into the queue; available after :delay_ms by the database's clock.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority)
+     priority, trace_context)
 VALUES
     (:message_id, :queue, :job_name, :payload, 0, :max_attempts,
      {now_ms} + :delay_ms,
-     {now_ms}, :priority);
+     {now_ms}, :priority, :trace_context);
 
 
 -- name: queue_push_many
 -- Up to 1,000 jobs straight into the queue in one statement, from a JSON array of rows
--- [message_id, queue, job_name, payload, max_attempts, delay_ms, priority] (one
+-- [message_id, queue, job_name, payload, max_attempts, delay_ms, priority, trace_context] (one
 -- parameter, whatever the batch size); inserted in the given order, so ids follow it.
 -- The clock (NOW(3)) is fixed for the statement.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority)
+     priority, trace_context)
 SELECT r.message_id, r.queue, r.job_name, r.payload, 0, r.max_attempts,
-       {now_ms} + r.delay_ms, {now_ms}, r.priority
+       {now_ms} + r.delay_ms, {now_ms}, r.priority, r.trace_context
 FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
     ord FOR ORDINALITY,
     message_id VARCHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
@@ -27,7 +27,8 @@ FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
     payload LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[3]',
     max_attempts INT PATH '$[4]',
     delay_ms BIGINT PATH '$[5]',
-    priority SMALLINT PATH '$[6]'
+    priority SMALLINT PATH '$[6]',
+    trace_context VARCHAR(600) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[7]'
 )) AS r
 ORDER BY r.ord;
 
@@ -36,7 +37,7 @@ ORDER BY r.ord;
 -- queue (READ COMMITTED, SKIP LOCKED: no gap locks, disjoint batches), with the clock,
 -- most urgent priority first; none while the queue is paused.
 SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
-       available_at, priority, {now_ms} AS now_ms
+       available_at, priority, trace_context, {now_ms} AS now_ms
 FROM outbox_jobs
 WHERE queue = :queue AND reserved_by IS NULL
   AND available_at <= {now_ms}

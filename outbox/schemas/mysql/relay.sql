@@ -26,7 +26,7 @@ END;
 -- Lock the oldest pending rows and verify each in SQL; the reason is NULL for a valid
 -- row. The reason codes and their order match outbox.relay.verify.reason_for.
 SELECT id, message_id,
-    {fragment:intent_reason} AS reason
+    {fragment:intent_reason} AS reason, trace_context
 FROM outbox_messages
 WHERE state = 'pending'
 ORDER BY id
@@ -38,7 +38,7 @@ FOR UPDATE SKIP LOCKED;
 -- message needs and the reason each fails verification (NULL: valid). The payload
 -- leaves the database only for the broker.
 SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-    priority, {fragment:intent_reason} AS reason
+    priority, {fragment:intent_reason} AS reason, trace_context
 FROM outbox_messages
 WHERE state = 'pending'
 ORDER BY id
@@ -49,7 +49,7 @@ FOR UPDATE SKIP LOCKED;
 -- The Python verifier's claim: the oldest pending rows, locked, with every column the
 -- fingerprint covers.
 SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-    priority
+    priority, trace_context
 FROM outbox_messages
 WHERE state = 'pending'
 ORDER BY id
@@ -60,9 +60,9 @@ FOR UPDATE SKIP LOCKED;
 -- The verified rows of a batch into the queue, in id order, in one statement.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority)
+     priority, trace_context)
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
-    COALESCE(available_at, clock.now_ms), clock.now_ms, priority
+    COALESCE(available_at, clock.now_ms), clock.now_ms, priority, trace_context
 FROM outbox_messages,
     (SELECT {now_ms} AS now_ms) AS clock
 WHERE id IN :ids AND state = 'pending'

@@ -35,7 +35,7 @@ END;
 -- index fails the statement on purpose.
 WITH claimed AS MATERIALIZED (
     SELECT ctid AS row_ctid, id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-        priority
+        priority, trace_context
     FROM outbox_messages
     WHERE state = 'pending'
     ORDER BY id
@@ -50,13 +50,13 @@ WITH claimed AS MATERIALIZED (
 ), ins AS (
     INSERT INTO outbox_jobs
         (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
-         created_at, priority)
+         created_at, priority, trace_context)
     SELECT k.message_id, k.queue, k.job_name, k.payload, 0, k.max_attempts,
-        coalesce(k.available_at, clock.now_ms), clock.now_ms, k.priority
+        coalesce(k.available_at, clock.now_ms), clock.now_ms, k.priority, k.trace_context
     FROM checked k, clock
     WHERE k.reason IS NULL
     ORDER BY k.id
-    RETURNING 1
+    RETURNING trace_context
 ), moved AS (
     -- By physical address: the rows are locked by this statement and not yet changed,
     -- so their ctid is stable, and a TID join fetches each one directly whatever the
@@ -80,14 +80,15 @@ SELECT
     (SELECT array_agg(reason ORDER BY message_id) FROM quarantined),
     (SELECT count(*) FROM (SELECT pg_notify('outbox_jobs', '') FROM ins
                            WHERE :notify LIMIT 1) AS woken),
-    (SELECT count(*) FROM moved);
+    (SELECT count(*) FROM moved),
+    (SELECT array_agg(trace_context) FROM ins WHERE trace_context IS NOT NULL);
 
 -- name: relay_claim_checked
 -- A broker target's claim: the oldest pending rows, locked, with every column the
 -- message needs and the reason each fails verification (NULL: valid). The payload
 -- leaves the database only for the broker.
 SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-    priority, {fragment:intent_reason} AS reason
+    priority, {fragment:intent_reason} AS reason, trace_context
 FROM outbox_messages
 WHERE state = 'pending'
 ORDER BY id
@@ -98,7 +99,7 @@ FOR UPDATE SKIP LOCKED;
 -- The Python verifier's claim: the oldest pending rows, locked, with every column the
 -- fingerprint covers.
 SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-    priority
+    priority, trace_context
 FROM outbox_messages
 WHERE state = 'pending'
 ORDER BY id
@@ -109,9 +110,9 @@ FOR UPDATE SKIP LOCKED;
 -- The verified rows of a batch into the queue, in id order, in one statement.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority)
+     priority, trace_context)
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
-    coalesce(available_at, clock.now_ms), clock.now_ms, priority
+    coalesce(available_at, clock.now_ms), clock.now_ms, priority, trace_context
 FROM outbox_messages,
     (SELECT {now_ms} AS now_ms) AS clock
 WHERE id = ANY(:ids) AND state = 'pending'

@@ -31,7 +31,7 @@ END;
 -- and skipping what is not pending; quarantined rows collect at the low ids, so that walk
 -- grows with them. The partial index holds pending rows only.
 SELECT id, message_id,
-    {fragment:intent_reason} AS reason
+    {fragment:intent_reason} AS reason, trace_context
 FROM outbox_messages INDEXED BY outbox_messages_pending
 WHERE state = 'pending'
 ORDER BY id
@@ -42,7 +42,7 @@ LIMIT :batch_size;
 -- message needs and the reason each fails verification (NULL: valid). The payload
 -- leaves the database only for the broker.
 SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-    priority, {fragment:intent_reason} AS reason
+    priority, {fragment:intent_reason} AS reason, trace_context
 FROM outbox_messages INDEXED BY outbox_messages_pending
 WHERE state = 'pending'
 ORDER BY id
@@ -52,7 +52,7 @@ LIMIT :batch_size;
 -- The Python verifier's claim: the oldest pending rows with every column the
 -- fingerprint covers.
 SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-    priority
+    priority, trace_context
 FROM outbox_messages INDEXED BY outbox_messages_pending
 WHERE state = 'pending'
 ORDER BY id
@@ -62,9 +62,9 @@ LIMIT :batch_size;
 -- The verified rows of a batch into the queue, in id order, in one statement.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority)
+     priority, trace_context)
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
-    coalesce(available_at, clock.now_ms), clock.now_ms, priority
+    coalesce(available_at, clock.now_ms), clock.now_ms, priority, trace_context
 FROM outbox_messages,
     (SELECT {now_ms} AS now_ms) AS clock
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
