@@ -11,9 +11,6 @@ file holds the whole trace.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,27 +20,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from outbox import Job, record
 from tests.fixtures.apps.traced import SECRET_MESSAGE
 from tests.fixtures.databases import raw_connect
-from tests.fixtures.tracing import as_dict, read_spans, spans  # noqa: F401  (the fixture)
-from tests.fixtures.workers import ROOT
+from tests.fixtures.tracing import (  # noqa: F401  (spans: the fixture)
+    as_dict,
+    read_spans,
+    spans,
+    traced_cli,
+)
 
-TIMEOUT = 120
 SECRET_PAYLOAD = "payload-secret-4711"
-
-
-def traced_cli(url: str, spans_file: Path, service: str, *args: str) -> str:
-    """Run ``outbox ARGS`` in a process of its own with the SDK installed; its stderr."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "OUTBOX_TEST_SPANS": str(spans_file),
-        "OUTBOX_TEST_SERVICE": service,
-    }
-    cmd = [sys.executable, "-m", "tests.fixtures.apps.traced", "--database-url", url, *args]
-    done = subprocess.run(
-        cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stderr
 
 
 def test_one_trace_holds_the_producer_the_relay_link_and_every_attempt(
