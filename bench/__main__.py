@@ -32,8 +32,9 @@ SCENARIOS = (
     "hygiene",
     "nats",
     "limits",
+    "tracing",
 )
-ANY_BACKEND = ("record", "relay", "worker", "tally", "plans", "limits")
+ANY_BACKEND = ("record", "relay", "worker", "tally", "plans", "limits", "tracing")
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

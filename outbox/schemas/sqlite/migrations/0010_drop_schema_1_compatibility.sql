@@ -17,7 +17,10 @@
 -- SQLite cannot drop a table constraint, so outbox_messages is rebuilt without it, in
 -- this migration's transaction: same columns, rows, ids and indexes. Its AUTOINCREMENT
 -- counter is carried over, so an id once used is never handed out again (every fenced
--- update relies on that).
+-- update relies on that). The contract step comes last: the rebuilt table lists every
+-- column the steps before it added (trace_context: migration "trace context"), and a
+-- step that adds a column to outbox_messages goes before this one, never after it,
+-- since this step is held back while version-1 code runs and this release needs it.
 
 DROP TRIGGER IF EXISTS outbox_v1_record;
 
@@ -38,16 +41,17 @@ CREATE TABLE outbox_messages_contract (
 	failure_reason VARCHAR(64),
 	keyed SMALLINT,
 	priority SMALLINT NOT NULL DEFAULT 0,
+	trace_context VARCHAR(600),
 	UNIQUE (message_id)
 );
 
 INSERT INTO outbox_messages_contract
     (id, message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
      available_at, state, created_at, published_at, failed_at, failure_reason, keyed,
-     priority)
+     priority, trace_context)
 SELECT id, message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
     available_at, state, created_at, published_at, failed_at, failure_reason, keyed,
-    priority
+    priority, trace_context
 FROM outbox_messages ORDER BY id;
 
 DELETE FROM sqlite_sequence WHERE name = 'outbox_messages_contract';
