@@ -7,7 +7,7 @@ is sent, so a bad key or job leaves the database untouched.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from outbox.config import settings
@@ -25,9 +25,18 @@ from outbox.db.dialect import Dialect
 from outbox.errors import IdempotencyConflict, InvalidJob, InvalidKey, RetryTransaction
 from outbox.ids import new_message_id
 from outbox.job import Job, availability_ms, fingerprint, key_digest, normalise
-from outbox.tracing import capture
 
 MAX_BATCH = 1_000
+
+
+def _untraced() -> str | None:
+    return None
+
+
+# The caller's span context in its stored form, or None. outbox.tracing sits a layer
+# above this module (it also makes the worker's spans), so it plugs its capture in here
+# when it loads, and `import outbox` always loads it (outbox.queue.push imports it).
+capture_trace: Callable[[], str | None] = _untraced
 
 
 class Intent(NamedTuple):
@@ -101,7 +110,7 @@ def record(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
     on its own, ``IdempotencyConflict`` when ``key`` holds another job, and
     ``RetryTransaction`` when the database aborted the caller's transaction.
     """
-    intent = Intent.build(key, job, available_at, capture())
+    intent = Intent.build(key, job, available_at, capture_trace())
     target = adapt(conn)
     d = target.dialect
     holder = run(intent_insert(IntentInsert(intent.params(), _notify(d)), d), target, "record")
@@ -110,7 +119,7 @@ def record(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
 
 async def record_async(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
     """``record`` for SQLAlchemy AsyncConnection/AsyncSession and psycopg AsyncConnection."""
-    intent = Intent.build(key, job, available_at, capture())
+    intent = Intent.build(key, job, available_at, capture_trace())
     target = await adapt_async(conn)
     d = target.dialect
     plan = intent_insert(IntentInsert(intent.params(), _notify(d)), d)
@@ -160,7 +169,7 @@ async def record_many_async(
 def build_batch(items: Iterable[tuple[str, Job]], available_at: Any) -> list[Intent]:
     """Every item validated, in order; an error names the failing item's index."""
     at_ms = availability_ms(available_at)
-    trace_context = capture()  # one caller, one span: the whole batch shares it
+    trace_context = capture_trace()  # one caller, one span: the whole batch shares it
     intents: list[Intent] = []
     for index, item in enumerate(items):
         if index >= MAX_BATCH:

@@ -38,7 +38,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import cache
+from importlib import metadata
 from typing import Any
+
+import outbox.record
 
 try:  # the `tracing` extra: opentelemetry-api
     from opentelemetry import context as _context
@@ -125,9 +129,16 @@ def _link(stored: str) -> Any:
 
 
 def _tracer() -> Any:
-    from outbox import __version__
+    return _trace.get_tracer(_SCOPE, _version())
 
-    return _trace.get_tracer(_SCOPE, __version__)
+
+@cache
+def _version() -> str | None:
+    """The instrumentation scope's version: the installed distribution's."""
+    try:
+        return metadata.version("outbox-relay")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 class Attempt:
@@ -264,3 +275,7 @@ def scheduled(schedule: str, queue: str) -> Iterator[None]:
         set_status_on_exception=False,
     ):
         yield
+
+
+# record() sits a layer below this module: it reads the capture through this hook.
+outbox.record.capture_trace = capture
