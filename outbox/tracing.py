@@ -35,6 +35,7 @@ and traceback).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -63,6 +64,13 @@ NATS_SYSTEM = "nats"  # messaging.system on JetStream
 
 _SCOPE = "outbox"
 _W3C: Any = TraceContextTextMapPropagator() if _trace is not None else None
+# The API keeps the provider in a module global; read it directly unless the environment
+# names a provider for the API to load on first use.
+_GLOBAL_READABLE = (
+    _trace is not None
+    and hasattr(_trace, "_TRACER_PROVIDER")
+    and "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ
+)
 _INERT: tuple[type, ...] = (
     (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider) if _trace is not None else ()
 )
@@ -74,9 +82,18 @@ def available() -> bool:
 
 
 def enabled() -> bool:
-    """A tracer provider is set, so spans are worth making (one global read and an
-    ``isinstance`` when none is)."""
-    return _trace is not None and not isinstance(_trace.get_tracer_provider(), _INERT)
+    """A tracer provider is set, so spans are worth making.
+
+    Asked once per attempt, so the answer while none is set is one read of the API's
+    global (``get_tracer_provider`` also looks the environment up on every call, which
+    the worker's hot path would feel). The API loads a provider named in the environment
+    lazily: then the public call decides.
+    """
+    if _trace is None:
+        return False
+    if _GLOBAL_READABLE and _trace._TRACER_PROVIDER is None:
+        return False
+    return not isinstance(_trace.get_tracer_provider(), _INERT)
 
 
 def capture() -> str | None:
