@@ -30,7 +30,12 @@ MODES = {
     "no-provider": "tracing code, API installed, no tracer provider",
     "provider": "tracing code, SDK provider set, every job traced",
 }
-METRICS = {"record txn/s": ("txn/s", True), "relay/s": ("intents/s", True)}
+METRICS = {
+    "record txn/s": ("txn/s", True),
+    "relay/s": ("intents/s", True),
+    "record cpu us/txn": ("us", False),
+    "worker cpu us/job": ("us", False),
+}
 OFF = (("no-api", "no extra"), ("no-provider", "no provider"))
 
 
@@ -62,22 +67,17 @@ def sample(src: str, url: str, mode: str, n: int) -> dict[str, float]:
 
 
 def plan(ctx: Ctx) -> Plan:
-    # Two databases: today's migrations number their steps differently from this code's.
-    url_today = servers.fresh(ctx.backend, "outbox_bench_tracing_today")
-    url = servers.fresh(ctx.backend, "outbox_bench_tracing")
+    # A database per setting: today's migrations number their steps differently from this
+    # code's, and a database one setting churns would slow the next one down.
+    urls = {mode: servers.fresh(ctx.backend, f"outbox_bench_tracing_{mode.replace('-', '_')}")
+            for mode in MODES}
     n = ctx.size(5_000, 1_000)
     today = snapshot()
     here = str(ROOT)
     cases = [
         Case(
             label,
-            functools.partial(
-                sample,
-                today if mode == "today" else here,
-                url_today if mode == "today" else url,
-                mode,
-                n,
-            ),
+            functools.partial(sample, today if mode == "today" else here, urls[mode], mode, n),
             unit="jobs/s",
             metrics=METRICS,
         )
@@ -95,6 +95,16 @@ def plan(ctx: Ctx) -> Plan:
         )
         for mode, setting in OFF
         for metric in ("record txn/s", "worker jobs/s")
+    ] + [
+        Target(
+            f"tracing off ({setting}) {metric} <= 1.05x today's",
+            f"{row[mode]} {metric}",
+            [f"{row['today']} {metric}"],
+            "<=",
+            1.05,
+        )
+        for mode, setting in OFF
+        for metric in ("record cpu us/txn", "worker cpu us/job")
     ]
     p.notes.append(
         f"tracing: {n:,} record() transactions (one intent each), one relay drain, one "
