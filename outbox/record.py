@@ -8,7 +8,7 @@ is sent, so a bad key or job leaves the database untouched.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from outbox.config import settings
 from outbox.db.adapters import adapt, adapt_async
@@ -25,6 +25,9 @@ from outbox.db.dialect import Dialect
 from outbox.errors import IdempotencyConflict, InvalidJob, InvalidKey, RetryTransaction
 from outbox.ids import new_message_id
 from outbox.job import Job, availability_ms, fingerprint, key_digest, normalise
+
+if TYPE_CHECKING:
+    from outbox.workflows import Workflow
 
 MAX_BATCH = 1_000
 
@@ -85,8 +88,11 @@ def _holder_id(intent: Intent, holder: KeyHolder | None) -> str:
     raise IdempotencyConflict(holder.message_id)
 
 
-def record(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
+def record(conn: Any, key: str, job: Job | Workflow, *, available_at: Any = 0) -> str:
     """Record ``job`` under idempotency ``key`` in ``conn``'s transaction; return the message id.
+
+    ``job`` may be an ``outbox.Workflow``: every node is written in this transaction and
+    the workflow id is returned (``outbox.workflows``).
 
     ``conn`` is a SQLAlchemy Connection or Session, a psycopg Connection, a
     ``sqlite3.Connection`` or a PyMySQL Connection. Raises ``InvalidKey``/``InvalidJob``
@@ -94,6 +100,11 @@ def record(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
     on its own, ``IdempotencyConflict`` when ``key`` holds another job, and
     ``RetryTransaction`` when the database aborted the caller's transaction.
     """
+    if not isinstance(job, Job):  # a workflow (outbox.workflows); a Job pays one check
+        from outbox.workflows import Workflow, record_workflow
+
+        if isinstance(job, Workflow):
+            return record_workflow(conn, key, job, available_at=available_at)
     intent = Intent.build(key, job, available_at)
     target = adapt(conn)
     d = target.dialect
@@ -101,8 +112,13 @@ def record(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
     return _holder_id(intent, holder)
 
 
-async def record_async(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
+async def record_async(conn: Any, key: str, job: Job | Workflow, *, available_at: Any = 0) -> str:
     """``record`` for SQLAlchemy AsyncConnection/AsyncSession and psycopg AsyncConnection."""
+    if not isinstance(job, Job):
+        from outbox.workflows import Workflow, record_workflow_async
+
+        if isinstance(job, Workflow):
+            return await record_workflow_async(conn, key, job, available_at=available_at)
     intent = Intent.build(key, job, available_at)
     target = await adapt_async(conn)
     d = target.dialect

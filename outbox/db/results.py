@@ -12,14 +12,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from outbox.db import workflows
 from outbox.db.driver import Executor, Row
 from outbox.db.rows import Failure, JobDeadLetter, JobFence, KeptResult, QueuedState, StoredResult
+from outbox.ids import is_node_id
 
 
 def _write(c: Executor, kept: KeptResult) -> None:
     params = kept.params()
     c.execute("result_delete", {"message_id": params["message_id"]})
     c.execute("result_insert", params)
+    if kept.failure is None and is_node_id(kept.job.message_id):
+        # A workflow node always keeps its result: its acknowledgement is here, and so
+        # is the making due of its dependents (outbox.db.workflows).
+        workflows.on(c, workflows.succeeded(kept.job.message_id))
 
 
 def _int(v: Any) -> int | None:

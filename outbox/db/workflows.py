@@ -1,0 +1,125 @@
+"""A workflow node's transitions, as plans that run inside the transaction that settles it.
+
+Each transition is a plan (``outbox.db.caller``: a generator of named statements), so the
+one copy serves our own connections (the worker's acknowledgement and dead-lettering, the
+reaper, ``queue retry``) and the caller's (``outbox workflow cancel`` through
+``outbox.queue.control``, ``outbox.testing``'s ``run_pending``)::
+
+    waiting --(last dependency done)--> due --(ack)--> succeeded
+       |                                  |
+       |                                  +--(dead letter)--> dead --(queue retry)--> due
+       +--(a dependency failed, on_failure="stop")--> skipped --(ancestor retried)--> waiting
+
+A node is due while its job is an intent or a queue row; "running" is a due node whose
+queue row a worker holds (read, not stored). Only a node that reaches 0 dependencies
+becomes a job, by an INSERT in its last parent's acknowledgement: the claim statement never
+sees a waiting node, and jobs outside workflows never reach this module (the worker tells
+a node by its id, ``outbox.ids.is_node_id``).
+
+Two parents acknowledged at once serialise on the children's row locks taken by
+``workflow_children_count_down`` (or ``workflow_children``, locked): exactly one sees a
+child reach 0, and the queue's unique ``message_id`` would refuse a second insert anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from typing import Any, TypeVar
+
+from outbox.db.driver import Executor, Row
+
+T = TypeVar("T")
+Step = tuple[str, Mapping[str, Any]]
+Plan = Generator[Step, list[Row], T]
+
+DEPENDENCY_FAILED = "DependencyFailed"
+STOP = "stop"
+RUN = "run"
+
+
+def _release(node_id: str) -> Plan[None]:
+    """The children of a finished node wait for one dependency fewer; those waiting for
+    none become jobs, due now."""
+    key = {"node_id": node_id}
+    yield ("workflow_children_count_down", key)
+    yield ("workflow_children_enqueue", key)
+    yield ("workflow_children_mark_due", key)
+
+
+def succeeded(node_id: str) -> Plan[None]:
+    """The node's job was acknowledged (in this transaction)."""
+    rows = yield ("workflow_node_succeeded", {"node_id": node_id})
+    del rows
+    yield from _release(node_id)
+
+
+def failed(node_id: str) -> Plan[None]:
+    """The node's job moved to the dead letters (in this transaction): its dependents
+    that stop on failure are skipped (a ``DependencyFailed`` dead letter each, never run),
+    recursively; those with ``on_failure="run"`` count it as done."""
+    yield ("workflow_node_dead", {"node_id": node_id})
+    todo = [node_id]
+    while todo:
+        parent = todo.pop()
+        key = {"node_id": parent}
+        children = yield ("workflow_children", key)
+        skipped = [str(c[0]) for c in children if c[1] == "waiting" and c[2] == STOP]
+        if skipped:
+            yield ("workflow_children_skip_dead", key)
+            yield ("workflow_children_skip", key)
+        yield from _release(parent)
+        todo.extend(skipped)
+
+
+def requeued(node_id: str) -> Plan[None]:
+    """``queue retry`` put the node's dead letter back in the queue (in this transaction):
+    the node is due again, and the branch its failure skipped waits again: each skipped
+    descendant waits for its unfinished parents, and a waiting node that runs on failure
+    waits again for the parent that now runs again."""
+    yield ("workflow_node_requeued", {"node_id": node_id})
+    todo = [node_id]
+    while todo:
+        parent = todo.pop()
+        children = yield ("workflow_children", {"node_id": parent})
+        for child_id, state, on_failure in children:
+            child = {"node_id": str(child_id)}
+            if state == "skipped":
+                left = yield ("workflow_parents_unfinished", child)
+                yield ("workflow_node_rearm", {**child, "deps_left": int(left[0][0])})
+                yield ("workflow_dead_delete", child)
+                todo.append(str(child_id))
+            elif state == "waiting" and on_failure == RUN:
+                yield ("workflow_node_count_up", child)
+
+
+def on(c: Executor, plan: Plan[T]) -> T:
+    """Drive ``plan`` on one of our connections, inside its open transaction."""
+    try:
+        name, params = next(plan)
+        while True:
+            name, params = plan.send(c.execute(name, params))
+    except StopIteration as done:
+        value: T = done.value
+        return value
+
+
+def skipped_of(c: Executor, node_ids: list[str]) -> list[str]:
+    """Those of ``node_ids`` that are skipped nodes (``queue retry`` leaves their dead
+    letters: they come back when the failed node they wait for is retried)."""
+    out = []
+    for node_id in node_ids:
+        rows = c.execute("workflow_node_get", {"node_id": node_id})
+        if rows and rows[0][3] == "skipped":
+            out.append(node_id)
+    return out
+
+
+def parent_results(database: Any, node_id: str) -> list[tuple[str, str, str, str | None]]:
+    """``ctx.results``' rows: each parent's name, id, state and kept return value (JSON),
+    read on a connection of ``database`` (a ``Database``)."""
+    with database.connect() as conn:
+        rows = conn.read(
+            lambda c: c.execute("workflow_parent_results", {"node_id": node_id}),
+            operation="workflow results",
+        )
+    return [(str(n), str(i), str(s), None if v is None else str(v)) for n, i, s, v in rows]
