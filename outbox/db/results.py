@@ -15,17 +15,22 @@ from typing import Any
 from outbox.db import workflows
 from outbox.db.driver import Executor, Row
 from outbox.db.rows import Failure, JobDeadLetter, JobFence, KeptResult, QueuedState, StoredResult
+from outbox.db.workflows import Plan
 from outbox.ids import is_node_id
 
 
-def _write(c: Executor, kept: KeptResult) -> None:
+def kept_plan(kept: KeptResult) -> Plan[None]:
+    """The result, replacing an old one; for a workflow node's success, its dependents
+    made due too (a node always keeps its result, so its acknowledgement comes here)."""
     params = kept.params()
-    c.execute("result_delete", {"message_id": params["message_id"]})
-    c.execute("result_insert", params)
+    yield ("result_delete", {"message_id": params["message_id"]})
+    yield ("result_insert", params)
     if kept.failure is None and is_node_id(kept.job.message_id):
-        # A workflow node always keeps its result: its acknowledgement is here, and so
-        # is the making due of its dependents (outbox.db.workflows).
-        workflows.on(c, workflows.succeeded(kept.job.message_id))
+        yield from workflows.succeeded(kept.job.message_id)
+
+
+def _write(c: Executor, kept: KeptResult) -> None:
+    workflows.on(c, kept_plan(kept))
 
 
 def _int(v: Any) -> int | None:

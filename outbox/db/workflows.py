@@ -47,16 +47,23 @@ def _release(node_id: str) -> Plan[None]:
 
 
 def succeeded(node_id: str) -> Plan[None]:
-    """The node's job was acknowledged (in this transaction)."""
-    rows = yield ("workflow_node_succeeded", {"node_id": node_id})
-    del rows
+    """The node's job was acknowledged (in this transaction). Once only: a node not due
+    (already succeeded) releases nothing again."""
+    node = yield ("workflow_node_get", {"node_id": node_id})
+    if not node or node[0][3] != "due":
+        return
+    yield ("workflow_node_succeeded", {"node_id": node_id})
     yield from _release(node_id)
 
 
 def failed(node_id: str) -> Plan[None]:
     """The node's job moved to the dead letters (in this transaction): its dependents
     that stop on failure are skipped (a ``DependencyFailed`` dead letter each, never run),
-    recursively; those with ``on_failure="run"`` count it as done."""
+    recursively; those with ``on_failure="run"`` count it as done. Once only, as
+    ``succeeded``."""
+    node = yield ("workflow_node_get", {"node_id": node_id})
+    if not node or node[0][3] != "due":
+        return
     yield ("workflow_node_dead", {"node_id": node_id})
     todo = [node_id]
     while todo:
@@ -114,12 +121,13 @@ def skipped_of(c: Executor, node_ids: list[str]) -> list[str]:
     return out
 
 
-def parent_results(database: Any, node_id: str) -> list[tuple[str, str, str, str | None]]:
-    """``ctx.results``' rows: each parent's name, id, state and kept return value (JSON),
-    read on a connection of ``database`` (a ``Database``)."""
-    with database.connect() as conn:
-        rows = conn.read(
-            lambda c: c.execute("workflow_parent_results", {"node_id": node_id}),
-            operation="workflow results",
-        )
+def parents_plan(node_id: str) -> Plan[list[tuple[str, str, str, str | None]]]:
+    """``ctx.results``' rows: each parent's name, id, state and kept return value (JSON)."""
+    rows = yield ("workflow_parent_results", {"node_id": node_id})
     return [(str(n), str(i), str(s), None if v is None else str(v)) for n, i, s, v in rows]
+
+
+def parent_results(database: Any, node_id: str) -> list[tuple[str, str, str, str | None]]:
+    """``parents_plan`` on a connection of ``database`` (a ``Database``) of its own."""
+    with database.connect() as conn:
+        return conn.read(lambda c: on(c, parents_plan(node_id)), operation="workflow results")

@@ -150,8 +150,13 @@ class Runner:
         """A workflow node's dependencies' results, read on first use; none otherwise."""
         if not is_node_id(job.message_id):
             return NO_RESULTS
-        database, node_id = self.database, job.message_id
-        return DependencyResults(lambda: parent_results(database, node_id))
+        read, node_id = self.read_parents, job.message_id
+        return DependencyResults(lambda: read(node_id))
+
+    def read_parents(self, node_id: str) -> list[tuple[str, str, str, str | None]]:
+        """A node's parents' results (``outbox.testing`` reads them on the test's own
+        connection instead)."""
+        return parent_results(self.database, node_id)
 
     def run_sync(self, job: ClaimedJob, handler: Handler) -> Outcome:
         if job.id in self.cancelled:  # cancelled while it waited in the buffer
