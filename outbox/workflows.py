@@ -179,6 +179,14 @@ class Workflow:
     def __len__(self) -> int:
         return len(self._nodes)
 
+    def record_into(self, conn: Any, key: str, *, available_at: Any = 0) -> str:
+        """What ``record(conn, key, workflow)`` runs (``record_workflow``)."""
+        return record_workflow(conn, key, self, available_at=available_at)
+
+    async def record_into_async(self, conn: Any, key: str, *, available_at: Any = 0) -> str:
+        """What ``record_async(conn, key, workflow)`` runs."""
+        return await record_workflow_async(conn, key, self, available_at=available_at)
+
     @property
     def nodes(self) -> list[str]:
         """The node names, in the order they were added."""

@@ -130,4 +130,7 @@ def parents_plan(node_id: str) -> Plan[list[tuple[str, str, str, str | None]]]:
 def parent_results(database: Any, node_id: str) -> list[tuple[str, str, str, str | None]]:
     """``parents_plan`` on a connection of ``database`` (a ``Database``) of its own."""
     with database.connect() as conn:
-        return conn.read(lambda c: on(c, parents_plan(node_id)), operation="workflow results")
+        rows: list[tuple[str, str, str, str | None]] = conn.read(
+            lambda c: on(c, parents_plan(node_id)), operation="workflow results"
+        )
+    return rows

@@ -336,7 +336,7 @@ def test_limits_are_checked_where_the_graph_is_built(database: Database, conn: C
         two = Workflow("x")
         two.add(_j("wf.step", "a"), name="a")
         two.add(_j("wf.step", "b"), name="a")
-    with pytest.raises(InvalidWorkflow, match="expected an outbox.Job"):
+    with pytest.raises(InvalidWorkflow, match=r"expected an outbox\.Job"):
         Workflow("x").add("wf.step")  # type: ignore[arg-type]
     before = _table_counts(conn)
     with pytest.raises(InvalidKey):
