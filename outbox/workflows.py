@@ -394,12 +394,9 @@ def _node(r: Row, after: list[str]) -> NodeState:
 def read(conn: Connection, workflow_id: str) -> WorkflowState | None:
     """``get`` on one of our connections (one read transaction, a consistent view)."""
 
-    def both(c: Any) -> tuple[list[Row], list[Row], list[Row]]:
-        key = {"workflow_id": workflow_id}
-        return (c.execute("workflow_get", key), c.execute("workflow_nodes_show", key),
-                c.execute("workflow_edges_show", key))
-
-    head, rows, edges = conn.transact(both, operation="workflow show")
+    head, rows, edges = conn.transact(
+        lambda c: steps.on(c, steps.show_plan(workflow_id)), operation="workflow show"
+    )
     if not head:
         return None
     names = {str(r[0]): str(r[1]) for r in rows}
@@ -494,18 +491,9 @@ def prune(conn: Connection, age_ms: int, *, batch: int = PRUNE_BATCH) -> int:
     """Delete at most ``batch`` finished workflows (no node waiting or due) recorded more
     than ``age_ms`` ago, with their nodes and edges; how many went."""
 
-    def drop(c: Any) -> int:
-        now = int(c.execute("now_ms")[0][0])
-        ids = [str(r[0]) for r in c.execute(
-            "workflow_prune_pick", {"before_ms": now - age_ms, "batch": batch})]
-        for workflow_id in ids:
-            key = {"workflow_id": workflow_id}
-            c.execute("workflow_delete_edges", key)
-            c.execute("workflow_delete_nodes", key)
-            c.execute("workflow_delete", key)
-        return len(ids)
-
-    deleted: int = conn.transact(drop, operation="prune")
+    deleted: int = conn.transact(
+        lambda c: steps.on(c, steps.prune_plan(age_ms, batch)), operation="prune"
+    )
     if deleted:
         log.info("prune.workflows", deleted=deleted)
     return deleted

@@ -134,3 +134,25 @@ def parent_results(database: Any, node_id: str) -> list[tuple[str, str, str, str
             lambda c: on(c, parents_plan(node_id)), operation="workflow results"
         )
     return rows
+
+
+def show_plan(workflow_id: str) -> Plan[tuple[list[Row], list[Row], list[Row]]]:
+    """``outbox.workflows.get``'s reads: the workflow, its nodes, its edges."""
+    key = {"workflow_id": workflow_id}
+    head = yield ("workflow_get", key)
+    nodes = yield ("workflow_nodes_show", key)
+    edges = yield ("workflow_edges_show", key)
+    return head, nodes, edges
+
+
+def prune_plan(age_ms: int, batch: int) -> Plan[int]:
+    """At most ``batch`` finished workflows recorded ``age_ms`` ago or more, with their
+    nodes and edges; how many went."""
+    now = yield ("now_ms", {})
+    picked = yield ("workflow_prune_pick", {"before_ms": int(now[0][0]) - age_ms, "batch": batch})
+    for (workflow_id,) in picked:
+        key = {"workflow_id": str(workflow_id)}
+        yield ("workflow_delete_edges", key)
+        yield ("workflow_delete_nodes", key)
+        yield ("workflow_delete", key)
+    return len(picked)
