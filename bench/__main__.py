@@ -32,8 +32,9 @@ SCENARIOS = (
     "hygiene",
     "nats",
     "limits",
+    "workflow",
 )
-ANY_BACKEND = ("record", "relay", "worker", "tally", "plans", "limits")
+ANY_BACKEND = ("record", "relay", "worker", "tally", "plans", "limits", "workflow")
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
