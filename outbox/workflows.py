@@ -442,6 +442,30 @@ def get(db: Database | Connection | str, workflow_id: str) -> WorkflowState | No
         return read(c, workflow_id)
 
 
+@dataclass(frozen=True, slots=True)
+class WorkflowSummary:
+    """One line of the dashboard's list: no node detail, no payloads."""
+
+    workflow_id: str
+    name: str
+    state: str  # running (some node not finished), finished, or cancelled
+    node_count: int
+    finished: int
+    created_at: datetime | None
+
+
+def recent(conn: Connection, limit: int = 100) -> list[WorkflowSummary]:
+    """The newest ``limit`` workflows, newest first."""
+    rows = conn.read(lambda c: steps.on(c, steps.list_plan(limit)), operation="workflows")
+    out = []
+    for wf_id, name, stored, count, created, finished in rows:
+        state = "cancelled" if stored == "cancelled" else (
+            "finished" if int(finished) == int(count) else "running")
+        out.append(WorkflowSummary(str(wf_id), str(name), state, int(count), int(finished),
+                                   _at(created)))
+    return out
+
+
 def _cancel(workflow_id: str) -> Plan[int | None]:
     """Every node not finished: waiting ones skipped (a ``cancelled`` dead letter each),
     due ones cancelled as ``outbox queue cancel`` cancels a job (a held one when its

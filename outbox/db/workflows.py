@@ -156,3 +156,8 @@ def prune_plan(age_ms: int, batch: int) -> Plan[int]:
         yield ("workflow_delete_nodes", key)
         yield ("workflow_delete", key)
     return len(picked)
+
+
+def list_plan(limit: int) -> Plan[list[Row]]:
+    """The newest workflows: id, name, stored state, node count, created, nodes finished."""
+    return (yield ("workflow_list", {"limit": limit}))
