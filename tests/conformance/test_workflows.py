@@ -384,3 +384,22 @@ def test_prune_drops_finished_workflows_only(database: Database, conn: Connectio
     assert get(conn, done) is None and get(conn, waiting) is not None
     assert count_rows(conn, "outbox_workflow_nodes") == 4
     assert count_rows(conn, "outbox_workflow_edges") == 4
+
+
+def test_available_at_delays_the_roots_and_is_part_of_the_fingerprint(
+    database: Database, conn: Connection
+) -> None:
+    import time
+
+    later = time.time() + 3600
+    with database.connect() as c:
+        wf_id = c.transact(lambda t: record(t.raw, "later:1", _diamond(), available_at=later),
+                           operation="test")
+        again = c.transact(lambda t: record(t.raw, "later:1", _diamond(), available_at=later),
+                           operation="test")
+        assert again == wf_id
+        with pytest.raises(IdempotencyConflict):
+            c.transact(lambda t: record(t.raw, "later:1", _diamond()), operation="test")
+    _run(database)
+    assert _starts() == []  # handed off, not due for an hour
+    assert count_rows(conn, "outbox_jobs") == 1
