@@ -33,8 +33,9 @@ SCENARIOS = (
     "nats",
     "limits",
     "tracing",
+    "workflow",
 )
-ANY_BACKEND = ("record", "relay", "worker", "tally", "plans", "limits", "tracing")
+ANY_BACKEND = ("record", "relay", "worker", "tally", "plans", "limits", "tracing", "workflow")
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

@@ -23,6 +23,7 @@ from outbox.queue.registry import Registry
 from outbox.queue.worker import Worker, WorkerConfig, WorkerStats
 from outbox.record import record, record_async, record_many, record_many_async
 from outbox.relay import Relay, RelayConfig
+from outbox.workflows import Workflow
 
 __version__ = "0.1.0"
 
@@ -41,6 +42,7 @@ __all__ = [
     "Worker",
     "WorkerConfig",
     "WorkerStats",
+    "Workflow",
     "__version__",
     "cancel_job",
     "emit",

@@ -8,7 +8,7 @@ is sent, so a bad key or job leaves the database untouched.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from outbox.config import settings
 from outbox.db.adapters import adapt, adapt_async
@@ -25,6 +25,16 @@ from outbox.db.dialect import Dialect
 from outbox.errors import IdempotencyConflict, InvalidJob, InvalidKey, RetryTransaction
 from outbox.ids import new_message_id
 from outbox.job import Job, availability_ms, fingerprint, key_digest, normalise
+
+
+@runtime_checkable
+class Recordable(Protocol):
+    """What ``record()`` takes besides a ``Job``: an ``outbox.Workflow``, which writes
+    itself (``outbox.workflows``; this module sits below it and never imports it)."""
+
+    def record_into(self, conn: Any, key: str, *, available_at: Any = 0) -> str: ...
+
+    async def record_into_async(self, conn: Any, key: str, *, available_at: Any = 0) -> str: ...
 
 MAX_BATCH = 1_000
 
@@ -101,8 +111,11 @@ def _holder_id(intent: Intent, holder: KeyHolder | None) -> str:
     raise IdempotencyConflict(holder.message_id)
 
 
-def record(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
+def record(conn: Any, key: str, job: Job | Recordable, *, available_at: Any = 0) -> str:
     """Record ``job`` under idempotency ``key`` in ``conn``'s transaction; return the message id.
+
+    ``job`` may be an ``outbox.Workflow``: every node is written in this transaction and
+    the workflow id is returned (``outbox.workflows``).
 
     ``conn`` is a SQLAlchemy Connection or Session, a psycopg Connection, a
     ``sqlite3.Connection`` or a PyMySQL Connection. Raises ``InvalidKey``/``InvalidJob``
@@ -110,6 +123,8 @@ def record(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
     on its own, ``IdempotencyConflict`` when ``key`` holds another job, and
     ``RetryTransaction`` when the database aborted the caller's transaction.
     """
+    if not isinstance(job, Job) and isinstance(job, Recordable):  # a Job pays one check
+        return job.record_into(conn, key, available_at=available_at)
     intent = Intent.build(key, job, available_at, capture_trace())
     target = adapt(conn)
     d = target.dialect
@@ -117,8 +132,10 @@ def record(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
     return _holder_id(intent, holder)
 
 
-async def record_async(conn: Any, key: str, job: Job, *, available_at: Any = 0) -> str:
+async def record_async(conn: Any, key: str, job: Job | Recordable, *, available_at: Any = 0) -> str:
     """``record`` for SQLAlchemy AsyncConnection/AsyncSession and psycopg AsyncConnection."""
+    if not isinstance(job, Job) and isinstance(job, Recordable):
+        return await job.record_into_async(conn, key, available_at=available_at)
     intent = Intent.build(key, job, available_at, capture_trace())
     target = await adapt_async(conn)
     d = target.dialect

@@ -26,6 +26,7 @@ import orjson
 from outbox.db.connection import Connection, Database
 from outbox.db.rows import FAILED, SUCCESSFUL, StoredResult
 from outbox.errors import ConfigurationError, OutboxError
+from outbox.ids import is_node_id
 from outbox.log import get_logger
 
 READY = "READY"
@@ -74,6 +75,15 @@ def keep_ms(name: str, keep_result: object) -> int | None:
         f"job {name!r}: keep_result must be True, False or the seconds to keep a result "
         f"(1 to {MAX_KEEP_S}), not {keep_result!r}"
     )
+
+
+def kept_ms(keep_result_ms: int | None, message_id: str) -> int | None:
+    """How long a job's result is kept: its handler's ``keep_result``, and at least
+    ``DEFAULT_KEEP_S`` for a workflow node, whose dependents read it (``ctx.results``);
+    None when it keeps none."""
+    if keep_result_ms is None and is_node_id(message_id):
+        return DEFAULT_KEEP_S * 1000
+    return keep_result_ms
 
 
 def encode(value: Any) -> str:

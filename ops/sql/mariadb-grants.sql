@@ -53,6 +53,10 @@ GRANT UPDATE (id, message_id, key_digest, fingerprint, job_name, queue, payload,
               available_at, state, created_at)
     ON outbox_messages TO outbox_app;
 GRANT INSERT ON outbox_jobs TO outbox_app;
+-- Workflows (outbox/workflows.py): record() writes the workflow, its nodes and edges.
+GRANT INSERT ON outbox_workflows TO outbox_app;
+GRANT INSERT ON outbox_workflow_nodes TO outbox_app;
+GRANT INSERT ON outbox_workflow_edges TO outbox_app;
 
 -- relay: claims and verifies pending intents, moves them (deletes them here, inserts the
 -- queue rows) or quarantines them. Never reads or changes a job afterwards, and never
@@ -87,6 +91,12 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_limit_waits TO outbox_worker;
 GRANT SELECT, INSERT ON outbox_inbox TO outbox_worker;
 -- Kept job results (outbox/results.py): written with the ack, an old one replaced on a rerun.
 GRANT SELECT, INSERT, DELETE ON outbox_job_results TO outbox_worker;
+-- Workflows (outbox/db/workflows.py): a node's ack or dead letter moves its dependents on;
+-- due ones become jobs, failed ones dead letters; ctx.results reads the parents' results.
+GRANT SELECT, UPDATE ON outbox_workflow_nodes TO outbox_worker;
+GRANT SELECT ON outbox_workflows TO outbox_worker;
+GRANT SELECT ON outbox_workflow_edges TO outbox_worker;
+GRANT INSERT ON outbox_jobs TO outbox_worker;
 
 -- operator: reads everything; returns quarantined intents to pending (retry, which may
 -- re-seal a key's fingerprint), prunes the keys of handed-off intents (and version-1
@@ -111,3 +121,7 @@ GRANT SELECT, DELETE ON outbox_limit_starts TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_limit_waits TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_inbox TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_job_results TO outbox_operator;
+-- Workflows: show, cancel, the retry of a failed node (re-arms its skipped dependents), prune.
+GRANT SELECT, UPDATE, DELETE ON outbox_workflows TO outbox_operator;
+GRANT SELECT, UPDATE, DELETE ON outbox_workflow_nodes TO outbox_operator;
+GRANT SELECT, DELETE ON outbox_workflow_edges TO outbox_operator;

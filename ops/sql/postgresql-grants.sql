@@ -59,6 +59,9 @@ ALTER TABLE outbox_limit_starts OWNER TO outbox_migrator;
 ALTER TABLE outbox_limit_waits OWNER TO outbox_migrator;
 ALTER TABLE outbox_inbox OWNER TO outbox_migrator;
 ALTER TABLE outbox_job_results OWNER TO outbox_migrator;
+ALTER TABLE outbox_workflows OWNER TO outbox_migrator;
+ALTER TABLE outbox_workflow_nodes OWNER TO outbox_migrator;
+ALTER TABLE outbox_workflow_edges OWNER TO outbox_migrator;
 
 -- app: writes intents with their key rows, and jobs; reads back only ids, digests,
 -- fingerprints and times (RETURNING, the replay lookup in outbox_keys). No payload, no
@@ -70,6 +73,8 @@ GRANT INSERT ON outbox_messages TO outbox_app;
 GRANT SELECT (message_id, key_digest, fingerprint) ON outbox_messages TO outbox_app;
 GRANT INSERT ON outbox_jobs TO outbox_app;
 GRANT SELECT (message_id) ON outbox_jobs TO outbox_app;
+-- Workflows (outbox/workflows.py): record() writes the workflow, its nodes and edges.
+GRANT INSERT ON outbox_workflows, outbox_workflow_nodes, outbox_workflow_edges TO outbox_app;
 
 -- relay: claims and verifies pending intents, moves them (deletes them here, inserts the
 -- queue rows) or quarantines them. Never reads or changes a job afterwards, and never
@@ -102,6 +107,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_limits, outbox_limit_slots,
 GRANT SELECT, INSERT ON outbox_inbox TO outbox_worker;
 -- Kept job results (outbox/results.py): written with the ack, an old one replaced on a rerun.
 GRANT SELECT, INSERT, DELETE ON outbox_job_results TO outbox_worker;
+-- Workflows (outbox/db/workflows.py): a node's ack or dead letter moves its dependents on;
+-- due ones become jobs, failed ones dead letters; ctx.results reads the parents' results.
+GRANT SELECT, UPDATE ON outbox_workflow_nodes TO outbox_worker;
+GRANT SELECT ON outbox_workflows, outbox_workflow_edges TO outbox_worker;
+GRANT INSERT ON outbox_jobs TO outbox_worker;
 
 -- operator: reads everything; returns quarantined intents to pending (retry, which may
 -- re-seal a key's fingerprint), prunes the keys of handed-off intents (and version-1
@@ -124,3 +134,6 @@ GRANT SELECT, DELETE ON outbox_limits, outbox_limit_slots, outbox_limit_starts,
     outbox_limit_waits TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_inbox TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_job_results TO outbox_operator;
+-- Workflows: show, cancel, the retry of a failed node (re-arms its skipped dependents), prune.
+GRANT SELECT, UPDATE, DELETE ON outbox_workflows, outbox_workflow_nodes TO outbox_operator;
+GRANT SELECT, DELETE ON outbox_workflow_edges TO outbox_operator;

@@ -15,7 +15,17 @@ from typing import Any
 import click
 
 from outbox import config, log
-from outbox.cli import conventions, dashboard, init, migrate, queue, relay, result, scheduler
+from outbox.cli import (
+    conventions,
+    dashboard,
+    init,
+    migrate,
+    queue,
+    relay,
+    result,
+    scheduler,
+    workflow,
+)
 from outbox.cli.context import CliContext
 from outbox.db.connection import Database
 from outbox.errors import ConfigurationError, OutboxError
@@ -97,7 +107,7 @@ def main(ctx: click.Context, database_url: str, log_format: str, log_level: str)
     ctx.obj = CliContext(database_url=database_url, log_level=log_level)
 
 
-for _module in (migrate, relay, queue, scheduler, init, dashboard, result):
+for _module in (migrate, relay, queue, scheduler, init, dashboard, result, workflow):
     for _command in _module.commands:
         main.add_command(_command)
 

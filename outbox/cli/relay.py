@@ -13,7 +13,7 @@ import sys
 import click
 import orjson
 
-from outbox import log
+from outbox import log, workflows
 from outbox import status as outbox_status
 from outbox.cli import broker, preflight, tables
 from outbox.cli.context import CliContext, pass_cli
@@ -347,7 +347,8 @@ def prune_command(cli: CliContext, days: int, limit: int) -> None:
     published so far. Pending and quarantined intents are never pruned. Pruning ends
     deduplication for those keys: recording one of them again creates a new job.
     It also deletes the dashboard chart's per-minute counts older than a day, and the
-    global limits' bookkeeping of keys idle for over an hour.
+    global limits' bookkeeping of keys idle for over an hour, and finished workflows
+    (no node waiting or due) recorded more than DAYS days ago.
     """
     with cli.connect() as conn:
         if sys.stderr.isatty():
@@ -358,7 +359,10 @@ def prune_command(cli: CliContext, days: int, limit: int) -> None:
             deleted = admin.prune(conn, days, limit)
         minutes = throughput.prune(conn.driver)
         keys = limits.prune(conn.driver)
+        flows = workflows.prune(conn, days * 86_400_000, batch=limit)
     click.echo(f"pruned {deleted} published tombstones older than {days} days")
+    if flows:
+        click.echo(f"pruned {flows} finished workflows older than {days} days")
     if minutes:
         click.echo(f"pruned {minutes} per-minute chart rows older than a day")
     if keys:

@@ -25,6 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from outbox.dashboard import actions, auth, pages
+from outbox.dashboard import workflows as workflow_pages
 from outbox.dashboard.backend import Backend
 from outbox.dashboard.web import Dashboard, Problem, Settings, log
 from outbox.db.connection import Database
@@ -119,6 +120,8 @@ def _routes(dash: Dashboard) -> list[Route | Mount]:
         Route("/quarantined", bind(pages.quarantined), methods=get),
         Route("/quarantined/retry", bind(actions.retry_quarantined), methods=post),
         Route("/schedules", bind(pages.schedules), methods=get),
+        Route("/workflows", bind(workflow_pages.workflow_list), methods=get),
+        Route("/workflows/{workflow_id}", bind(workflow_pages.workflow), methods=get),
         Route("/login", bind(pages.login_page), methods=get),
         Route("/login", bind(actions.login), methods=post),
         Route("/logout", bind(actions.logout), methods=post),

@@ -12,14 +12,25 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from outbox.db import workflows
 from outbox.db.driver import Executor, Row
 from outbox.db.rows import Failure, JobDeadLetter, JobFence, KeptResult, QueuedState, StoredResult
+from outbox.db.workflows import Plan
+from outbox.ids import is_node_id
+
+
+def kept_plan(kept: KeptResult) -> Plan[None]:
+    """The result, replacing an old one; for a workflow node's success, its dependents
+    made due too (a node always keeps its result, so its acknowledgement comes here)."""
+    params = kept.params()
+    yield ("result_delete", {"message_id": params["message_id"]})
+    yield ("result_insert", params)
+    if kept.failure is None and is_node_id(kept.job.message_id):
+        yield from workflows.succeeded(kept.job.message_id)
 
 
 def _write(c: Executor, kept: KeptResult) -> None:
-    params = kept.params()
-    c.execute("result_delete", {"message_id": params["message_id"]})
-    c.execute("result_insert", params)
+    workflows.on(c, kept_plan(kept))
 
 
 def _int(v: Any) -> int | None:

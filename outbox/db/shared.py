@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 import orjson
 
+from outbox.db import workflows
 from outbox.db.dialect import Dialect
 from outbox.db.driver import (
     CANCELLED_FAILURE,
@@ -52,6 +53,7 @@ from outbox.db.rows import (
     ThroughputRow,
 )
 from outbox.errors import DatabaseError
+from outbox.ids import is_node_id
 
 T = TypeVar("T")
 
@@ -226,6 +228,8 @@ class SharedDriver(LimitOps, ResultOps):
                 "exception_trace": failure.trace,
             },
         )
+        if is_node_id(str(message_id)):  # a workflow node: its dependents, in this transaction
+            workflows.on(c, workflows.failed(str(message_id)))
         return True
 
     # -- the outbox -------------------------------------------------------------------
@@ -421,10 +425,16 @@ class SharedDriver(LimitOps, ResultOps):
                 if message_ids is not None
                 else [str(r[0]) for r in c.execute("queue_admin_failed_ids", {"limit": batch})]
             )
+            nodes = [i for i in ids if is_node_id(i)]
+            if nodes:  # a skipped node comes back with the failed node it waits for
+                ids = [i for i in ids if i not in set(workflows.skipped_of(c, nodes))]
             if not ids:
                 return 0
             inserted = c.execute_count("queue_admin_requeue", {"ids": ids})
             c.execute_count("queue_admin_failed_delete", {"ids": ids})
+            for node_id in nodes:
+                if node_id in ids:
+                    workflows.on(c, workflows.requeued(node_id))
             return inserted
 
         return self._transact("queue retry", requeue)

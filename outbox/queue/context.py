@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from outbox.log import get_logger
+from outbox.queue.results_view import NO_RESULTS
 
 DBAPIConnection = Any
 """The driver's own connection, by the database URL: ``sqlite3.Connection``,
@@ -27,6 +28,9 @@ class JobContext:
     ``cancelled`` turns True once the worker learns that an operator cancelled the job
     (``outbox queue cancel``, read with the lease's heartbeat): a long handler checks it
     and returns early. Whatever it returns, the job is recorded as cancelled.
+
+    ``results``: for a workflow node, its dependencies' JSON return values by node name
+    or id (``ctx.results["charge"]``), read once on first use; empty for other jobs.
     """
 
     __slots__ = (
@@ -40,6 +44,7 @@ class JobContext:
         "max_attempts",
         "message_id",
         "queue",
+        "results",
     )
 
     def __init__(
@@ -54,6 +59,7 @@ class JobContext:
         connection: DBAPIConnection | None = None,
         job_id: int = 0,
         cancelled_ids: Container[int] = (),
+        results: Mapping[str, Any] = NO_RESULTS,
     ) -> None:
         self.message_id = message_id
         self.job_name = job_name
@@ -65,6 +71,9 @@ class JobContext:
         self._job_id = job_id
         self._cancelled_ids = cancelled_ids
         self._log: Any = None
+        # A workflow node's dependencies' results (outbox.queue.results_view), read
+        # on first use; empty for any other job.
+        self.results = results
 
     @property
     def cancelled(self) -> bool:

@@ -37,12 +37,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
+from outbox.db import workflows
 from outbox.db.adapters import adapt
 from outbox.db.caller import Plan, run
 from outbox.db.connection import Connection, Database
 from outbox.db.dialect import Dialect
 from outbox.db.driver import CANCELLED_FAILURE
 from outbox.errors import InvalidJob, MessageNotFound, UnsupportedConnection
+from outbox.ids import is_node_id
 from outbox.job import check_name
 from outbox.queue.admin import check_message_id
 
@@ -136,34 +138,42 @@ def _paused(dialect: Dialect) -> Plan[list[str]]:
 
 
 def _cancel(message_id: str) -> Callable[[Dialect], Plan[Literal["dead", "flagged"] | None]]:
-    key = {"message_id": message_id}
-
     def plan(dialect: Dialect) -> Plan[Literal["dead", "flagged"] | None]:
-        taken = yield ("job_cancel_take", key)
-        if taken:
-            mid, queue, job_name, payload, attempts, max_attempts, priority = taken[0]
-            failure = CANCELLED_FAILURE
-            yield (
-                "job_dead_insert",
-                {
-                    "message_id": mid,
-                    "queue": queue,
-                    "job_name": job_name,
-                    "payload": payload,
-                    "attempts": attempts,
-                    "max_attempts": max_attempts,
-                    "priority": priority,
-                    "exception_class": failure.exception_class,
-                    "exception_message": failure.message,
-                    "exception_trace": failure.trace,
-                },
-            )
-            return "dead"
-        yield ("job_cancel_flag", key)
-        held = yield ("dashboard_job", key)
-        return "flagged" if held else None
+        return (yield from cancel_plan(message_id))
 
     return plan
+
+
+def cancel_plan(message_id: str) -> Plan[Literal["dead", "flagged"] | None]:
+    """Cancel one queued job: a waiting one to the dead letters (with its workflow's
+    dependents, for a node), a held one flagged for its worker. Also what
+    ``outbox.workflows.cancel`` runs for each due node."""
+    key = {"message_id": message_id}
+    taken = yield ("job_cancel_take", key)
+    if taken:
+        mid, queue, job_name, payload, attempts, max_attempts, priority = taken[0]
+        failure = CANCELLED_FAILURE
+        yield (
+            "job_dead_insert",
+            {
+                "message_id": mid,
+                "queue": queue,
+                "job_name": job_name,
+                "payload": payload,
+                "attempts": attempts,
+                "max_attempts": max_attempts,
+                "priority": priority,
+                "exception_class": failure.exception_class,
+                "exception_message": failure.message,
+                "exception_trace": failure.trace,
+            },
+        )
+        if is_node_id(str(mid)):  # a workflow node: its dependents, in this transaction
+            yield from workflows.failed(str(mid))
+        return "dead"
+    yield ("job_cancel_flag", key)
+    held = yield ("dashboard_job", key)
+    return "flagged" if held else None
 
 
 def pause(target: Target, queue: str) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 from outbox.db.connection import Database
 from outbox.db.rows import ClaimedJob
 from outbox.hooks import Hooks
+from outbox.ids import is_node_id
 from outbox.queue.config import WorkerConfig, WorkerStats
 from outbox.queue.execute import JobTimeout, Kind, Outcome, failure_of
 from outbox.queue.gate import Gate
@@ -257,6 +258,8 @@ class Dispatcher:
         cancelled = self.pools is not None and self.pools.cancelled(job)
         decision = self.db.decide(outcome, cancelled=cancelled)
         self.hooks.job_settled(job, decision.action, decision.delay_ms, decision.error)
+        if is_node_id(job.message_id):  # its ack or dead letter may make dependents due:
+            self.dry.clear()  # claim at once (the ack rides along) instead of after --sleep
         if decision.action is not Action.ACK:
             self.db.apply(outcome, decision)
         elif outcome.kind is Kind.ACKED:  # in the handler's own commit

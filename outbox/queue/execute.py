@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
 from queue import Empty, SimpleQueue
 from typing import Any
@@ -36,11 +36,14 @@ from outbox import tracing
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
 from outbox.db.rows import ClaimedJob, Failure, JobFence, KeptResult
+from outbox.db.workflows import parent_results
 from outbox.errors import OutboxError, PermanentFailure, Snooze
 from outbox.hooks import NO_HOOKS, Hooks
+from outbox.ids import is_node_id
 from outbox.queue.context import JobContext
 from outbox.queue.registry import Handler, Registry
-from outbox.results import InvalidResult
+from outbox.queue.results_view import NO_RESULTS, DependencyResults
+from outbox.results import InvalidResult, kept_ms
 from outbox.results import encode as encode_result
 
 
@@ -151,7 +154,20 @@ class Runner:
             connection=None if conn is None else conn.raw,
             job_id=job.id,
             cancelled_ids=self.cancelled,
+            results=self._results_of(job),
         )
+
+    def _results_of(self, job: ClaimedJob) -> Mapping[str, Any]:
+        """A workflow node's dependencies' results, read on first use; none otherwise."""
+        if not is_node_id(job.message_id):
+            return NO_RESULTS
+        read, node_id = self.read_parents, job.message_id
+        return DependencyResults(lambda: read(node_id))
+
+    def read_parents(self, node_id: str) -> list[tuple[str, str, str, str | None]]:
+        """A node's parents' results (``outbox.testing`` reads them on the test's own
+        connection instead)."""
+        return parent_results(self.database, node_id)
 
     def run_sync(self, job: ClaimedJob, handler: Handler) -> Outcome:
         """Run one attempt of ``job``; in its span when tracing is on."""
@@ -187,17 +203,18 @@ class Runner:
         def body(c: Connection) -> None:
             try:
                 value = handler.fn(payload, self._ctx(job, c))
-                kept = None if handler.keep_result_ms is None else encode_result(value)
+                keep_ms = kept_ms(handler.keep_result_ms, job.message_id)
+                kept = None if keep_ms is None else encode_result(value)
             except Exception as exc:
                 if is_retryable(exc):
                     raise
                 raise _HandlerRaised(exc) from exc
             if not c.driver.job_ack_in_tx(JobFence(self.worker_id, [job])):
                 raise _LeaseLost()
-            if handler.keep_result_ms is not None:  # in the ack's own transaction
+            if keep_ms is not None:  # in the ack's own transaction
                 ran_ms = round((time.monotonic() - began) * 1000)
                 c.driver.result_write_in_tx(
-                    KeptResult(job, self.worker_id, handler.keep_result_ms, ran_ms, kept)
+                    KeptResult(job, self.worker_id, keep_ms, ran_ms, kept)
                 )
 
         try:
@@ -271,7 +288,7 @@ def _done(job: ClaimedJob, handler: Handler, value: Any) -> Outcome:
     """A handler returned: keep its return value if it keeps results. One that cannot
     be kept (``InvalidResult``) fails the job permanently: running it again returns the
     same kind of value."""
-    if handler.keep_result_ms is None:
+    if kept_ms(handler.keep_result_ms, job.message_id) is None:
         return Outcome(Kind.DONE, job)
     try:
         return Outcome(Kind.DONE, job, result=encode_result(value))

@@ -43,6 +43,7 @@ from outbox.queue.execute import Outcome
 from outbox.queue.policy import UNKNOWN_DELAY_MS, UNKNOWN_FAILURE, Action, Decision, decide
 from outbox.queue.registry import Registry
 from outbox.queue.throughput import DEAD, RETRIED, SUCCEEDED, Tally
+from outbox.results import kept_ms
 
 UNKNOWN_JOB = "UnknownJob"
 REAP_BATCH = 200
@@ -125,15 +126,15 @@ class Settler:
     def _kept_result(self, outcome: Outcome, failure: Failure | None = None) -> KeptResult:
         job = outcome.job
         handler = self.registry.get(job.job_name)
-        keep_ms = 0 if handler is None or handler.keep_result_ms is None else (
-            handler.keep_result_ms
-        )
+        keep_ms = kept_ms(None if handler is None else handler.keep_result_ms, job.message_id)
+        keep_ms = keep_ms or 0
         ran_ms = 0 if outcome.ran_s is None else round(outcome.ran_s * 1000)
         return KeptResult(job, self.worker_id, keep_ms, ran_ms, outcome.result, failure)
 
     def _keeps_result(self, job: ClaimedJob) -> bool:
         handler = self.registry.get(job.job_name)
-        return handler is not None and handler.keep_result_ms is not None
+        keep = None if handler is None else handler.keep_result_ms
+        return kept_ms(keep, job.message_id) is not None
 
     def _count_acked(self, jobs: Sequence[ClaimedJob], acked: set[int]) -> None:
         self.stats.succeeded += len(acked)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from outbox.db.driver import Driver
 from outbox.db.rows import HandoffResult, OutboxHandoff, StoredIntent
 from outbox.errors import BrokerError, ConfigurationError, TargetRefused
+from outbox.ids import is_node_id
 from outbox.jetstream import MAX_IN_FLIGHT, codec, names, provision
 from outbox.jetstream.connect import Broker, BrokerUrl
 from outbox.jetstream.publish import Acked, BatchPublisher, Outcome, PublishRefused
@@ -154,6 +155,7 @@ class JetStreamTarget:
     ) -> set[str]:
         if not intents:
             return set()
+        refuse_workflows(intents)
         timeout = self.settings.publish_timeout
         try:
             broker.call(self._ensure(broker, {str(i.queue) for i in intents}), timeout * 2)
@@ -216,6 +218,20 @@ class JetStreamTarget:
 
     def close(self) -> None:
         self._drop()
+
+
+def refuse_workflows(intents: list[StoredIntent]) -> None:
+    """A workflow's node is never published: its dependents become due in its
+    acknowledgement's database transaction, which a JetStream acknowledgement is not
+    (``outbox.workflows``). The batch rolls back, every row stays pending, and the relay
+    stops with this one line; a relay with the SQL queue target hands them off."""
+    node = next((i for i in intents if is_node_id(i.message_id)), None)
+    if node is not None:
+        raise ConfigurationError(
+            f"intent {node.message_id} is a workflow node: workflows run on the SQL queue "
+            "only (their nodes become due in a database transaction that a JetStream ack "
+            "is not); relay it without --target nats://"
+        )
 
 
 def _note_failure(refused: list[_Refusal], queue: str, outcome: PublishRefused) -> None:

@@ -311,3 +311,66 @@ inbox = Table(
     **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
 )
 Index("outbox_inbox_handled", inbox.c.handled_at)
+
+# Workflows (``outbox.workflows``): a graph of jobs recorded in one transaction under one
+# idempotency key (its ``outbox_keys`` row names the workflow id and the graph's
+# fingerprint). Every node is a row here from the start; a node whose dependencies are
+# not all done is ``waiting`` and is no job at all, so the claim never sees it. The roots
+# go out as ordinary intents; a node's acknowledgement makes its dependents due, in
+# that transaction (``outbox.db.workflows``). ``outbox prune`` drops finished workflows.
+workflows = Table(
+    "outbox_workflows",
+    metadata,
+    Column("workflow_id", String(36), primary_key=True),
+    _name("name"),
+    Column("key_digest", String(64), nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("node_count", Integer, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+Index("outbox_workflows_created", workflows.c.created_at)
+
+# One row per node: its job as recorded, how many dependencies it still waits for and
+# its state (waiting, due, succeeded, dead, skipped). Timings of a run are read from the
+# queue, the results and the dead letters; the row keeps when it became due and ended.
+workflow_nodes = Table(
+    "outbox_workflow_nodes",
+    metadata,
+    Column("node_id", String(36), primary_key=True),
+    Column("workflow_id", String(36), nullable=False),
+    _name("name"),
+    _name("job_name"),
+    _name("queue"),
+    Column("payload", Text, nullable=False),
+    Column("max_attempts", Integer, nullable=True),
+    Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+    Column("on_failure", String(8), nullable=False),
+    Column("deps_total", Integer, nullable=False),
+    Column("deps_left", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("due_at", BigInteger, nullable=True),
+    Column("finished_at", BigInteger, nullable=True),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+Index(
+    "outbox_workflow_nodes_name",
+    workflow_nodes.c.workflow_id,
+    workflow_nodes.c.name,
+    unique=True,
+)
+
+# The edges: ``child_id`` runs after ``parent_id``. The acknowledgement of a parent
+# walks its children by the primary key; ``ctx.results`` walks a child's parents.
+workflow_edges = Table(
+    "outbox_workflow_edges",
+    metadata,
+    Column("parent_id", String(36), primary_key=True),
+    Column("child_id", String(36), primary_key=True),
+    Column("workflow_id", String(36), nullable=False),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+Index("outbox_workflow_edges_child", workflow_edges.c.child_id)
+Index("outbox_workflow_edges_workflow", workflow_edges.c.workflow_id)

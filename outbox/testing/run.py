@@ -30,16 +30,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from outbox.db import caller
+from outbox.db import caller, workflows
 from outbox.db.adapters import Target, adapt
 from outbox.db.connection import Connection, Database
-from outbox.db.rows import ClaimedJob
+from outbox.db.results import kept_plan
+from outbox.db.rows import ClaimedJob, KeptResult
 from outbox.errors import ConfigurationError
+from outbox.ids import is_node_id
 from outbox.job import scheduler_keys
 from outbox.queue.execute import Outcome, Runner
 from outbox.queue.policy import UNKNOWN_FAILURE, Action, decide
 from outbox.queue.registry import Handler, Registry
 from outbox.record import record
+from outbox.results import kept_ms
 from outbox.schedule.store import job_of
 from outbox.testing.clock import Clock
 
@@ -125,6 +128,9 @@ def run_pending(
     # The worker's own Runner; its database serves only transactional handlers, which
     # run on the test's connection here instead (_execute), so it is never connected.
     runner = Runner(reg, _WORKER_ID, Database("sqlite://"))
+    runner.read_parents = lambda node_id: caller.run(  # type: ignore[method-assign]
+        workflows.parents_plan(node_id), target, "run_pending"
+    )
     wrapped = Connection(_dbapi(conn), target.dialect)
     skip: set[int] = set()
     for _ in range(max_rounds):
@@ -205,6 +211,8 @@ def _run_one(
     if decision.action is Action.ACK:
         _q(target, "testing_release_job")
         _q(target, "testing_done", {"id": job.id})
+        if is_node_id(job.message_id):  # the worker's own step (outbox.db.workflows)
+            _node_done(target, job, outcome, handler, now_ms)
         return Ran(job.job_name, job.message_id, job.attempts, "done")
     _q(target, "testing_rollback_job")
     _q(target, "testing_release_job")
@@ -233,7 +241,20 @@ def _run_one(
     }
     _q(target, "testing_dead", dead)
     _q(target, "testing_done", {"id": job.id})
+    if is_node_id(job.message_id):
+        caller.run(workflows.failed(job.message_id), target, "run_pending")
+        _q(target, "testing_workflow_due", {"node_id": job.message_id, "now_ms": now_ms})
     return Ran(job.job_name, job.message_id, job.attempts, "dead", error)
+
+
+def _node_done(
+    target: Target, job: ClaimedJob, outcome: Outcome, handler: Handler, now_ms: int
+) -> None:
+    """A workflow node's result and its dependents made due, as the worker's ack does."""
+    keep = kept_ms(handler.keep_result_ms, job.message_id) or 0
+    kept = KeptResult(job, _WORKER_ID, keep, 0, outcome.result)
+    caller.run(kept_plan(kept), target, "run_pending")
+    _q(target, "testing_workflow_due", {"node_id": job.message_id, "now_ms": now_ms})
 
 
 def _execute(runner: Runner, wrapped: Connection, job: ClaimedJob, handler: Handler) -> Outcome:

@@ -371,7 +371,9 @@ CANNOT: dict[str, list[No]] = {
         No("record an intent", _NEW_INTENT),
         No("change an intent", "UPDATE outbox_messages SET state = 'failed' WHERE 1 = 0"),
         No("delete an intent", "DELETE FROM outbox_messages WHERE 1 = 0"),
-        No("insert a job", _NEW_JOB),
+        # (The worker inserts jobs since workflows: a node's acknowledgement makes its
+        # dependents due, as queue rows, in that transaction.)
+        No("record a workflow", "INSERT INTO outbox_workflows (workflow_id) VALUES ('x')"),
         No("rewrite a job's payload", "UPDATE outbox_jobs SET payload = '{}' WHERE 1 = 0"),
         No("read dead letters", _READ_DEAD),
         No("delete dead letters", "DELETE FROM outbox_failed_jobs WHERE 1 = 0"),

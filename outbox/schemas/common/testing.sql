@@ -74,3 +74,11 @@ SELECT 'job', message_id, job_name, queue, payload,
 FROM outbox_jobs
 UNION ALL
 SELECT 'dead', message_id, job_name, queue, payload, 'dead' FROM outbox_failed_jobs;
+
+-- name: testing_workflow_due
+-- A workflow node's dependents just made due (by the database's clock) are due by the
+-- test's clock, as a worker's would be at once.
+UPDATE outbox_jobs SET available_at = :now_ms, created_at = :now_ms
+WHERE message_id IN (SELECT e.child_id FROM outbox_workflow_edges e
+                     WHERE e.parent_id = :node_id)
+  AND reserved_by IS NULL AND attempts = 0;

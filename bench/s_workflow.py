@@ -1,0 +1,170 @@
+"""workflow: a 1,000-node fan-out/fan-in, and the latency from a dependency's ack to its
+dependent's start.
+
+The graph is one root, 998 nodes after it, one join after all of them, recorded with
+``record(conn, key, Workflow(...))``; the relay hands the root off and two worker
+processes (``outbox worker``, concurrency 8 each, the machine has 2 cores) run it. Wall
+time runs from the recording's commit to the join's acknowledgement. Dependents are made
+due in their dependency's acknowledgement transaction, so no sweep interval adds to it.
+
+Latency: each node's start (the handler's first act, ``bench.w_workflow``) minus the
+acknowledgement of its last dependency (``finished_at``, the database's clock in the
+ack's transaction; same machine). In the fan-out the 998 middle nodes start in queue
+order behind one another, so their figure is mostly waiting for a free slot; the clean
+figure is a chain of 50 nodes (each one after the previous), which the ``chain`` rows
+report, and the join's own latency (the fan-in: its last dependency's ack to its start).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import servers
+from bench.plan import Ctx, Plan
+from bench.procs import ROOT
+from bench.w_workflow import NODE
+
+NAME = "workflow"
+WORKERS = 2
+CONCURRENCY = 8
+
+
+def _workers(url: str, sink: Path) -> list[subprocess.Popen[bytes]]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), BENCH_WORKFLOW_FILE=str(sink))
+    argv = [sys.executable, "-m", "outbox", "--database-url", url, "--log-level", "warning",
+            "worker", "default", "--app", "bench.w_workflow:APP",
+            "--concurrency", str(CONCURRENCY), "--sleep", "0.05"]
+    return [subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL) for _ in range(WORKERS)]
+
+
+def _build(kind: str, size: int) -> Any:
+    from outbox import Job, Workflow
+
+    wf = Workflow(f"bench:{kind}")
+    if kind == "fan":
+        root = wf.add(Job(NODE, {"n": "root"}), name="root")
+        middle = [wf.add(Job(NODE, {"n": f"m{i}"}), name=f"m{i}", after=[root])
+                  for i in range(size - 2)]
+        wf.add(Job(NODE, {"n": "join"}), name="join", after=middle)
+    else:
+        prev = wf.add(Job(NODE, {"n": "c0"}), name="c0")
+        for i in range(1, size):
+            prev = wf.add(Job(NODE, {"n": f"c{i}"}), name=f"c{i}", after=[prev])
+    return wf
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _run(url: str, kind: str, size: int, seq: int) -> dict[str, float]:
+    from outbox import Relay, record
+    from outbox.db.connection import Database
+    from outbox.workflows import get
+
+    database = Database(url)
+    with tempfile.TemporaryDirectory() as tmp:
+        sink = Path(tmp) / "starts.log"
+        sink.touch()
+        procs = _workers(url, sink)
+        try:
+            time.sleep(1.0)  # the workers are up and idle: their start is not measured
+            wf = _build(kind, size)
+            began = time.time()
+            with database.connect() as c:
+                wf_id = c.transact(lambda t: record(t.raw, f"bench:{kind}:{seq}", wf),
+                                   operation="bench")
+            with Relay(database) as relay:
+                relay.run_once()
+            deadline = time.monotonic() + 600
+            shown = get(database, wf_id)
+            while shown is not None and shown.state == "running":
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the {kind} workflow did not finish in 600 s")
+                time.sleep(0.05)
+                shown = get(database, wf_id)
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(30)
+        assert shown is not None and shown.state == "succeeded", shown and shown.state
+        starts = {}
+        for line in sink.read_text().splitlines():
+            name, at = line.split()
+            starts[name] = float(at)
+    acked = {n.name: n.finished_at.timestamp() for n in shown.nodes if n.finished_at}
+    lat = {n.name: (starts[n.name] - max(acked[d] for d in n.after)) * 1000
+           for n in shown.nodes if n.after}
+    last = max(acked.values())
+    out = {"wall_s": last - began}
+    values = list(lat.values())
+    out["p50_ms"], out["p99_ms"] = _pct(values, 0.5), _pct(values, 0.99)
+    if kind == "fan":
+        out["join_ms"] = lat["join"]
+    return out
+
+
+def main() -> None:
+    """``python -m bench.s_workflow BACKEND``: one smoke run of both graphs, printed."""
+    backend = sys.argv[1] if len(sys.argv) > 1 else "sqlite"
+    url = servers.fresh(backend, "outbox_bench_workflow")
+    from outbox.db.connection import Database
+    from outbox.db.migrate import migrate
+
+    with Database(url).connect() as c:
+        migrate(c)
+    try:
+        fan = _run(url, "fan", 1_000, 1)
+        chain = _run(url, "chain", 50, 2)
+    finally:
+        servers.drop_all()
+    print(f"{backend}: 1,000-node fan-out/fan-in: wall {fan['wall_s']:.2f} s, "
+          f"join (fan-in) ack->start {fan['join_ms']:.1f} ms, all nodes ack->start "
+          f"p50 {fan['p50_ms']:.1f} ms p99 {fan['p99_ms']:.1f} ms; chain of 50: "
+          f"ack->start p50 {chain['p50_ms']:.1f} ms p99 {chain['p99_ms']:.1f} ms, "
+          f"wall {chain['wall_s']:.2f} s ({WORKERS} workers x concurrency {CONCURRENCY})")
+
+
+def plan(ctx: Ctx) -> Plan:
+    from bench.core import Case
+
+    url = servers.fresh(ctx.backend, "outbox_bench_workflow")
+    from outbox.db.connection import Database
+    from outbox.db.migrate import migrate
+
+    with Database(url).connect() as c:
+        migrate(c)
+    seq = iter(range(1, 1_000_000))
+
+    def fan() -> dict[str, float]:
+        return _run(url, "fan", 1_000, next(seq))
+
+    def chain() -> dict[str, float]:
+        r = _run(url, "chain", 50, next(seq))
+        return {"p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
+
+    ms = ("ms", False)
+    cases = [
+        Case("1,000-node fan-out/fan-in", fan, unit="s", higher_is_better=False,
+             metrics={"p50_ms": ms, "p99_ms": ms, "join_ms": ms}),
+        Case("chain of 50: dependency ack -> dependent start", chain, unit="ms",
+             higher_is_better=False, metrics={"p50_ms": ms, "p99_ms": ms}),
+    ]
+    p = Plan(cases=cases)
+    p.notes.append(f"workflow: {WORKERS} worker processes x concurrency {CONCURRENCY}, "
+                   f"{ctx.backend}; latency = node start - its last dependency's ack")
+    p.rounds = min(ctx.rounds, 3)
+    return p
+
+
+if __name__ == "__main__":
+    main()

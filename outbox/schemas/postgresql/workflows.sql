@@ -1,0 +1,52 @@
+-- Workflows on PostgreSQL: the recording statements read their rows from one jsonb
+-- parameter, so a workflow of 1,000 nodes is four statements whatever its size.
+
+-- name: workflow_key_insert
+-- The workflow's idempotency key row; a replay finds the existing one (record_lookup,
+-- whose fresh READ COMMITTED snapshot sees a racing winner once ON CONFLICT waited).
+INSERT INTO outbox_keys (key_digest, message_id, fingerprint, created_at)
+VALUES (:key_digest, :message_id, :fingerprint, {now_ms})
+ON CONFLICT (key_digest) DO NOTHING;
+
+-- name: workflow_nodes_insert
+-- Every node from a JSON array of rows [node_id, name, job_name, queue, payload,
+-- max_attempts, priority, on_failure, deps_total, intent key digest, intent fingerprint]:
+-- a root is due at once (its intent follows), the others wait.
+INSERT INTO outbox_workflow_nodes
+    (node_id, workflow_id, name, job_name, queue, payload, max_attempts, priority,
+     on_failure, deps_total, deps_left, state, created_at, due_at)
+SELECT r.v ->> 0, :workflow_id, r.v ->> 1, r.v ->> 2, r.v ->> 3, r.v ->> 4,
+       CAST(r.v ->> 5 AS integer), CAST(r.v ->> 6 AS smallint), r.v ->> 7,
+       CAST(r.v ->> 8 AS integer), CAST(r.v ->> 8 AS integer),
+       CASE WHEN CAST(r.v ->> 8 AS integer) = 0 THEN 'due' ELSE 'waiting' END,
+       {now_ms},
+       CASE WHEN CAST(r.v ->> 8 AS integer) = 0 THEN {now_ms} END
+FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r (v, ord)
+ORDER BY r.ord;
+
+-- name: workflow_edges_insert
+-- Every edge from a JSON array of [parent_id, child_id].
+INSERT INTO outbox_workflow_edges (parent_id, child_id, workflow_id)
+SELECT r.v ->> 0, r.v ->> 1, :workflow_id
+FROM jsonb_array_elements(CAST(:edges AS jsonb)) AS r (v);
+
+-- name: workflow_roots_insert
+-- The roots as ordinary intents (the relay hands them off), from the nodes' rows.
+INSERT INTO outbox_messages
+    (message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
+     available_at, state, created_at, keyed, priority)
+SELECT r.v ->> 0, r.v ->> 9, r.v ->> 10, r.v ->> 2, r.v ->> 3, r.v ->> 4,
+       CAST(r.v ->> 5 AS integer), CAST(:available_at AS bigint), 'pending', {now_ms}, 1,
+       CAST(r.v ->> 6 AS smallint)
+FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r (v, ord)
+WHERE CAST(r.v ->> 8 AS integer) = 0
+ORDER BY r.ord;
+
+-- name: workflow_children
+-- The children of :node_id with their state and failure rule, locked: a failure that
+-- skips them and a parent's acknowledgement that counts them down cannot interleave.
+SELECT n.node_id, n.state, n.on_failure
+FROM outbox_workflow_edges e
+JOIN outbox_workflow_nodes n ON n.node_id = e.child_id
+WHERE e.parent_id = :node_id
+FOR UPDATE OF n;

@@ -1,0 +1,405 @@
+"""Workflows (``outbox.workflows``) on every backend, through the real relay and worker:
+recorded in one transaction, nodes due only when their dependencies succeeded (made due
+in the acknowledgement's transaction), DependencyFailed dead letters, on_failure="run",
+a retry of the failed node, replays and conflicts, validation that writes nothing,
+cancel, show and prune. The racing processes are in tests/reliability."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from outbox import Job, Registry, Relay, Workflow, record
+from outbox.db.connection import Connection, Database
+from outbox.errors import IdempotencyConflict, InvalidKey
+from outbox.queue import JobContext, Worker, WorkerConfig
+from outbox.queue.admin import retry, retry_all
+from outbox.workflows import MAX_NODES, InvalidWorkflow, cancel, get, prune
+from tests.fixtures.factories import count_rows
+
+registry = Registry()
+_lock = threading.Lock()
+LEDGER: list[tuple[str, str, dict[str, Any]]] = []  # (event, node, results seen)
+FLAKY = {"fail": True}
+
+
+def _seen(ctx: JobContext, payload: Any) -> dict[str, Any]:
+    with _lock:
+        LEDGER.append(("start", payload["n"], dict(ctx.results)))
+    return {"n": payload["n"], "got": sorted(ctx.results)}
+
+
+@registry.job("wf.step")
+def step(payload: Any, ctx: JobContext) -> Any:
+    return _seen(ctx, payload)
+
+
+@registry.job("wf.fails", max_attempts=1)
+def fails(payload: Any, ctx: JobContext) -> None:
+    _seen(ctx, payload)
+    raise LookupError(f"secret {payload['n']} not found")
+
+
+@registry.job("wf.flaky", max_attempts=1)
+def flaky(payload: Any, ctx: JobContext) -> Any:
+    out = _seen(ctx, payload)
+    if FLAKY["fail"]:
+        raise RuntimeError("not yet")
+    return out
+
+
+@registry.job("wf.cleanup")
+def cleanup(payload: Any, ctx: JobContext) -> Any:
+    _seen(ctx, payload)
+    return {"failed": ctx.results.failed}  # type: ignore[attr-defined]
+
+
+@registry.job("wf.tx", transactional=True)
+def in_tx(payload: Any, ctx: JobContext) -> Any:
+    return _seen(ctx, payload)
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    LEDGER.clear()
+    FLAKY["fail"] = True
+
+
+def _record(database: Database, key: str, wf: Workflow) -> str:
+    with database.connect() as c:
+        return c.transact(lambda t: record(t.raw, key, wf), operation="test")
+
+
+def _run(database: Database) -> None:
+    """Relay, then drain with a real worker until nothing is due."""
+    with Relay(database) as relay:
+        relay.run_once()
+    with Worker(database, registry, WorkerConfig(stop_when_empty=True, sleep=0.02,
+                                                  concurrency=4)) as w:
+        w.run()
+
+
+def _j(name: str, n: str) -> Job:
+    return Job(name, {"n": n})
+
+
+def _starts() -> list[str]:
+    return [n for event, n, _ in LEDGER if event == "start"]
+
+
+def _diamond() -> Workflow:
+    wf = Workflow("order:42:fulfil")
+    a = wf.add(_j("wf.step", "a"), name="a")
+    b = wf.add(_j("wf.step", "b"), name="b", after=[a])
+    c = wf.add(_j("wf.tx", "c"), name="c", after=[a])
+    wf.add(_j("wf.step", "d"), name="d", after=[b, c])
+    return wf
+
+
+def test_a_diamond_runs_in_dependency_order_with_results_passed_along(
+    database: Database, conn: Connection
+) -> None:
+    wf_id = _record(database, "order:42", _diamond())
+    assert count_rows(conn, "outbox_messages") == 1  # only the root is an intent
+    assert count_rows(conn, "outbox_jobs") == 0
+    shown = get(conn, wf_id)
+    assert shown is not None
+    assert [(n.name, n.state) for n in shown.nodes] == [
+        ("a", "due"), ("b", "waiting"), ("c", "waiting"), ("d", "waiting")]
+    _run(database)
+    starts = _starts()
+    assert starts[0] == "a" and starts[-1] == "d" and sorted(starts) == ["a", "b", "c", "d"]
+    by_node = {n: seen for _, n, seen in LEDGER}
+    assert by_node["a"] == {}
+    assert by_node["b"]["a"] == {"n": "a", "got": []}
+    d_ids = {n.name: n.node_id for n in shown.nodes}
+    assert by_node["d"]["b"] == {"n": "b", "got": sorted(["a", d_ids["a"]])}
+    assert by_node["d"]["c"]["n"] == "c" and by_node["d"][d_ids["c"]]["n"] == "c"
+    done = get(database, wf_id)
+    assert done is not None and done.state == "succeeded"
+    assert all(n.state == "succeeded" and n.attempts == 1 for n in done.nodes)
+    assert all(n.started_at is not None and n.finished_at is not None for n in done.nodes)
+    assert done.node("d").after == ["b", "c"]
+
+
+def test_fan_out_and_fan_in_of_a_hundred(database: Database, conn: Connection) -> None:
+    wf = Workflow("fan")
+    root = wf.add(_j("wf.step", "root"), name="root")
+    middle = [wf.add(_j("wf.step", f"m{i}"), name=f"m{i}", after=[root]) for i in range(100)]
+    wf.add(_j("wf.step", "join"), name="join", after=middle)
+    wf_id = _record(database, "fan:1", wf)
+    _run(database)
+    starts = _starts()
+    assert len(starts) == 102 and len(set(starts)) == 102
+    assert starts[0] == "root" and starts[-1] == "join"
+    joined = next(seen for _, n, seen in LEDGER if n == "join")
+    assert {joined[f"m{i}"]["n"] for i in range(100)} == {f"m{i}" for i in range(100)}
+    shown = get(conn, wf_id)
+    assert shown is not None and shown.state == "succeeded"
+    assert count_rows(conn, "outbox_jobs") == 0
+
+
+def test_a_failing_middle_node_dead_letters_its_dependents_without_running_them(
+    database: Database, conn: Connection
+) -> None:
+    wf = Workflow("fails")
+    a = wf.add(_j("wf.step", "a"), name="a")
+    b = wf.add(_j("wf.fails", "b"), name="b", after=[a])
+    c = wf.add(_j("wf.step", "c"), name="c", after=[b])
+    wf.add(_j("wf.step", "e"), name="e", after=[c])
+    wf.add(_j("wf.step", "side"), name="side", after=[a])
+    wf_id = _record(database, "fails:1", wf)
+    _run(database)
+    assert sorted(_starts()) == ["a", "b", "side"]
+    shown = get(conn, wf_id)
+    assert shown is not None and shown.state == "failed"
+    states = {n.name: (n.state, n.error) for n in shown.nodes}
+    assert states == {
+        "a": ("succeeded", None), "b": ("dead", "LookupError"),
+        "c": ("skipped", "DependencyFailed"), "e": ("skipped", "DependencyFailed"),
+        "side": ("succeeded", None),
+    }
+    assert count_rows(conn, "outbox_failed_jobs", "exception_class = 'DependencyFailed'") == 2
+    assert count_rows(conn, "outbox_failed_jobs", "attempts = 0") == 2
+
+
+def test_on_failure_run_lets_a_clean_up_node_run_anyway(
+    database: Database, conn: Connection
+) -> None:
+    wf = Workflow("cleanup")
+    a = wf.add(_j("wf.step", "a"), name="a")
+    b = wf.add(_j("wf.fails", "b"), name="b", after=[a])
+    wf.add(_j("wf.cleanup", "clean"), name="clean", after=[a, b], on_failure="run")
+    wf.add(_j("wf.step", "next"), name="next", after=[b])
+    wf_id = _record(database, "cleanup:1", wf)
+    _run(database)
+    assert _starts() == ["a", "b", "clean"]
+    seen = next(s for _, n, s in LEDGER if n == "clean")
+    assert list(seen) != [] and "b" not in seen and seen["a"]["n"] == "a"
+    shown = get(conn, wf_id)
+    assert shown is not None
+    assert {n.name: n.state for n in shown.nodes} == {
+        "a": "succeeded", "b": "dead", "clean": "succeeded", "next": "skipped"}
+
+
+def test_queue_retry_of_the_failed_node_puts_the_failed_branch_back_in_play(
+    database: Database, conn: Connection
+) -> None:
+    wf = Workflow("retry")
+    a = wf.add(_j("wf.flaky", "a"), name="a")
+    b = wf.add(_j("wf.step", "b"), name="b", after=[a])
+    wf.add(_j("wf.step", "c"), name="c", after=[b])
+    wf.add(_j("wf.cleanup", "clean"), name="clean", after=[a], on_failure="run")
+    wf_id = _record(database, "retry:1", wf)
+    _run(database)
+    assert sorted(_starts()) == ["a", "clean"]
+    assert retry(conn, _node(conn, wf_id, "b")) == 0  # a skipped node waits for its cause
+    LEDGER.clear()
+    FLAKY["fail"] = False
+    assert retry(conn, _node(conn, wf_id, "a")) == 1
+    shown = get(conn, wf_id)
+    assert shown is not None
+    assert {n.name: n.state for n in shown.nodes} == {
+        "a": "due", "b": "waiting", "c": "waiting", "clean": "succeeded"}
+    assert count_rows(conn, "outbox_failed_jobs") == 0
+    _run(database)
+    assert _starts() == ["a", "b", "c"]
+    done = get(conn, wf_id)
+    assert done is not None and done.state == "succeeded"
+    assert done.node("a").attempts == 1
+
+
+def test_retry_all_requeues_the_failed_node_and_not_its_skipped_dependents(
+    database: Database, conn: Connection
+) -> None:
+    wf = Workflow("retry-all")
+    a = wf.add(_j("wf.flaky", "a"), name="a")
+    wf.add(_j("wf.step", "b"), name="b", after=[a])
+    wf_id = _record(database, "retry:2", wf)
+    _run(database)
+    FLAKY["fail"] = False
+    assert retry_all(conn) == 1
+    _run(database)
+    shown = get(conn, wf_id)
+    assert shown is not None and shown.state == "succeeded"
+
+
+def _node(conn: Connection, wf_id: str, name: str) -> str:
+    shown = get(conn, wf_id)
+    assert shown is not None
+    return shown.node(name).node_id
+
+
+def _table_counts(conn: Connection) -> dict[str, int]:
+    tables = ("outbox_keys", "outbox_messages", "outbox_jobs", "outbox_workflows",
+              "outbox_workflow_nodes", "outbox_workflow_edges")
+    return {t: count_rows(conn, t) for t in tables}
+
+
+def test_a_replayed_key_returns_the_same_workflow_and_writes_nothing(
+    database: Database, conn: Connection
+) -> None:
+    first = _record(database, "order:7", _diamond())
+    before = _table_counts(conn)
+    assert _record(database, "order:7", _diamond()) == first
+    assert _table_counts(conn) == before
+    _run(database)
+    assert _record(database, "order:7", _diamond()) == first  # also once it ran
+    assert len(_starts()) == 4
+
+
+def test_another_graph_under_the_same_key_is_a_conflict_and_writes_nothing(
+    database: Database, conn: Connection
+) -> None:
+    first = _record(database, "order:8", _diamond())
+    before = _table_counts(conn)
+    other = _diamond()
+    other.add(_j("wf.step", "extra"), name="extra", after=["d"])
+    with pytest.raises(IdempotencyConflict) as caught:
+        _record(database, "order:8", other)
+    assert caught.value.args[0] == first or first in str(caught.value)
+    assert _table_counts(conn) == before
+    changed = Workflow("order:42:fulfil")
+    changed.add(_j("wf.step", "a"), name="a", on_failure="run")
+    with pytest.raises(IdempotencyConflict):
+        _record(database, "order:8", changed)
+    with database.connect() as c:  # a job under a workflow's key, and the reverse
+        with pytest.raises(IdempotencyConflict):
+            c.transact(lambda t: record(t.raw, "order:8", Job("wf.step")), operation="t")
+        c.transact(lambda t: record(t.raw, "job:1", Job("wf.step")), operation="t")
+    with pytest.raises(IdempotencyConflict):
+        _record(database, "job:1", _diamond())
+
+
+def _cycle() -> Workflow:
+    wf = Workflow("cycle")
+    wf.add(_j("wf.step", "a"), name="a", after=["c"])
+    wf.add(_j("wf.step", "b"), name="b", after=["a"])
+    wf.add(_j("wf.step", "c"), name="c", after=["b"])
+    return wf
+
+
+def _unknown() -> Workflow:
+    wf = Workflow("unknown")
+    wf.add(_j("wf.step", "a"), name="a", after=["nope"])
+    return wf
+
+
+def _bad_job() -> Workflow:
+    wf = Workflow("bad")
+    a = wf.add(_j("wf.step", "a"), name="a")
+    wf.add(Job("wf.step", {"x": float("nan")}), name="b", after=[a])
+    return wf
+
+
+def _foreign() -> Workflow:
+    other = Workflow("other")
+    x = other.add(_j("wf.step", "x"), name="x")
+    wf = Workflow("foreign")
+    wf.add(_j("wf.step", "a"), name="a", after=[x])
+    return wf
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (_cycle, "workflow 'cycle' has a cycle through node 'a'"),
+        (_unknown, "workflow 'unknown', node 'a': dependency 'nope' is not a node of this "
+                   "workflow"),
+        (_bad_job, "workflow 'bad', node 'b': payload contains NaN or Infinity"),
+        (_foreign, "workflow 'foreign', node 'a': dependency 'x' belongs to another workflow"),
+        (lambda: Workflow("empty"), "workflow 'empty' has no nodes"),
+    ],
+)
+def test_a_bad_graph_is_refused_before_anything_is_written(
+    database: Database, conn: Connection, build: Any, message: str
+) -> None:
+    before = _table_counts(conn)
+    with pytest.raises(InvalidWorkflow) as caught:
+        _record(database, "bad:1", build())
+    assert message in str(caught.value)
+    assert isinstance(caught.value, ValueError)
+    assert _table_counts(conn) == before
+
+
+def test_limits_are_checked_where_the_graph_is_built(database: Database, conn: Connection) -> None:
+    wf = Workflow("big")
+    for i in range(MAX_NODES):
+        wf.add(_j("wf.step", str(i)), name=f"n{i}")
+    with pytest.raises(InvalidWorkflow, match="at most 1,000 nodes"):
+        wf.add(_j("wf.step", "one-more"))
+    with pytest.raises(InvalidWorkflow, match="on_failure must be 'stop' or 'run'"):
+        Workflow("x").add(_j("wf.step", "a"), on_failure="maybe")
+    with pytest.raises(InvalidWorkflow, match="two nodes are named 'a'"):
+        two = Workflow("x")
+        two.add(_j("wf.step", "a"), name="a")
+        two.add(_j("wf.step", "b"), name="a")
+    with pytest.raises(InvalidWorkflow, match=r"expected an outbox\.Job"):
+        Workflow("x").add("wf.step")  # type: ignore[arg-type]
+    before = _table_counts(conn)
+    with pytest.raises(InvalidKey):
+        _record(database, "schedule:x", _diamond())
+    assert _table_counts(conn) == before
+    assert len(wf) == MAX_NODES
+    wf_id = _record(database, "big:1", wf)  # 1,000 roots in four statements
+    assert count_rows(conn, "outbox_messages") == MAX_NODES
+    assert get(conn, wf_id) is not None
+
+
+def test_default_names_follow_the_job_name(database: Database) -> None:
+    wf = Workflow("names")
+    assert wf.add(_j("wf.step", "1")).name == "wf.step"
+    assert wf.add(_j("wf.step", "2")).name == "wf.step:2"
+    assert wf.nodes == ["wf.step", "wf.step:2"]
+
+
+def test_cancelling_a_workflow_cancels_every_node_not_finished(
+    database: Database, conn: Connection
+) -> None:
+    wf_id = _record(database, "cancel:1", _diamond())
+    with Relay(database) as relay:
+        relay.run_once()
+    assert cancel(conn, wf_id) == 1  # the root was due (a queued job)
+    shown = get(conn, wf_id)
+    assert shown is not None and shown.state == "cancelled"
+    assert {n.state for n in shown.nodes} == {"dead", "skipped"}
+    assert count_rows(conn, "outbox_jobs") == 0
+    assert count_rows(conn, "outbox_failed_jobs", "exception_class = 'cancelled'") == 4
+    _run(database)
+    assert _starts() == []
+    # A root still an intent is taken out of the outbox.
+    other = _record(database, "cancel:2", _diamond())
+    assert cancel(conn, other) == 1
+    assert count_rows(conn, "outbox_messages") == 0
+    assert cancel(conn, "01890000-0000-8000-8000-000000000000") is None
+
+
+def test_prune_drops_finished_workflows_only(database: Database, conn: Connection) -> None:
+    done = _record(database, "prune:1", _diamond())
+    _run(database)
+    waiting = _record(database, "prune:2", _diamond())
+    assert prune(conn, 0) == 1
+    assert get(conn, done) is None and get(conn, waiting) is not None
+    assert count_rows(conn, "outbox_workflow_nodes") == 4
+    assert count_rows(conn, "outbox_workflow_edges") == 4
+
+
+def test_available_at_delays_the_roots_and_is_part_of_the_fingerprint(
+    database: Database, conn: Connection
+) -> None:
+    import time
+
+    later = time.time() + 3600
+    with database.connect() as c:
+        wf_id = c.transact(lambda t: record(t.raw, "later:1", _diamond(), available_at=later),
+                           operation="test")
+        again = c.transact(lambda t: record(t.raw, "later:1", _diamond(), available_at=later),
+                           operation="test")
+        assert again == wf_id
+        with pytest.raises(IdempotencyConflict):
+            c.transact(lambda t: record(t.raw, "later:1", _diamond()), operation="test")
+    _run(database)
+    assert _starts() == []  # handed off, not due for an hour
+    assert count_rows(conn, "outbox_jobs") == 1
