@@ -44,6 +44,7 @@ class Intent(NamedTuple):
     max_attempts: int | None
     available_at: int | None
     priority: int
+    ordering_key: str | None
 
     @classmethod
     def build(cls, key: str, job: Job, available_at: Any) -> Intent:
@@ -64,6 +65,7 @@ class Intent(NamedTuple):
             normal.max_attempts,
             at_ms,
             normal.priority,
+            normal.ordering_key,
         )
 
     def params(self) -> dict[str, Any]:

@@ -24,6 +24,8 @@ class ClaimedJob:
     created_at: int
     available_at: int
     priority: int = 0
+    # The ordering key's digest (outbox.db.ordering), None for a job without one.
+    ordering_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +158,7 @@ class StoredIntent:
     max_attempts: Any
     available_at: Any
     priority: Any = 0
+    ordering_key: Any = None
 
 
 @dataclass(frozen=True, slots=True)

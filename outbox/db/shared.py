@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 import orjson
 
+from outbox.db import ordering
 from outbox.db.dialect import Dialect
 from outbox.db.driver import (
     CANCELLED_FAILURE,
@@ -106,15 +107,21 @@ class SharedDriver(LimitOps, ResultOps):
     def job_ack(self, fence: JobFence) -> set[int]:
         if not fence.jobs:
             return set()
+        if _keyed(fence):
+            return self._transact("ack", lambda c: self._ack_ordered_in_tx(fence))
         return {int(r[0]) for r in self._one("ack", "job_ack", fence.params())}
 
     def job_ack_claim(self, done: JobFence, claim: JobClaim) -> tuple[set[int], list[ClaimedJob]]:
         if not done.jobs:
             return set(), self.job_claim(claim)
         params = {**done.params(), **claim_params(claim)}
+        keyed = _keyed(done)
 
         def both(c: Executor) -> tuple[set[int], list[Row]]:
-            acked = {int(r[0]) for r in c.execute("job_ack", params)}
+            if keyed:
+                acked = self._ack_ordered_in_tx(done)
+            else:
+                acked = {int(r[0]) for r in c.execute("job_ack", params)}
             return acked, self._claim_rows_in_tx(params)
 
         acked, rows = self._transact("claim", both)
@@ -124,7 +131,19 @@ class SharedDriver(LimitOps, ResultOps):
         return self.conn.execute("job_claim", params)
 
     def job_ack_in_tx(self, fence: JobFence) -> bool:
+        if _keyed(fence):
+            return bool(self._ack_ordered_in_tx(fence))
         return bool(self.conn.execute("job_ack", fence.params()))
+
+    def _ack_ordered_in_tx(self, fence: JobFence) -> set[int]:
+        """The acknowledgement of jobs some of which have an ordering key: the keys'
+        rows locked first (the order ``outbox.db.ordering`` takes them in), then the
+        delete, then each acknowledged key's turn passed on, in this one transaction."""
+        keys = {j.id: j.ordering_key for j in fence.jobs if j.ordering_key is not None}
+        ordering.drive(ordering.lock(keys.values()), self.conn)
+        acked = {int(r[0]) for r in self.conn.execute("job_ack", fence.params())}
+        ordering.drive(ordering.leave(k for i, k in keys.items() if i in acked), self.conn)
+        return acked
 
     def job_heartbeat(self, fence: JobFence, lease_ms: int) -> int:
         if not fence.jobs:
@@ -209,7 +228,7 @@ class SharedDriver(LimitOps, ResultOps):
         rows = c.execute(take, key)
         if not rows:
             return False
-        message_id, queue, job_name, payload, attempts, max_attempts, priority = rows[0]
+        message_id, queue, job_name, payload, attempts, max_attempts, priority, okey = rows[0]
         c.execute(
             "job_dead_insert",
             {
@@ -223,8 +242,11 @@ class SharedDriver(LimitOps, ResultOps):
                 "exception_class": failure.exception_class[:200],
                 "exception_message": failure.message,
                 "exception_trace": failure.trace,
+                "ordering_key": okey,
             },
         )
+        if okey is not None:  # a dead letter releases its key (outbox.db.ordering)
+            ordering.drive(ordering.leave([str(okey)]), c)
         return True
 
     # -- the outbox -------------------------------------------------------------------
@@ -240,13 +262,21 @@ class SharedDriver(LimitOps, ResultOps):
         self, p: OutboxHandoff, verify: Callable[[StoredIntent], str | None]
     ) -> Outcome:
         if p.verify_in_python:
-            claimed = [(i.id, i.message_id, verify(i)) for i in self.outbox_claim_in_tx(p)]
+            intents = self.outbox_claim_in_tx(p)
+            claimed = [(i.id, i.message_id, verify(i)) for i in intents]
+            keyed = {i.id: str(i.ordering_key) for i in intents if i.ordering_key is not None}
         else:
             rows = self.conn.execute("relay_claim", {"batch_size": p.batch_size})
             claimed = [(int(r[0]), str(r[1]), r[2]) for r in rows]
+            keyed = {int(r[0]): str(r[3]) for r in rows if r[3] is not None}
         valid = [row_id for row_id, _, reason in claimed if reason is None]
+        waiting: list[int] = []
+        if keyed:
+            valid, waiting = self.handoff_ordered_in_tx(valid, keyed)
         if valid:
             self._expect("relay_insert_jobs", valid)
+            if waiting:
+                self.conn.execute("relay_block_jobs", {"ids": waiting})
             self._expect("relay_delete_moved", valid)
             if p.notify:
                 self._notify_jobs_in_tx()
@@ -286,6 +316,20 @@ class SharedDriver(LimitOps, ResultOps):
             return len(claimed), len(moved), failed
 
         return timed(self._transact("relay batch", batch), started)
+
+    def handoff_ordered_in_tx(
+        self, valid: list[int], keyed: dict[int, str]
+    ) -> tuple[list[int], list[int]]:
+        """Of the valid ids of a batch (``keyed``: the ordering key of those that have
+        one), the ids that move now, in order: every keyless one, and the keyed ones
+        whose turn to enter has come (``outbox.db.ordering.handoff_ordered``); and the
+        ids of those that will wait for their key's turn in the queue."""
+        rows = [(i, keyed[i]) for i in valid if i in keyed]
+        if not rows:
+            return valid, []
+        moving, waiting = ordering.handoff_ordered(self.conn, rows)
+        keep = set(moving)
+        return [i for i in valid if i not in keyed or i in keep], waiting
 
     def outbox_claim_checked_in_tx(self, p: OutboxHandoff) -> list[tuple[StoredIntent, str | None]]:
         rows = self.conn.execute("relay_claim_checked", {"batch_size": p.batch_size})
@@ -507,6 +551,12 @@ class SharedDriver(LimitOps, ResultOps):
 
 def claim_params(p: JobClaim) -> dict[str, Any]:
     return {"queue": p.queue, "limit": p.limit, "worker": p.worker, "lease_ms": p.lease_ms}
+
+
+def _keyed(fence: JobFence) -> bool:
+    """Has any job of ``fence`` an ordering key? (Keyless acknowledgements stay one
+    statement: they pay nothing for ordering.)"""
+    return any(j.ordering_key is not None for j in fence.jobs)
 
 
 def claimed_jobs(rows: Iterable[Row]) -> list[ClaimedJob]:

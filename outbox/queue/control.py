@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
+from outbox.db import ordering
 from outbox.db.adapters import adapt
 from outbox.db.caller import Plan, run
 from outbox.db.connection import Connection, Database
@@ -141,7 +142,7 @@ def _cancel(message_id: str) -> Callable[[Dialect], Plan[Literal["dead", "flagge
     def plan(dialect: Dialect) -> Plan[Literal["dead", "flagged"] | None]:
         taken = yield ("job_cancel_take", key)
         if taken:
-            mid, queue, job_name, payload, attempts, max_attempts, priority = taken[0]
+            mid, queue, job_name, payload, attempts, max_attempts, priority, okey = taken[0]
             failure = CANCELLED_FAILURE
             yield (
                 "job_dead_insert",
@@ -156,8 +157,11 @@ def _cancel(message_id: str) -> Callable[[Dialect], Plan[Literal["dead", "flagge
                     "exception_class": failure.exception_class,
                     "exception_message": failure.message,
                     "exception_trace": failure.trace,
+                    "ordering_key": okey,
                 },
             )
+            if okey is not None:  # a cancelled job releases its ordering key
+                yield from ordering.leave([str(okey)])
             return "dead"
         yield ("job_cancel_flag", key)
         held = yield ("dashboard_job", key)

@@ -92,6 +92,8 @@ messages = Table(
     Column("keyed", SmallInteger, nullable=True),
     # 0 (most urgent, the default) to 9; part of the fingerprint when not 0.
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+    # SHA-256 (hex) of the ordering key, NULL without one; part of the fingerprint when set.
+    Column("ordering_key", String(64), nullable=True),
     **_OPTIONS,
 )
 
@@ -140,6 +142,8 @@ jobs = Table(
     Column("cancel_requested_at", BigInteger, nullable=True),
     # Times the job came back through outbox.Snooze (capped: outbox.queue.control).
     Column("snoozes", Integer, nullable=False, server_default=text("0")),
+    # The ordering key's digest (outbox.queue.ordering): NULL for a job without one.
+    Column("ordering_key", String(64), nullable=True),
     **_OPTIONS,
 )
 
@@ -179,6 +183,8 @@ failed_jobs = Table(
     Column("exception_trace", Text, nullable=True),
     Column("failed_at", BigInteger, nullable=False),
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+    # Kept so `queue retry` puts the job back in its key's line.
+    Column("ordering_key", String(64), nullable=True),
     **_OPTIONS,
 )
 
@@ -307,3 +313,30 @@ inbox = Table(
     **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
 )
 Index("outbox_inbox_handled", inbox.c.handled_at)
+
+# Ordering keys (outbox.queue.ordering): one row per key with unfinished jobs, the row
+# that entering the line and leaving it lock, so the two serialise. The jobs of a key
+# are found through the partial indexes below, which hold keyed rows only: a job or an
+# intent without a key adds nothing to them (MariaDB, without partial indexes, keeps
+# NULL entries).
+ordering_keys = Table(
+    "outbox_ordering_keys",
+    metadata,
+    Column("key_digest", String(64), primary_key=True),
+    Column("created_at", BigInteger, nullable=False),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+Index(
+    "outbox_jobs_ordering",
+    jobs.c.ordering_key,
+    jobs.c.id,
+    postgresql_where=text("ordering_key IS NOT NULL"),
+    sqlite_where=text("ordering_key IS NOT NULL"),
+)
+Index(
+    "outbox_messages_ordering",
+    messages.c.ordering_key,
+    messages.c.id,
+    postgresql_where=text("ordering_key IS NOT NULL"),
+    sqlite_where=text("ordering_key IS NOT NULL"),
+)

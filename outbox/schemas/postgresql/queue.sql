@@ -3,9 +3,9 @@
 -- read once so available_at - created_at is exactly the delay.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority)
+     priority, ordering_key)
 SELECT :message_id, :queue, :job_name, :payload, 0, :max_attempts,
-    clock.now_ms + :delay_ms, clock.now_ms, :priority
+    clock.now_ms + :delay_ms, clock.now_ms, :priority, :ordering_key
 FROM (SELECT {now_ms} AS now_ms) AS clock
 RETURNING message_id;
 
@@ -14,9 +14,9 @@ RETURNING message_id;
 WITH ins AS (
     INSERT INTO outbox_jobs
         (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
-         created_at, priority)
+         created_at, priority, ordering_key)
     SELECT :message_id, :queue, :job_name, :payload, 0, :max_attempts,
-        clock.now_ms + :delay_ms, clock.now_ms, :priority
+        clock.now_ms + :delay_ms, clock.now_ms, :priority, :ordering_key
     FROM (SELECT {now_ms} AS now_ms) AS clock
     RETURNING message_id
 )
@@ -31,9 +31,10 @@ SELECT message_id, pg_notify('outbox_jobs', '') FROM ins;
 -- has the same created_at, and available_at - created_at is exactly its delay.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority)
+     priority, ordering_key)
 SELECT r.v ->> 0, r.v ->> 1, r.v ->> 2, r.v ->> 3, 0, CAST(r.v ->> 4 AS integer),
-       clock.now_ms + CAST(r.v ->> 5 AS bigint), clock.now_ms, CAST(r.v ->> 6 AS smallint)
+       clock.now_ms + CAST(r.v ->> 5 AS bigint), clock.now_ms, CAST(r.v ->> 6 AS smallint),
+       r.v ->> 7
 FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r (v, ord)
 CROSS JOIN (SELECT {now_ms} AS now_ms) AS clock
 ORDER BY r.ord;
@@ -44,10 +45,10 @@ ORDER BY r.ord;
 WITH ins AS (
     INSERT INTO outbox_jobs
         (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
-         created_at, priority)
+         created_at, priority, ordering_key)
     SELECT r.v ->> 0, r.v ->> 1, r.v ->> 2, r.v ->> 3, 0, CAST(r.v ->> 4 AS integer),
            clock.now_ms + CAST(r.v ->> 5 AS bigint), clock.now_ms,
-           CAST(r.v ->> 6 AS smallint)
+           CAST(r.v ->> 6 AS smallint), r.v ->> 7
     FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r (v, ord)
     CROSS JOIN (SELECT {now_ms} AS now_ms) AS clock
     ORDER BY r.ord
@@ -81,7 +82,7 @@ SET reserved_by = :worker, reserved_at = clock.ms, lease_expires_at = clock.ms +
 FROM clock
 WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts, j.max_attempts,
-          j.created_at, j.available_at, j.priority;
+          j.created_at, j.available_at, j.priority, j.ordering_key;
 
 -- name: job_ack
 -- Delete finished jobs, each only while this worker still holds that attempt and no
@@ -118,11 +119,11 @@ WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker;
 -- Second half, in the same transaction: the dead letter keeps class, message and trace.
 INSERT INTO outbox_failed_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, exception_class,
-     exception_message, exception_trace, priority, failed_at)
+     exception_message, exception_trace, priority, failed_at, ordering_key)
 VALUES
     (:message_id, :queue, :job_name, :payload, :attempts, :max_attempts, :exception_class,
      :exception_message, :exception_trace, :priority,
-     {now_ms});
+     {now_ms}, :ordering_key);
 
 -- name: job_reap_scan
 -- Held jobs whose lease has expired (their worker died or stalled).
@@ -173,13 +174,13 @@ claimed AS (
     FROM clock
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts,
-              j.max_attempts, j.created_at, j.available_at, j.priority
+              j.max_attempts, j.created_at, j.available_at, j.priority, j.ordering_key
 )
 SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
-       available_at, priority
+       available_at, priority, ordering_key
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM acked;
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM acked;
 
 -- name: job_cancel_requested
 -- Which of the jobs this worker holds an operator has cancelled (read with heartbeats).

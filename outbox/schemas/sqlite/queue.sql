@@ -2,11 +2,11 @@
 -- A job straight into the queue; available after :delay_ms by the database's clock.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority)
+     priority, ordering_key)
 VALUES
     (:message_id, :queue, :job_name, :payload, 0, :max_attempts,
      {now_ms} + :delay_ms,
-     {now_ms}, :priority)
+     {now_ms}, :priority, :ordering_key)
 RETURNING message_id;
 
 
@@ -17,11 +17,11 @@ RETURNING message_id;
 -- 'now' is fixed for the statement.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority)
+     priority, ordering_key)
 SELECT json_extract(r.value, '$[0]'), json_extract(r.value, '$[1]'),
        json_extract(r.value, '$[2]'), json_extract(r.value, '$[3]'), 0,
        json_extract(r.value, '$[4]'), {now_ms} + json_extract(r.value, '$[5]'), {now_ms},
-       json_extract(r.value, '$[6]')
+       json_extract(r.value, '$[6]'), json_extract(r.value, '$[7]')
 FROM json_each(:rows) AS r
 ORDER BY r.key;
 
@@ -43,7 +43,7 @@ WHERE id IN (
     LIMIT :limit
 )
 RETURNING id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
-          available_at, priority;
+          available_at, priority, ordering_key;
 
 -- name: job_ack
 -- Delete finished jobs, each only while this worker still holds that attempt and no
@@ -84,11 +84,11 @@ WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:pairs))
 -- Second half, in the same transaction: the dead letter keeps class, message and trace.
 INSERT INTO outbox_failed_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, exception_class,
-     exception_message, exception_trace, priority, failed_at)
+     exception_message, exception_trace, priority, failed_at, ordering_key)
 VALUES
     (:message_id, :queue, :job_name, :payload, :attempts, :max_attempts, :exception_class,
      :exception_message, :exception_trace, :priority,
-     {now_ms});
+     {now_ms}, :ordering_key);
 
 -- name: job_reap_scan
 -- Held jobs whose lease has expired (their worker died or stalled).

@@ -1,0 +1,36 @@
+-- Ordering keys (outbox.db.ordering): the jobs of one key run one at a time, in the
+-- order they entered the queue. Every statement here finds a key's jobs through
+-- outbox_jobs_ordering (keyed rows only); none runs for a job without a key.
+
+-- name: ordering_live
+-- Is a job of the key in its turn (claimable, running, in backoff or snoozed)? Read
+-- after the key's row is locked, so no other transaction changes the answer.
+SELECT id FROM outbox_jobs
+WHERE ordering_key = :ordering_key AND available_at < {blocked_offset_ms}
+LIMIT 1;
+
+-- name: ordering_next
+-- The key's first waiting job: the lowest id, which is the order the jobs entered.
+SELECT id FROM outbox_jobs
+WHERE ordering_key = :ordering_key AND available_at >= {blocked_offset_ms}
+ORDER BY id
+LIMIT 1;
+
+-- name: ordering_promote
+-- Its turn: the due time it had before it waited, so it is claimable at once if due.
+UPDATE outbox_jobs SET available_at = available_at - {blocked_offset_ms}
+WHERE id = :id AND available_at >= {blocked_offset_ms};
+
+-- name: ordering_block
+-- A job just put in the queue behind another of its key: it waits its turn.
+UPDATE outbox_jobs SET available_at = available_at + {blocked_offset_ms}
+WHERE message_id = :message_id AND available_at < {blocked_offset_ms};
+
+-- name: ordering_drop
+-- The key has no job left: its row goes (the next job of the key creates it again).
+DELETE FROM outbox_ordering_keys WHERE key_digest = :ordering_key;
+
+-- name: ordering_blocked_count
+-- `outbox status`: jobs waiting for their key's turn, and the keys they wait on.
+SELECT count(*), count(DISTINCT ordering_key) FROM outbox_jobs
+WHERE ordering_key IS NOT NULL AND available_at >= {blocked_offset_ms};
