@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from outbox.config import settings
-from outbox.db.adapters import adapt, adapt_async
 from outbox.db import ordering
+from outbox.db.adapters import adapt, adapt_async
 from outbox.db.caller import JobPush, JobsPush, Plan, job_push, jobs_push, run, run_async
 from outbox.errors import InvalidJob
 from outbox.ids import new_message_id
