@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from outbox.db import caller
+from outbox.db import caller, ordering
 from outbox.db.adapters import Target, adapt
 from outbox.db.connection import Connection, Database
 from outbox.db.rows import ClaimedJob
@@ -159,8 +159,16 @@ def _handoff(target: Target, now_ms: int) -> None:
     if top is None:
         return
     params = {"max_id": int(top), "now_ms": now_ms}
+    keyed = _q(target, "testing_pending_ordered", params)
+    waits = _line(target, ordering.enter([str(k) for _, k in keyed])) if keyed else []
     _q(target, "testing_handoff", params)
+    _line(target, ordering.block(str(m) for (m, _), w in zip(keyed, waits, strict=True) if w))
     _q(target, "testing_delete_moved", params)
+
+
+def _line(target: Target, plan: caller.Plan[Any]) -> Any:
+    """An ordering-key step (``outbox.db.ordering``), the relay's and worker's own."""
+    return caller.run(plan, target, "run_pending")
 
 
 def _due(target: Target, now_ms: int) -> list[ClaimedJob]:
@@ -176,6 +184,7 @@ def _due(target: Target, now_ms: int) -> list[ClaimedJob]:
             max_attempts=r[6],
             created_at=int(r[7]),
             available_at=now_ms,
+            ordering_key=None if r[8] is None else str(r[8]),
         )
         for r in rows
     ]
@@ -204,6 +213,7 @@ def _run_one(
     if decision.action is Action.ACK:
         _q(target, "testing_release_job")
         _q(target, "testing_done", {"id": job.id})
+        _pass_turn(target, job)
         return Ran(job.job_name, job.message_id, job.attempts, "done")
     _q(target, "testing_rollback_job")
     _q(target, "testing_release_job")
@@ -232,7 +242,14 @@ def _run_one(
     }
     _q(target, "testing_dead", dead)
     _q(target, "testing_done", {"id": job.id})
+    _pass_turn(target, job)
     return Ran(job.job_name, job.message_id, job.attempts, "dead", error)
+
+
+def _pass_turn(target: Target, job: ClaimedJob) -> None:
+    """A job that left the queue passes its ordering key's turn on, as in the worker."""
+    if job.ordering_key is not None:
+        _line(target, ordering.leave([job.ordering_key]))
 
 
 def _execute(runner: Runner, wrapped: Connection, job: ClaimedJob, handler: Handler) -> Outcome:

@@ -252,3 +252,31 @@ def test_a_worker_with_many_threads_runs_each_key_in_order(
         runs = [n for key, n in SEEN if key == f"order:{k}"]
         assert runs == sorted(runs), runs  # a retry runs again before the next one
         assert sorted(set(runs)) == [n for n in range(12) if n % 3 == k]
+
+
+flaky = Registry()
+FLAKY_RUNS: list[int] = []
+
+
+@flaky.job("o.flaky", max_attempts=3, backoff=Backoff(base=10, cap=10))
+def _flaky(payload: dict[str, Any], ctx: Any) -> None:
+    FLAKY_RUNS.append(payload["n"])
+    if payload["n"] == 0 and ctx.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+
+
+def test_run_pending_holds_a_keys_line_through_a_retry_like_the_worker(app_conn: Any) -> None:
+    from outbox.testing import Clock, run_pending
+
+    FLAKY_RUNS.clear()
+    clock = Clock()
+    for n in range(3):
+        record(app_conn, f"k:{n}", Job("o.flaky", {"n": n}, ordering_key="order:1"))
+    record(app_conn, "k:free", Job("o.flaky", {"n": 9}))
+    first = run_pending(app_conn, flaky, clock=clock)
+    assert [r.outcome for r in first.ran] == ["retry", "done"]
+    assert FLAKY_RUNS == [0, 9]  # the key's later jobs wait for its retry
+    clock.advance(10)
+    second = run_pending(app_conn, flaky, clock=clock)
+    assert [r.outcome for r in second.ran] == ["done", "done", "done"]
+    assert FLAKY_RUNS == [0, 9, 0, 1, 2]
