@@ -458,7 +458,11 @@ class SharedDriver(LimitOps, ResultOps):
             )
             if not ids:
                 return 0
+            keyed = c.execute("queue_admin_failed_ordered", {"ids": ids})
+            waits = ordering.drive(ordering.enter([str(k) for _, k in keyed]), c) if keyed else []
             inserted = c.execute_count("queue_admin_requeue", {"ids": ids})
+            waiting = [str(m) for (m, _), w in zip(keyed, waits, strict=True) if w]
+            ordering.drive(ordering.block(waiting), c)
             c.execute_count("queue_admin_failed_delete", {"ids": ids})
             return inserted
 
@@ -471,15 +475,24 @@ class SharedDriver(LimitOps, ResultOps):
         )
 
     def job_remove(self, message_id: str) -> int:
-        return self._transact(
-            "queue remove",
-            lambda c: c.execute_count("queue_admin_remove", {"message_id": message_id}),
-        )
+        def remove(c: Executor) -> int:
+            keys = ordering.keys_of(c.execute("queue_admin_job_key", {"message_id": message_id}), 0)
+            ordering.drive(ordering.lock(keys), c)
+            removed = c.execute_count("queue_admin_remove", {"message_id": message_id})
+            ordering.drive(ordering.leave(keys), c)
+            return removed
+
+        return self._transact("queue remove", remove)
 
     def queue_clear(self, queue: str | None) -> int:
-        return self._transact(
-            "queue clear", lambda c: c.execute_count("queue_admin_clear", {"queue": queue})
-        )
+        def clear(c: Executor) -> int:
+            keys = ordering.keys_of(c.execute("queue_admin_clear_keys", {"queue": queue}), 0)
+            ordering.drive(ordering.lock(keys), c)
+            cleared = c.execute_count("queue_admin_clear", {"queue": queue})
+            ordering.drive(ordering.leave(keys), c)
+            return cleared
+
+        return self._transact("queue clear", clear)
 
     def queue_paused(self) -> dict[str, int]:
         return {str(q): int(at) for q, at in self._read("queue paused", "queue_paused_list")}

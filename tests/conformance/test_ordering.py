@@ -280,3 +280,28 @@ def test_run_pending_holds_a_keys_line_through_a_retry_like_the_worker(app_conn:
     second = run_pending(app_conn, flaky, clock=clock)
     assert [r.outcome for r in second.ran] == ["done", "done", "done"]
     assert FLAKY_RUNS == [0, 9, 0, 1, 2]
+
+
+def test_operator_removal_clear_and_retry_keep_each_key_in_line(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    mids = [push(app_conn, Job("o.run", {"n": n}, ordering_key="order:1")) for n in range(4)]
+    app_conn.commit()
+    (first,) = claim(conn, "default", 10, "w1", LEASE)
+    assert dead_letter(conn, "w1", first, Failure("Boom", "boom", ""))  # releases the key
+    assert conn.driver.job_remove(mids[1]) == 1  # the next in line: the turn passes on
+    assert conn.driver.dead_requeue([mids[0]], 10) == 1  # joins the end of the line
+    order = []
+    while jobs := claim(conn, "default", 10, "w1", LEASE):
+        assert len(jobs) == 1
+        order += _names(jobs)
+        ack(conn, "w1", jobs)
+    assert order == [2, 3, 0]
+    assert count(conn, "outbox_ordering_keys") == 0
+    for n in range(3):
+        push(app_conn, Job("o.run", {"n": n}, ordering_key=f"order:{n % 2}", queue="q2"))
+    push(app_conn, Job("o.run", {"n": 9}, ordering_key="order:0"))
+    app_conn.commit()
+    assert conn.driver.queue_clear("q2") == 3
+    assert _names(claim(conn, "default", 10, "w1", LEASE)) == [9]  # its turn came
+    assert count(conn, "outbox_ordering_keys") == 1
