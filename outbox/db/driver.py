@@ -257,6 +257,11 @@ class Driver(Protocol):
         """How many intents are pending."""
         ...
 
+    def ordering_counts(self) -> tuple[int, int, int]:
+        """Pending intents with an ordering key; queued jobs waiting for their key's
+        turn, and the keys they wait on (``outbox.db.ordering``)."""
+        ...
+
     def outbox_backlog(self) -> tuple[int, int | None, int]:
         """Pending intents, the oldest one's ``created_at`` and the database's clock (ms):
         the relay's backlog gauges, two index reads."""

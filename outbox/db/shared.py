@@ -358,6 +358,14 @@ class SharedDriver(LimitOps, ResultOps):
     def outbox_pending_count(self) -> int:
         return int(self._read("status", "status_pending_count")[0][0])
 
+    def ordering_counts(self) -> tuple[int, int, int]:
+        def counts(c: Executor) -> tuple[int, int, int]:
+            (intents,) = c.execute("ordering_pending_count")[0]
+            waiting, keys = c.execute("ordering_blocked_count")[0]
+            return int(intents or 0), int(waiting or 0), int(keys or 0)
+
+        return self.conn.read(counts, operation="status")
+
     def outbox_backlog(self) -> tuple[int, int | None, int]:
 
         def both(c: Executor) -> tuple[int, int | None, int]:

@@ -34,3 +34,8 @@ DELETE FROM outbox_ordering_keys WHERE key_digest = :ordering_key;
 -- `outbox status`: jobs waiting for their key's turn, and the keys they wait on.
 SELECT count(*), count(DISTINCT ordering_key) FROM outbox_jobs
 WHERE ordering_key IS NOT NULL AND available_at >= {blocked_offset_ms};
+
+-- name: ordering_pending_count
+-- Pending intents with an ordering key (the relay's nats target refuses to start with
+-- any: it does not keep their order yet). Read through outbox_messages_ordering.
+SELECT count(*) FROM outbox_messages WHERE ordering_key IS NOT NULL AND state = 'pending';
