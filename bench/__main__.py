@@ -32,8 +32,9 @@ SCENARIOS = (
     "hygiene",
     "nats",
     "limits",
+    "ordering",
 )
-ANY_BACKEND = ("record", "relay", "worker", "tally", "plans", "limits")
+ANY_BACKEND = ("record", "relay", "worker", "tally", "plans", "limits", "ordering")
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
