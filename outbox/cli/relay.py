@@ -266,6 +266,23 @@ def _print_status(status: outbox_status.Status) -> None:
         nothing="no queues",
         right={1, 2, 3, 4},
     )
+    _print_ordering(status.ordering)
+
+
+def _print_ordering(o: outbox_status.OrderingCounts) -> None:
+    """Ordering keys, only when some job waits for its key or a dead letter holds one."""
+    if not o.waiting and not o.held:
+        return
+    click.echo("")
+    click.echo(f"ordering keys: {o.waiting} jobs wait their turn on {o.waiting_keys} keys"
+               f" (counted as DELAYED); {len(o.held)} keys blocked by a dead letter")  # fmt: skip
+    if o.held:
+        tables.echo_table(
+            ["BLOCKED_KEY", "DEAD_LETTER", "JOB", "QUEUE"],
+            [[h.key, h.message_id, h.job_name, h.queue] for h in o.held],
+            nothing="",
+        )
+        click.echo("unblock with `outbox queue retry ID` or `outbox queue forget ID`")
 
 
 def _exceeded(

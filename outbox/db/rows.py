@@ -93,6 +93,8 @@ class JobDeadLetter:
     holder: str
     job: ClaimedJob
     failure: Failure
+    # The job's ordering key stays blocked by the dead letter (outbox.db.ordering).
+    hold_key: bool = False
 
 
 @dataclass(frozen=True, slots=True)

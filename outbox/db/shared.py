@@ -169,7 +169,8 @@ class SharedDriver(LimitOps, ResultOps):
     def job_dead_letter(self, p: JobDeadLetter) -> bool:
         key = {"id": p.job.id, "holder": p.holder, "attempts": p.job.attempts}
         return self._transact(
-            "dead_letter", lambda c: self._move_to_dead(c, "job_dead_take", key, p.failure)
+            "dead_letter",
+            lambda c: self._move_to_dead(c, "job_dead_take", key, p.failure, p.hold_key),
         )
 
     def job_snooze(self, p: JobSnooze) -> SnoozeOutcome:
@@ -199,11 +200,17 @@ class SharedDriver(LimitOps, ResultOps):
             return set()
         return {int(r[0]) for r in self._read("heartbeat", "job_cancel_requested", fence.params())}
 
-    def job_reap(self, limit_for: Callable[[str, int | None], int], batch: int) -> ReapResult:
+    def job_reap(
+        self,
+        limit_for: Callable[[str, int | None], int],
+        batch: int,
+        holds_key: Callable[[str], bool] | None = None,
+    ) -> ReapResult:
         result = ReapResult()
         for job in self.job_reap_scan(batch):
             if job.attempts >= limit_for(job.job_name, job.max_attempts):
-                result.dead += int(self.job_reap_dead(job))
+                hold = holds_key is not None and holds_key(job.job_name)
+                result.dead += int(self.job_reap_dead(job, hold))
             else:
                 result.requeued += self.job_reap_release(job)
         return result
@@ -216,15 +223,19 @@ class SharedDriver(LimitOps, ResultOps):
         params = {**_reap_key(job), "error": LEASE_EXPIRED}
         return self._count("reap", "job_reap_release", params)
 
-    def job_reap_dead(self, job: ExpiredJob) -> bool:
+    def job_reap_dead(self, job: ExpiredJob, hold_key: bool = False) -> bool:
         failure = Failure(LEASE_EXPIRED, "the lease expired on the last attempt", "")
         key = _reap_key(job)
         return self._transact(
-            "reap", lambda c: self._move_to_dead(c, "job_reap_take", key, failure)
+            "reap", lambda c: self._move_to_dead(c, "job_reap_take", key, failure, hold_key)
         )
 
     @staticmethod
-    def _move_to_dead(c: Executor, take: str, key: dict[str, Any], failure: Failure) -> bool:
+    def _move_to_dead(
+        c: Executor, take: str, key: dict[str, Any], failure: Failure, hold_key: bool = False
+    ) -> bool:
+        """Move a job to the dead letters; its ordering key, if any, is released (the
+        next job of the key gets its turn) unless ``hold_key``."""
         rows = c.execute(take, key)
         if not rows:
             return False
@@ -243,9 +254,10 @@ class SharedDriver(LimitOps, ResultOps):
                 "exception_message": failure.message,
                 "exception_trace": failure.trace,
                 "ordering_key": okey,
+                "ordering_held": int(hold_key and okey is not None),
             },
         )
-        if okey is not None:  # a dead letter releases its key (outbox.db.ordering)
+        if okey is not None and not hold_key:  # releases its key (outbox.db.ordering)
             ordering.drive(ordering.leave([str(okey)]), c)
         return True
 
@@ -358,6 +370,10 @@ class SharedDriver(LimitOps, ResultOps):
     def outbox_pending_count(self) -> int:
         return int(self._read("status", "status_pending_count")[0][0])
 
+    def ordering_held(self, limit: int) -> list[tuple[str, str, str, str]]:
+        rows = self._read("status", "ordering_held_keys", {"limit": limit})
+        return [(str(k), str(m), str(j), str(q)) for k, m, j, q in rows]
+
     def ordering_counts(self) -> tuple[int, int, int]:
         def counts(c: Executor) -> tuple[int, int, int]:
             (intents,) = c.execute("ordering_pending_count")[0]
@@ -466,10 +482,15 @@ class SharedDriver(LimitOps, ResultOps):
             )
             if not ids:
                 return 0
-            keyed = c.execute("queue_admin_failed_ordered", {"ids": ids})
-            waits = ordering.drive(ordering.enter([str(k) for _, k in keyed]), c) if keyed else []
+            rows = c.execute("queue_admin_failed_ordered", {"ids": ids})
+            # A dead letter that holds its key is the key's job in its turn once again;
+            # the others join the end of their key's line.
+            held = [str(k) for _, k, h in rows if h]
+            keyed = [(str(m), str(k)) for m, k, h in rows if not h]
+            ordering.drive(ordering.lock(held), c)
+            waits = ordering.drive(ordering.enter([k for _, k in keyed]), c) if keyed else []
             inserted = c.execute_count("queue_admin_requeue", {"ids": ids})
-            waiting = [str(m) for (m, _), w in zip(keyed, waits, strict=True) if w]
+            waiting = [m for (m, _), w in zip(keyed, waits, strict=True) if w]
             ordering.drive(ordering.block(waiting), c)
             c.execute_count("queue_admin_failed_delete", {"ids": ids})
             return inserted
@@ -477,10 +498,14 @@ class SharedDriver(LimitOps, ResultOps):
         return self._transact("queue retry", requeue)
 
     def dead_delete(self, message_id: str) -> int:
-        return self._transact(
-            "queue forget",
-            lambda c: c.execute_count("queue_admin_failed_delete", {"ids": [message_id]}),
-        )
+        def forget(c: Executor) -> int:
+            held = ordering.keys_of(c.execute("ordering_dead_key", {"message_id": message_id}), 0)
+            ordering.drive(ordering.lock(held), c)
+            deleted = c.execute_count("queue_admin_failed_delete", {"ids": [message_id]})
+            ordering.drive(ordering.leave(held), c)  # a key it held passes its turn on
+            return deleted
+
+        return self._transact("queue forget", forget)
 
     def job_remove(self, message_id: str) -> int:
         def remove(c: Executor) -> int:

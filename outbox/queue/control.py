@@ -158,6 +158,7 @@ def _cancel(message_id: str) -> Callable[[Dialect], Plan[Literal["dead", "flagge
                     "exception_message": failure.message,
                     "exception_trace": failure.trace,
                     "ordering_key": okey,
+                    "ordering_held": 0,  # an operator's cancellation releases the key
                 },
             )
             if okey is not None:  # a cancelled job releases its ordering key

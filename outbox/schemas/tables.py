@@ -185,6 +185,8 @@ failed_jobs = Table(
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     # Kept so `queue retry` puts the job back in its key's line.
     Column("ordering_key", String(64), nullable=True),
+    # 1: this dead letter keeps its ordering key blocked (dead_letter_holds_key).
+    Column("ordering_held", SmallInteger, nullable=False, server_default=text("0")),
     **_OPTIONS,
 )
 
@@ -339,4 +341,11 @@ Index(
     messages.c.id,
     postgresql_where=text("ordering_key IS NOT NULL"),
     sqlite_where=text("ordering_key IS NOT NULL"),
+)
+# Dead letters that keep their ordering key blocked, found by key (outbox.db.ordering).
+Index(
+    "outbox_failed_jobs_held",
+    failed_jobs.c.ordering_key,
+    postgresql_where=text("ordering_held = 1"),
+    sqlite_where=text("ordering_held = 1"),
 )

@@ -239,10 +239,12 @@ def _run_one(
         "exception_message": failure.message,
         "exception_trace": failure.trace,
         "now_ms": now_ms,
+        "hold_key": int(handler.dead_letter_holds_key),
     }
     _q(target, "testing_dead", dead)
     _q(target, "testing_done", {"id": job.id})
-    _pass_turn(target, job)
+    if not handler.dead_letter_holds_key:
+        _pass_turn(target, job)
     return Ran(job.job_name, job.message_id, job.attempts, "dead", error)
 
 

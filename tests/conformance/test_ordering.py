@@ -15,13 +15,25 @@ from typing import Any
 
 import pytest
 
-from outbox import Job, Registry, Snooze, cancel_job, push, push_many, record, record_many
+from outbox import (
+    Job,
+    PermanentFailure,
+    Registry,
+    Snooze,
+    cancel_job,
+    push,
+    push_many,
+    record,
+    record_many,
+)
 from outbox.db.connection import Connection, Database
+from outbox.db.rows import JobDeadLetter
 from outbox.errors import IdempotencyConflict, InvalidJob
 from outbox.job import BLOCKED_OFFSET_MS, NormalJob, fingerprint, normalise
 from outbox.queue import Worker, WorkerConfig
 from outbox.queue.backoff import Backoff
 from outbox.relay import Relay, RelayConfig
+from outbox.status import status
 from tests.fixtures.queue_ops import Failure, ack, claim, dead_letter, now_ms, release
 from tests.fixtures.workers import count
 
@@ -306,3 +318,69 @@ def test_operator_removal_clear_and_retry_keep_each_key_in_line(
     assert conn.driver.queue_clear("q2") == 3
     assert _names(claim(conn, "default", 10, "w1", LEASE)) == [9]  # its turn came
     assert count(conn, "outbox_ordering_keys") == 1
+
+
+holding = Registry()
+
+
+@holding.job("o.held", max_attempts=1, dead_letter_holds_key=True)
+def _held(payload: dict[str, Any], ctx: Any) -> None:
+    if payload["n"] == 0 and payload.get("fail", True):
+        raise PermanentFailure("the first job fails for good")
+
+
+def test_a_dead_letter_that_holds_its_key_blocks_it_until_forget(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    mids = [push(app_conn, Job("o.held", {"n": n}, ordering_key="order:1")) for n in range(2)]
+    push(app_conn, Job("o.held", {"n": 5}, ordering_key="order:2"))
+    app_conn.commit()
+    with Worker(database, holding, WorkerConfig(stop_when_empty=True)) as worker:
+        worker.run()
+    assert count(conn, "outbox_failed_jobs") == 1 and count(conn, "outbox_jobs") == 1
+    push(app_conn, Job("o.held", {"n": 2}, ordering_key="order:1"))  # waits too
+    app_conn.commit()
+    ordering = status(conn).ordering
+    assert (ordering.waiting, ordering.waiting_keys) == (2, 1)
+    assert [h.message_id for h in ordering.held] == [mids[0]]
+    assert ordering.held[0].key == hashlib.sha256(b"order:1").hexdigest()[:12]
+    assert status(conn).as_dict()["ordering"]["held_keys"][0]["message_id"] == mids[0]
+    assert conn.driver.dead_delete(mids[0]) == 1  # forget: the key's turn passes on
+    assert _names(claim(conn, "default", 10, "w1", LEASE)) == [1]
+    assert status(conn).ordering.held == ()
+
+
+def test_requeueing_a_dead_letter_that_holds_its_key_runs_it_first(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    mids = [push(app_conn, Job("o.held", {"n": n}, ordering_key="order:1")) for n in range(3)]
+    app_conn.commit()
+    (first,) = claim(conn, "default", 10, "w1", LEASE)
+    held = JobDeadLetter("w1", first, Failure("Boom", "boom", ""), hold_key=True)
+    assert conn.driver.job_dead_letter(held)
+    assert claim(conn, "default", 10, "w1", LEASE) == []  # the key stays blocked
+    assert conn.driver.dead_requeue([mids[0]], 10) == 1
+    order = []
+    while jobs := claim(conn, "default", 10, "w1", LEASE):
+        assert len(jobs) == 1
+        order += _names(jobs)
+        ack(conn, "w1", jobs)
+    assert order == [0, 1, 2]
+
+
+def test_status_command_shows_blocked_keys(
+    database: Database, conn: Connection, app_conn: Any, db_url: str
+) -> None:
+    from click.testing import CliRunner
+
+    from outbox.cli import main
+
+    mid = push(app_conn, Job("o.held", {"n": 0}, ordering_key="order:1"))
+    push(app_conn, Job("o.held", {"n": 1}, ordering_key="order:1"))
+    app_conn.commit()
+    with Worker(database, holding, WorkerConfig(stop_when_empty=True)) as worker:
+        worker.run()
+    out = CliRunner().invoke(main, ["--database-url", db_url, "status"])
+    assert out.exit_code == 0, out.output
+    assert "1 jobs wait their turn on 1 keys" in out.output
+    assert mid in out.output and "outbox queue forget ID" in out.output

@@ -3,10 +3,13 @@
 -- outbox_jobs_ordering (keyed rows only); none runs for a job without a key.
 
 -- name: ordering_live
--- Is a job of the key in its turn (claimable, running, in backoff or snoozed)? Read
--- after the key's row is locked, so no other transaction changes the answer.
+-- Is a job of the key in its turn (claimable, running, in backoff or snoozed), or does
+-- a dead letter hold the key? Read after the key's row is locked, so no other
+-- transaction changes the answer.
 SELECT id FROM outbox_jobs
 WHERE ordering_key = :ordering_key AND available_at < {blocked_offset_ms}
+UNION ALL
+SELECT id FROM outbox_failed_jobs WHERE ordering_key = :ordering_key AND ordering_held = 1
 LIMIT 1;
 
 -- name: ordering_next
@@ -29,6 +32,19 @@ WHERE message_id = :message_id AND available_at < {blocked_offset_ms};
 -- name: ordering_drop
 -- The key has no job left: its row goes (the next job of the key creates it again).
 DELETE FROM outbox_ordering_keys WHERE key_digest = :ordering_key;
+
+-- name: ordering_held_keys
+-- `outbox status` and the dashboard: the keys dead letters hold (dead_letter_holds_key),
+-- each with the dead letter's message id (what `queue retry` / `queue forget` take).
+SELECT ordering_key, message_id, job_name, queue FROM outbox_failed_jobs
+WHERE ordering_held = 1
+ORDER BY id
+LIMIT :limit;
+
+-- name: ordering_dead_key
+-- The ordering key a dead letter holds (`queue forget` passes its turn on).
+SELECT ordering_key FROM outbox_failed_jobs
+WHERE message_id = :message_id AND ordering_held = 1;
 
 -- name: ordering_blocked_count
 -- `outbox status`: jobs waiting for their key's turn, and the keys they wait on.

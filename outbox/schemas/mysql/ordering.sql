@@ -6,10 +6,14 @@ VALUES (:ordering_key, {now_ms})
 ON DUPLICATE KEY UPDATE created_at = outbox_ordering_keys.created_at;
 
 -- name: ordering_any_job
--- Has the key a job in the queue (in its turn or waiting)? Read after ordering_lock. A
--- locking read: it sees the latest committed rows even in a caller's REPEATABLE READ
--- transaction (push), whose snapshot may predate the last job's acknowledgement.
-SELECT id FROM outbox_jobs WHERE ordering_key = :ordering_key LIMIT 1 LOCK IN SHARE MODE;
+-- Has the key a job in the queue (in its turn or waiting), or a dead letter that holds
+-- it (dead_letter_holds_key)? Read after ordering_lock. Locking reads: they see the
+-- latest committed rows even in a caller's REPEATABLE READ transaction (push), whose
+-- snapshot may predate the last job's acknowledgement.
+(SELECT id FROM outbox_jobs WHERE ordering_key = :ordering_key LIMIT 1 LOCK IN SHARE MODE)
+UNION ALL
+(SELECT id FROM outbox_failed_jobs WHERE ordering_key = :ordering_key AND ordering_held = 1
+ LIMIT 1 LOCK IN SHARE MODE);
 
 -- name: relay_block_jobs
 -- The relay's keyed rows (outbox ids, :ids) that entered behind another job of their

@@ -119,11 +119,11 @@ WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker;
 -- Second half, in the same transaction: the dead letter keeps class, message and trace.
 INSERT INTO outbox_failed_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, exception_class,
-     exception_message, exception_trace, priority, failed_at, ordering_key)
+     exception_message, exception_trace, priority, failed_at, ordering_key, ordering_held)
 VALUES
     (:message_id, :queue, :job_name, :payload, :attempts, :max_attempts, :exception_class,
      :exception_message, :exception_trace, :priority,
-     {now_ms}, :ordering_key);
+     {now_ms}, :ordering_key, :ordering_held);
 
 -- name: job_reap_scan
 -- Held jobs whose lease has expired (their worker died or stalled).

@@ -28,7 +28,7 @@ DELETE FROM outbox_jobs WHERE reserved_by IS NULL AND (CAST(:queue AS varchar) I
 -- name: queue_admin_failed_ordered
 -- The dead letters about to be requeued that have an ordering key, oldest first: they
 -- enter their keys' lines (outbox.db.ordering) behind the jobs already there.
-SELECT message_id, ordering_key FROM outbox_failed_jobs
+SELECT message_id, ordering_key, ordering_held FROM outbox_failed_jobs
 WHERE message_id = ANY(:ids) AND ordering_key IS NOT NULL
 ORDER BY id;
 

@@ -6,8 +6,12 @@ VALUES (:ordering_key, {now_ms})
 ON CONFLICT (key_digest) DO UPDATE SET created_at = outbox_ordering_keys.created_at;
 
 -- name: ordering_any_job
--- Has the key a job in the queue (in its turn or waiting)? Read after ordering_lock.
-SELECT id FROM outbox_jobs WHERE ordering_key = :ordering_key LIMIT 1;
+-- Has the key a job in the queue (in its turn or waiting), or a dead letter that holds
+-- it (dead_letter_holds_key)? Read after ordering_lock.
+SELECT id FROM outbox_jobs WHERE ordering_key = :ordering_key
+UNION ALL
+SELECT id FROM outbox_failed_jobs WHERE ordering_key = :ordering_key AND ordering_held = 1
+LIMIT 1;
 
 -- name: relay_block_jobs
 -- The relay's keyed rows (outbox ids, :ids) that entered behind another job of their
