@@ -86,7 +86,9 @@ class Status:
         ``quarantined`` and ``dead_letters`` are the words the CLI uses; ``failed`` and
         ``dead`` are kept beside them, same values, for readers written before.
         ``paused`` (true/false) per queue was added within version 1: a key added is
-        not a change of shape for readers that ignore keys they do not know.
+        not a change of shape for readers that ignore keys they do not know. So was
+        ``ordering`` (jobs waiting for their ordering key's turn, keys dead letters
+        block), present only when a job waits or a key is blocked.
         """
         outbox = asdict(self.outbox)
         outbox["quarantined"] = self.outbox.failed
@@ -98,17 +100,15 @@ class Status:
             }
             for name, q in sorted(self.queues.items())
         }
-        ordering = {
-            "waiting": self.ordering.waiting,
-            "waiting_keys": self.ordering.waiting_keys,
-            "held_keys": [asdict(h) for h in self.ordering.held],
-        }
-        return {
-            "schema_version": STATUS_SCHEMA_VERSION,
-            "outbox": outbox,
-            "queues": queues,
-            "ordering": ordering,  # added within version 1, as ``paused`` was
-        }
+        out = {"schema_version": STATUS_SCHEMA_VERSION, "outbox": outbox, "queues": queues}
+        o = self.ordering
+        if o.waiting or o.held:  # added within version 1, only when there is something
+            out["ordering"] = {
+                "waiting": o.waiting,
+                "waiting_keys": o.waiting_keys,
+                "held_keys": [asdict(h) for h in o.held],
+            }
+        return out
 
 
 def status(conn: Connection) -> Status:
