@@ -34,8 +34,11 @@ SCENARIOS = (
     "limits",
     "tracing",
     "workflow",
+    "ordering",
 )
-ANY_BACKEND = ("record", "relay", "worker", "tally", "plans", "limits", "tracing", "workflow")
+ANY_BACKEND = (
+    "record", "relay", "worker", "tally", "plans", "limits", "tracing", "workflow", "ordering"
+)
 
 
 def _args(argv: list[str]) -> argparse.Namespace:

@@ -11,6 +11,9 @@ Fingerprint layout, chosen so SQL can recompute it (PostgreSQL ``sha256()``, Mar
                     LF payload)))
     version 1, priority 0 (the default):
     hex(sha256(utf8("v1" LF job_name LF queue LF max_attempts LF available_at LF payload)))
+    version 3, any job with an ordering key:
+    hex(sha256(utf8("v3" LF job_name LF queue LF max_attempts LF available_at LF priority
+                    LF ordering_key_digest LF payload)))
 
 A job of the default priority keeps the version-1 layout: a key recorded before
 priorities existed and replayed after the upgrade (or by code of the previous version
@@ -23,6 +26,9 @@ and a row whose priority was changed after recording fails verification either w
 - ``available_at``: the *given* availability as decimal integer milliseconds since the
   UNIX epoch, or empty when immediate (0). It is what the outbox row stores.
 - ``priority``: one decimal digit, 1-9 (version 2 only).
+- ``ordering_key_digest``: SHA-256 (hex) of the ordering key (version 3 only). A job
+  without an ordering key keeps version 1 or 2, so every key recorded before ordering
+  keys existed replays unchanged.
 - ``payload``: the canonical JSON text (``canonical_json``), exactly as stored.
 """
 
@@ -47,6 +53,13 @@ MAX_DEPTH = 64
 MAX_KEY_BYTES = 200
 MAX_NAME_CHARS = 200
 FINGERPRINT_VERSION = "v2"
+# The layout of a job with an ordering key (see the module docstring).
+FINGERPRINT_VERSION_ORDERED = "v3"
+MAX_ORDERING_KEY_BYTES = 200
+# A job waiting for its ordering key's turn has this added to its due time: past any
+# real one (available_at ends at the year 9999, 2.5e14 ms), so the claim's unchanged
+# ``available_at <= now`` never takes it; its turn subtracts it again (outbox.db.ordering).
+BLOCKED_OFFSET_MS = 10**15
 # The layout a priority-0 job keeps (see the module docstring).
 FINGERPRINT_VERSION_DEFAULT_PRIORITY = "v1"
 MIN_PRIORITY = 0
@@ -69,6 +82,8 @@ class Job:
     ``max_attempts=None`` defers to the registry's setting for the name when the job runs.
     ``priority`` runs from 0 (the default, most urgent) to 9: a worker claims the most
     urgent due job of a queue first, then the one due first.
+    ``ordering_key`` (1-200 bytes of printable ASCII, or ``None``): jobs sharing one run
+    one at a time, in the order their intents were committed (``outbox.queue.ordering``).
     The payload is validated when the job is recorded or pushed, not here, so a ``Job``
     can be built before the caller knows whether it will be used.
     """
@@ -78,6 +93,7 @@ class Job:
     queue: str = "default"
     max_attempts: int | None = None
     priority: int = 0
+    ordering_key: str | None = None
 
 
 class NormalJob(NamedTuple):
@@ -92,6 +108,8 @@ class NormalJob(NamedTuple):
     payload_json: str
     max_attempts: int | None
     priority: int = 0
+    # SHA-256 (hex) of the ordering key; None for a job without one.
+    ordering_key: str | None = None
 
 
 def check_name(value: object, what: str) -> str:
@@ -135,7 +153,26 @@ def normalise(job: Job) -> NormalJob:
         canonical_json(job.payload),
         check_max_attempts(job.max_attempts),
         check_priority(job.priority),
+        ordering_digest(job.ordering_key),
     )
+
+
+def ordering_digest(value: object) -> str | None:
+    """Validate an ordering key; return its SHA-256 digest (hex), all that is stored.
+
+    A digest, not the text: it is fixed-width, compares byte for byte on every database
+    (MariaDB's default collations would fold ``Order:1`` and ``order:1`` into one line),
+    and keeps entity ids out of the queue's indexes, as the idempotency key does.
+    ``None`` means no ordering. Raises ``InvalidJob`` naming the problem, never the key.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidJob(f"ordering_key must be a str or None (got {type(value).__name__})")
+    problem = _key_problem(value)
+    if problem is not None:
+        raise InvalidJob(f"ordering_{problem}")
+    return hashlib.sha256(value.encode("ascii")).hexdigest()
 
 
 def canonical_json(payload: Any) -> str:
@@ -251,7 +288,8 @@ def availability_ms(available_at: object) -> int | None:
 
 
 def fingerprint(job: NormalJob, available_at_ms: int | None) -> str:
-    """SHA-256 (hex) over the layout in the module docstring (version 1 for priority 0)."""
+    """SHA-256 (hex) over the layout in the module docstring (version 3 with an ordering
+    key, else version 1 for priority 0 and version 2 for any other)."""
     head = (
         job.name,
         job.queue,
@@ -259,7 +297,12 @@ def fingerprint(job: NormalJob, available_at_ms: int | None) -> str:
         "" if available_at_ms is None else str(available_at_ms),
     )
     parts: tuple[str, ...]
-    if job.priority:
+    if job.ordering_key is not None:
+        parts = (
+            FINGERPRINT_VERSION_ORDERED, *head, str(job.priority), job.ordering_key,
+            job.payload_json,
+        )
+    elif job.priority:
         parts = (FINGERPRINT_VERSION, *head, str(job.priority), job.payload_json)
     else:
         parts = (FINGERPRINT_VERSION_DEFAULT_PRIORITY, *head, job.payload_json)

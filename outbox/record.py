@@ -65,6 +65,7 @@ class Intent(NamedTuple):
     available_at: int | None
     priority: int
     trace_context: str | None = None  # the caller's span (outbox.tracing), not fingerprinted
+    ordering_key: str | None = None
 
     @classmethod
     def build(
@@ -90,6 +91,7 @@ class Intent(NamedTuple):
             at_ms,
             normal.priority,
             trace_context,
+            normal.ordering_key,
         )
 
     def params(self) -> dict[str, Any]:

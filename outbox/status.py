@@ -43,11 +43,37 @@ class OutboxCounts:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldKey:
+    """An ordering key a dead letter holds (``dead_letter_holds_key``): its later jobs
+    wait until ``outbox queue retry`` or ``forget`` of ``message_id``. ``key`` is the
+    start of the key's digest (the key itself is never stored)."""
+
+    key: str
+    message_id: str
+    job_name: str
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class OrderingCounts:
+    """Jobs waiting for their ordering key's turn (counted in their queue's ``delayed``
+    too), the keys they wait on, and the keys dead letters hold (at most ``HELD_LIMIT``)."""
+
+    waiting: int = 0
+    waiting_keys: int = 0
+    held: tuple[HeldKey, ...] = ()
+
+
+HELD_LIMIT = 100
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """Counts by state, the oldest pending intent's age, and per-queue job counts."""
 
     outbox: OutboxCounts
     queues: dict[str, QueueCounts] = field(default_factory=dict)
+    ordering: OrderingCounts = field(default_factory=OrderingCounts)
 
     @property
     def dead(self) -> int:
@@ -60,7 +86,9 @@ class Status:
         ``quarantined`` and ``dead_letters`` are the words the CLI uses; ``failed`` and
         ``dead`` are kept beside them, same values, for readers written before.
         ``paused`` (true/false) per queue was added within version 1: a key added is
-        not a change of shape for readers that ignore keys they do not know.
+        not a change of shape for readers that ignore keys they do not know. So was
+        ``ordering`` (jobs waiting for their ordering key's turn, keys dead letters
+        block), present only when a job waits or a key is blocked.
         """
         outbox = asdict(self.outbox)
         outbox["quarantined"] = self.outbox.failed
@@ -72,7 +100,15 @@ class Status:
             }
             for name, q in sorted(self.queues.items())
         }
-        return {"schema_version": STATUS_SCHEMA_VERSION, "outbox": outbox, "queues": queues}
+        out = {"schema_version": STATUS_SCHEMA_VERSION, "outbox": outbox, "queues": queues}
+        o = self.ordering
+        if o.waiting or o.held:  # added within version 1, only when there is something
+            out["ordering"] = {
+                "waiting": o.waiting,
+                "waiting_keys": o.waiting_keys,
+                "held_keys": [asdict(h) for h in o.held],
+            }
+        return out
 
 
 def status(conn: Connection) -> Status:
@@ -94,7 +130,14 @@ def status(conn: Connection) -> Status:
         unknown_state=sum(n for s, n in by_state.items() if s not in _KNOWN_STATES),
         oldest_pending_age_s=age,
     )
-    return Status(counts, {q.queue: q for q in queue_counts(conn)})
+    return Status(counts, {q.queue: q for q in queue_counts(conn)}, ordering_counts(conn))
+
+
+def ordering_counts(conn: Connection) -> OrderingCounts:
+    """Jobs waiting for their ordering key's turn, and the keys dead letters hold."""
+    _, waiting, keys = conn.driver.ordering_counts()
+    held = tuple(HeldKey(k[:12], m, j, q) for k, m, j, q in conn.driver.ordering_held(HELD_LIMIT))
+    return OrderingCounts(waiting, keys, held)
 
 
 def queue_counts(conn: Connection) -> list[QueueCounts]:

@@ -137,3 +137,13 @@ GRANT SELECT, DELETE ON outbox_job_results TO outbox_operator;
 -- Workflows: show, cancel, the retry of a failed node (re-arms its skipped dependents), prune.
 GRANT SELECT, UPDATE, DELETE ON outbox_workflows, outbox_workflow_nodes TO outbox_operator;
 GRANT SELECT, DELETE ON outbox_workflow_edges TO outbox_operator;
+
+-- Ordering keys (outbox/queue/ordering.py): whoever puts a keyed job in the queue (push,
+-- the relay, `queue retry`) locks the key's row and looks for the key's other jobs;
+-- whoever ends one (worker; operator: remove, clear, cancel) locks it, promotes the
+-- next job of the key (its available_at) and drops the row when none is left.
+ALTER TABLE outbox_ordering_keys OWNER TO outbox_migrator;
+GRANT SELECT, INSERT, UPDATE ON outbox_ordering_keys TO outbox_app, outbox_relay;
+GRANT SELECT (id, ordering_key, available_at) ON outbox_jobs TO outbox_app, outbox_relay;
+GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_ordering_keys TO outbox_worker, outbox_operator;
+GRANT UPDATE (available_at) ON outbox_jobs TO outbox_operator;

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Any
 
 import click
 import orjson
@@ -20,6 +21,7 @@ from outbox.cli.context import CliContext, pass_cli
 from outbox.cli.params import MESSAGE_ID
 from outbox.cli.serving import metrics_options
 from outbox.config import settings
+from outbox.db.connection import Database
 from outbox.hooks import NO_HOOKS
 from outbox.metrics import serving
 from outbox.queue import limits, throughput
@@ -115,6 +117,7 @@ def relay_command(
     )
     if not watch:
         preflight.ready(database)
+        _refuse_ordering(jet, database)
         with Relay(database, config, target=jet) as relay:
             totals = _drain(relay, limit)
     else:
@@ -124,6 +127,7 @@ def relay_command(
             except preflight.Stopped:
                 click.echo("stopped while waiting for the database; nothing relayed")
                 return
+            _refuse_ordering(jet, database)
             with serving(database, "relay", metrics_port, metrics_bind) as m, Relay(
                 database, config, target=jet, hooks=m or NO_HOOKS
             ) as relay:
@@ -132,6 +136,14 @@ def relay_command(
     if fail_on_quarantine and totals.quarantined:
         click.echo(f"quarantined {totals.quarantined} intents: see `outbox failed`", err=True)
         sys.exit(EXIT_THRESHOLD)
+
+
+def _refuse_ordering(jet: Any, database: Database) -> None:
+    """A nats:// target does not keep ordering keys yet: refuse to start while intents
+    have one (``JetStreamTarget.check_ordering``), in one line."""
+    if jet is not None:
+        with database.connect() as conn:
+            jet.check_ordering(conn.driver)
 
 
 def _drain(relay: Relay, limit: int | None) -> RunTotals:
@@ -254,6 +266,23 @@ def _print_status(status: outbox_status.Status) -> None:
         nothing="no queues",
         right={1, 2, 3, 4},
     )
+    _print_ordering(status.ordering)
+
+
+def _print_ordering(o: outbox_status.OrderingCounts) -> None:
+    """Ordering keys, only when some job waits for its key or a dead letter holds one."""
+    if not o.waiting and not o.held:
+        return
+    click.echo("")
+    click.echo(f"ordering keys: {o.waiting} jobs wait their turn on {o.waiting_keys} keys"
+               f" (counted as DELAYED); {len(o.held)} keys blocked by a dead letter")  # fmt: skip
+    if o.held:
+        tables.echo_table(
+            ["BLOCKED_KEY", "DEAD_LETTER", "JOB", "QUEUE"],
+            [[h.key, h.message_id, h.job_name, h.queue] for h in o.held],
+            nothing="",
+        )
+        click.echo("unblock with `outbox queue retry ID` or `outbox queue forget ID`")
 
 
 def _exceeded(

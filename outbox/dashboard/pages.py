@@ -14,6 +14,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from outbox import status as outbox_status
 from outbox.dashboard import chart, store
 from outbox.dashboard import schedules as schedule_reads
 from outbox.dashboard.backend import Overview
@@ -155,13 +156,14 @@ async def job(dash: Dashboard, request: Request) -> Response:
 
 
 async def dead_letters(dash: Dashboard, request: Request) -> Response:
-    def read(conn: Connection) -> tuple[list[queue_admin.FailedRow], int]:
+    def read(conn: Connection) -> tuple[list[queue_admin.FailedRow], int, Any]:
         total = sum(q.dead for q in dash.backend.overview().counts.queues.values())
-        return queue_admin.failed(conn, limit=LIST_LIMIT), total
+        ordering = outbox_status.ordering_counts(conn)  # the keys dead letters block
+        return queue_admin.failed(conn, limit=LIST_LIMIT), total, ordering
 
-    rows, total = await dash.backend.call(read)
+    rows, total, ordering = await dash.backend.call(read)
     return dash.render(request, "dead_letters.html", title="Dead letters", rows=rows,
-                       total=total, limit=LIST_LIMIT)
+                       total=total, limit=LIST_LIMIT, ordering=ordering)
 
 
 async def quarantined(dash: Dashboard, request: Request) -> Response:

@@ -193,9 +193,15 @@ class Driver(Protocol):
         """Which of the held jobs an operator has cancelled (read with each heartbeat)."""
         ...
 
-    def job_reap(self, limit_for: Callable[[str, int | None], int], batch: int) -> ReapResult:
+    def job_reap(
+        self,
+        limit_for: Callable[[str, int | None], int],
+        batch: int,
+        holds_key: Callable[[str], bool] | None = None,
+    ) -> ReapResult:
         """Return up to ``batch`` expired leases to the queue; dead-letter those at
-        their attempt limit (``limit_for(job_name, row_max_attempts)``).
+        their attempt limit (``limit_for(job_name, row_max_attempts)``), keeping the
+        ordering key blocked where ``holds_key(job_name)`` says so.
 
         Each write re-checks holder, attempt and expiry, so a job acknowledged or renewed
         after the scan is never resurrected. One indexed read when nothing has expired.
@@ -210,7 +216,7 @@ class Driver(Protocol):
         """An expired job back to the queue, if still expired and held by that attempt."""
         ...
 
-    def job_reap_dead(self, job: ExpiredJob) -> bool:
+    def job_reap_dead(self, job: ExpiredJob, hold_key: bool = False) -> bool:
         """An expired job at its attempt limit to the dead letters."""
         ...
 
@@ -255,6 +261,16 @@ class Driver(Protocol):
 
     def outbox_pending_count(self) -> int:
         """How many intents are pending."""
+        ...
+
+    def ordering_held(self, limit: int) -> list[tuple[str, str, str, str]]:
+        """Up to ``limit`` ordering keys dead letters hold (``dead_letter_holds_key``):
+        ``(key digest, dead letter's message id, job name, queue)``, oldest first."""
+        ...
+
+    def ordering_counts(self) -> tuple[int, int, int]:
+        """Pending intents with an ordering key; queued jobs waiting for their key's
+        turn, and the keys they wait on (``outbox.db.ordering``)."""
         ...
 
     def outbox_backlog(self) -> tuple[int, int | None, int]:

@@ -58,6 +58,8 @@ class PostgresqlDriver(SharedDriver):
     def job_ack_claim(self, done: JobFence, claim: JobClaim) -> tuple[set[int], list[ClaimedJob]]:
         if not done.jobs:
             return set(), self.job_claim(claim)
+        if any(j.ordering_key is not None for j in done.jobs):
+            return super().job_ack_claim(done, claim)  # the keys' turns pass on first
         rows = self._one("claim", "job_ack_claim", {**done.params(), **claim_params(claim)})
         acked = {int(r[0]) for r in rows if r[1] is None}
         return acked, claimed_jobs(r for r in rows if r[1] is not None)
@@ -72,7 +74,7 @@ class PostgresqlDriver(SharedDriver):
             return super().outbox_handoff(p, verify)
         started = time.perf_counter()
         try:
-            outcome = self._transact("relay batch", lambda c: _in_one_statement(c, p))
+            outcome = self._transact("relay batch", lambda c: self._in_one_statement(c, p))
         except _NeedsPythonVerify:
             log.info("relay.verify_fallback", cause="payload_not_json")
             return super().outbox_handoff(
@@ -102,22 +104,37 @@ class PostgresqlDriver(SharedDriver):
             raise
 
 
-def _in_one_statement(conn: Executor, p: OutboxHandoff) -> Outcome:
-    params: dict[str, Any] = {"batch_size": p.batch_size, "notify": p.notify}
-    try:
-        rows = conn.execute("relay_handoff", params)
-    except Exception as exc:
-        if error_code(exc) == INVALID_TEXT:
-            raise _NeedsPythonVerify() from exc
-        raise
-    claimed, handed_off, failed_ids, reasons, _woken, moved, traces = rows[0]
-    if moved != handed_off:  # rows are locked by this statement: a broken invariant
-        raise DatabaseError(
-            f"relay batch aborted: {moved} rows left the outbox, {handed_off} reached the queue",
-            operation="relay batch",
-        )
-    failed = tuple(zip(failed_ids or (), reasons or (), strict=True))
-    return int(claimed), int(handed_off), failed, tuple(traces or ())
+    def _in_one_statement(self, conn: Executor, p: OutboxHandoff) -> Outcome:
+        params: dict[str, Any] = {"batch_size": p.batch_size, "notify": p.notify}
+        try:
+            rows = conn.execute("relay_handoff", params)
+        except Exception as exc:
+            if error_code(exc) == INVALID_TEXT:
+                raise _NeedsPythonVerify() from exc
+            raise
+        (claimed, handed_off, failed_ids, reasons, _woken, moved, traces, keyed_ids, keys) = rows[0]
+        if moved != handed_off:  # rows are locked by this statement: a broken invariant
+            raise DatabaseError(
+                f"relay batch aborted: {moved} rows left the outbox,"
+                f" {handed_off} reached the queue",
+                operation="relay batch",
+            )
+        if keyed_ids:  # still locked by the statement: they move in order, in this batch
+            handed_off += self._move_ordered_in_tx(list(keyed_ids), list(keys), p.notify)
+        failed = tuple(zip(failed_ids or (), reasons or (), strict=True))
+        return int(claimed), int(handed_off), failed, tuple(traces or ())
+
+    def _move_ordered_in_tx(self, ids: list[int], keys: list[str], notify: bool) -> int:
+        valid, waiting = self.handoff_ordered_in_tx(ids, dict(zip(ids, keys, strict=True)))
+        if not valid:
+            return 0
+        self._expect("relay_insert_jobs", valid)
+        if waiting:
+            self.conn.execute("relay_block_jobs", {"ids": waiting})
+        self._expect("relay_delete_moved", valid)
+        if notify:
+            self._notify_jobs_in_tx()
+        return len(valid)
 
 
 def connector(url: URL, options: ConnectOptions) -> Callable[[], Any]:

@@ -39,7 +39,7 @@ def _int(v: Any) -> int | None:
 
 class ResultOps:
     conn: Executor
-    _move_to_dead: Callable[[Executor, str, dict[str, Any], Failure], bool]
+    _move_to_dead: Callable[[Executor, str, dict[str, Any], Failure, bool], bool]
 
     def result_ack(self, fence: JobFence, kept: Sequence[KeptResult]) -> set[int]:
         """``job_ack(fence)`` and, for each job it acknowledged, its result, in one
@@ -61,7 +61,7 @@ class ResultOps:
         key = {"id": p.job.id, "holder": p.holder, "attempts": p.job.attempts}
 
         def both(c: Executor) -> bool:
-            if not self._move_to_dead(c, "job_dead_take", key, p.failure):
+            if not self._move_to_dead(c, "job_dead_take", key, p.failure, p.hold_key):
                 return False
             _write(c, kept)
             return True

@@ -26,6 +26,8 @@ class ClaimedJob:
     priority: int = 0
     # The recorded W3C Trace Context (outbox.tracing): the attempt span's parent.
     trace_context: str | None = None
+    # The ordering key's digest (outbox.db.ordering), None for a job without one.
+    ordering_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,8 @@ class JobDeadLetter:
     holder: str
     job: ClaimedJob
     failure: Failure
+    # The job's ordering key stays blocked by the dead letter (outbox.db.ordering).
+    hold_key: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +165,7 @@ class StoredIntent:
     available_at: Any
     priority: Any = 0
     trace_context: str | None = None  # never verified: a malformed one is ignored
+    ordering_key: Any = None
 
 
 @dataclass(frozen=True, slots=True)

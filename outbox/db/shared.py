@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 import orjson
 
-from outbox.db import workflows
+from outbox.db import ordering, workflows
 from outbox.db.dialect import Dialect
 from outbox.db.driver import (
     CANCELLED_FAILURE,
@@ -109,15 +109,21 @@ class SharedDriver(LimitOps, ResultOps):
     def job_ack(self, fence: JobFence) -> set[int]:
         if not fence.jobs:
             return set()
+        if _keyed(fence):
+            return self._transact("ack", lambda c: self._ack_ordered_in_tx(fence))
         return {int(r[0]) for r in self._one("ack", "job_ack", fence.params())}
 
     def job_ack_claim(self, done: JobFence, claim: JobClaim) -> tuple[set[int], list[ClaimedJob]]:
         if not done.jobs:
             return set(), self.job_claim(claim)
         params = {**done.params(), **claim_params(claim)}
+        keyed = _keyed(done)
 
         def both(c: Executor) -> tuple[set[int], list[Row]]:
-            acked = {int(r[0]) for r in c.execute("job_ack", params)}
+            if keyed:
+                acked = self._ack_ordered_in_tx(done)
+            else:
+                acked = {int(r[0]) for r in c.execute("job_ack", params)}
             return acked, self._claim_rows_in_tx(params)
 
         acked, rows = self._transact("claim", both)
@@ -127,7 +133,19 @@ class SharedDriver(LimitOps, ResultOps):
         return self.conn.execute("job_claim", params)
 
     def job_ack_in_tx(self, fence: JobFence) -> bool:
+        if _keyed(fence):
+            return bool(self._ack_ordered_in_tx(fence))
         return bool(self.conn.execute("job_ack", fence.params()))
+
+    def _ack_ordered_in_tx(self, fence: JobFence) -> set[int]:
+        """The acknowledgement of jobs some of which have an ordering key: the keys'
+        rows locked first (the order ``outbox.db.ordering`` takes them in), then the
+        delete, then each acknowledged key's turn passed on, in this one transaction."""
+        keys = {j.id: j.ordering_key for j in fence.jobs if j.ordering_key is not None}
+        ordering.drive(ordering.lock(keys.values()), self.conn)
+        acked = {int(r[0]) for r in self.conn.execute("job_ack", fence.params())}
+        ordering.drive(ordering.leave(k for i, k in keys.items() if i in acked), self.conn)
+        return acked
 
     def job_heartbeat(self, fence: JobFence, lease_ms: int) -> int:
         if not fence.jobs:
@@ -153,7 +171,8 @@ class SharedDriver(LimitOps, ResultOps):
     def job_dead_letter(self, p: JobDeadLetter) -> bool:
         key = {"id": p.job.id, "holder": p.holder, "attempts": p.job.attempts}
         return self._transact(
-            "dead_letter", lambda c: self._move_to_dead(c, "job_dead_take", key, p.failure)
+            "dead_letter",
+            lambda c: self._move_to_dead(c, "job_dead_take", key, p.failure, p.hold_key),
         )
 
     def job_snooze(self, p: JobSnooze) -> SnoozeOutcome:
@@ -183,11 +202,17 @@ class SharedDriver(LimitOps, ResultOps):
             return set()
         return {int(r[0]) for r in self._read("heartbeat", "job_cancel_requested", fence.params())}
 
-    def job_reap(self, limit_for: Callable[[str, int | None], int], batch: int) -> ReapResult:
+    def job_reap(
+        self,
+        limit_for: Callable[[str, int | None], int],
+        batch: int,
+        holds_key: Callable[[str], bool] | None = None,
+    ) -> ReapResult:
         result = ReapResult()
         for job in self.job_reap_scan(batch):
             if job.attempts >= limit_for(job.job_name, job.max_attempts):
-                result.dead += int(self.job_reap_dead(job))
+                hold = holds_key is not None and holds_key(job.job_name)
+                result.dead += int(self.job_reap_dead(job, hold))
             else:
                 result.requeued += self.job_reap_release(job)
         return result
@@ -200,19 +225,23 @@ class SharedDriver(LimitOps, ResultOps):
         params = {**_reap_key(job), "error": LEASE_EXPIRED}
         return self._count("reap", "job_reap_release", params)
 
-    def job_reap_dead(self, job: ExpiredJob) -> bool:
+    def job_reap_dead(self, job: ExpiredJob, hold_key: bool = False) -> bool:
         failure = Failure(LEASE_EXPIRED, "the lease expired on the last attempt", "")
         key = _reap_key(job)
         return self._transact(
-            "reap", lambda c: self._move_to_dead(c, "job_reap_take", key, failure)
+            "reap", lambda c: self._move_to_dead(c, "job_reap_take", key, failure, hold_key)
         )
 
     @staticmethod
-    def _move_to_dead(c: Executor, take: str, key: dict[str, Any], failure: Failure) -> bool:
+    def _move_to_dead(
+        c: Executor, take: str, key: dict[str, Any], failure: Failure, hold_key: bool = False
+    ) -> bool:
+        """Move a job to the dead letters; its ordering key, if any, is released (the
+        next job of the key gets its turn) unless ``hold_key``."""
         rows = c.execute(take, key)
         if not rows:
             return False
-        message_id, queue, job_name, payload, attempts, max_attempts, priority = rows[0]
+        message_id, queue, job_name, payload, attempts, max_attempts, priority, okey = rows[0]
         c.execute(
             "job_dead_insert",
             {
@@ -226,10 +255,14 @@ class SharedDriver(LimitOps, ResultOps):
                 "exception_class": failure.exception_class[:200],
                 "exception_message": failure.message,
                 "exception_trace": failure.trace,
+                "ordering_key": okey,
+                "ordering_held": int(hold_key and okey is not None),
             },
         )
         if is_node_id(str(message_id)):  # a workflow node: its dependents, in this transaction
             workflows.on(c, workflows.failed(str(message_id)))
+        if okey is not None and not hold_key:  # releases its key (outbox.db.ordering)
+            ordering.drive(ordering.leave([str(okey)]), c)
         return True
 
     # -- the outbox -------------------------------------------------------------------
@@ -248,13 +281,20 @@ class SharedDriver(LimitOps, ResultOps):
             intents = self.outbox_claim_in_tx(p)
             claimed = [(i.id, i.message_id, verify(i)) for i in intents]
             traces = {i.id: i.trace_context for i in intents}
+            keyed = {i.id: str(i.ordering_key) for i in intents if i.ordering_key is not None}
         else:
             rows = self.conn.execute("relay_claim", {"batch_size": p.batch_size})
             claimed = [(int(r[0]), str(r[1]), r[2]) for r in rows]
             traces = {int(r[0]): r[3] for r in rows}
+            keyed = {int(r[0]): str(r[4]) for r in rows if r[4] is not None}
         valid = [row_id for row_id, _, reason in claimed if reason is None]
+        waiting: list[int] = []
+        if keyed:
+            valid, waiting = self.handoff_ordered_in_tx(valid, keyed)
         if valid:
             self._expect("relay_insert_jobs", valid)
+            if waiting:
+                self.conn.execute("relay_block_jobs", {"ids": waiting})
             self._expect("relay_delete_moved", valid)
             if p.notify:
                 self._notify_jobs_in_tx()
@@ -296,11 +336,25 @@ class SharedDriver(LimitOps, ResultOps):
 
         return timed(self._transact("relay batch", batch), started)
 
+    def handoff_ordered_in_tx(
+        self, valid: list[int], keyed: dict[int, str]
+    ) -> tuple[list[int], list[int]]:
+        """Of the valid ids of a batch (``keyed``: the ordering key of those that have
+        one), the ids that move now, in order: every keyless one, and the keyed ones
+        whose turn to enter has come (``outbox.db.ordering.handoff_ordered``); and the
+        ids of those that will wait for their key's turn in the queue."""
+        rows = [(i, keyed[i]) for i in valid if i in keyed]
+        if not rows:
+            return valid, []
+        moving, waiting = ordering.handoff_ordered(self.conn, rows)
+        keep = set(moving)
+        return [i for i in valid if i not in keyed or i in keep], waiting
+
     def outbox_claim_checked_in_tx(self, p: OutboxHandoff) -> list[tuple[StoredIntent, str | None]]:
         rows = self.conn.execute("relay_claim_checked", {"batch_size": p.batch_size})
-        # (intent columns..., reason, trace_context)
+        # (intent columns..., priority, ordering_key, reason, trace_context)
         return [
-            (StoredIntent(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[10]), r[9])
+            (StoredIntent(*r[:9], trace_context=r[11], ordering_key=r[9]), r[10])
             for r in rows
         ]
 
@@ -326,6 +380,18 @@ class SharedDriver(LimitOps, ResultOps):
 
     def outbox_pending_count(self) -> int:
         return int(self._read("status", "status_pending_count")[0][0])
+
+    def ordering_held(self, limit: int) -> list[tuple[str, str, str, str]]:
+        rows = self._read("status", "ordering_held_keys", {"limit": limit})
+        return [(str(k), str(m), str(j), str(q)) for k, m, j, q in rows]
+
+    def ordering_counts(self) -> tuple[int, int, int]:
+        def counts(c: Executor) -> tuple[int, int, int]:
+            (intents,) = c.execute("ordering_pending_count")[0]
+            waiting, keys = c.execute("ordering_blocked_count")[0]
+            return int(intents or 0), int(waiting or 0), int(keys or 0)
+
+        return self.conn.read(counts, operation="status")
 
     def outbox_backlog(self) -> tuple[int, int | None, int]:
 
@@ -430,7 +496,16 @@ class SharedDriver(LimitOps, ResultOps):
                 ids = [i for i in ids if i not in set(workflows.skipped_of(c, nodes))]
             if not ids:
                 return 0
+            rows = c.execute("queue_admin_failed_ordered", {"ids": ids})
+            # A dead letter that holds its key is the key's job in its turn once again;
+            # the others join the end of their key's line.
+            held = [str(k) for _, k, h in rows if h]
+            keyed = [(str(m), str(k)) for m, k, h in rows if not h]
+            ordering.drive(ordering.lock(held), c)
+            waits = ordering.drive(ordering.enter([k for _, k in keyed]), c) if keyed else []
             inserted = c.execute_count("queue_admin_requeue", {"ids": ids})
+            waiting = [m for (m, _), w in zip(keyed, waits, strict=True) if w]
+            ordering.drive(ordering.block(waiting), c)
             c.execute_count("queue_admin_failed_delete", {"ids": ids})
             for node_id in nodes:
                 if node_id in ids:
@@ -440,21 +515,34 @@ class SharedDriver(LimitOps, ResultOps):
         return self._transact("queue retry", requeue)
 
     def dead_delete(self, message_id: str) -> int:
-        return self._transact(
-            "queue forget",
-            lambda c: c.execute_count("queue_admin_failed_delete", {"ids": [message_id]}),
-        )
+        def forget(c: Executor) -> int:
+            held = ordering.keys_of(c.execute("ordering_dead_key", {"message_id": message_id}), 0)
+            ordering.drive(ordering.lock(held), c)
+            deleted = c.execute_count("queue_admin_failed_delete", {"ids": [message_id]})
+            ordering.drive(ordering.leave(held), c)  # a key it held passes its turn on
+            return deleted
+
+        return self._transact("queue forget", forget)
 
     def job_remove(self, message_id: str) -> int:
-        return self._transact(
-            "queue remove",
-            lambda c: c.execute_count("queue_admin_remove", {"message_id": message_id}),
-        )
+        def remove(c: Executor) -> int:
+            keys = ordering.keys_of(c.execute("queue_admin_job_key", {"message_id": message_id}), 0)
+            ordering.drive(ordering.lock(keys), c)
+            removed = c.execute_count("queue_admin_remove", {"message_id": message_id})
+            ordering.drive(ordering.leave(keys), c)
+            return removed
+
+        return self._transact("queue remove", remove)
 
     def queue_clear(self, queue: str | None) -> int:
-        return self._transact(
-            "queue clear", lambda c: c.execute_count("queue_admin_clear", {"queue": queue})
-        )
+        def clear(c: Executor) -> int:
+            keys = ordering.keys_of(c.execute("queue_admin_clear_keys", {"queue": queue}), 0)
+            ordering.drive(ordering.lock(keys), c)
+            cleared = c.execute_count("queue_admin_clear", {"queue": queue})
+            ordering.drive(ordering.leave(keys), c)
+            return cleared
+
+        return self._transact("queue clear", clear)
 
     def queue_paused(self) -> dict[str, int]:
         return {str(q): int(at) for q, at in self._read("queue paused", "queue_paused_list")}
@@ -526,6 +614,12 @@ class SharedDriver(LimitOps, ResultOps):
 
 def claim_params(p: JobClaim) -> dict[str, Any]:
     return {"queue": p.queue, "limit": p.limit, "worker": p.worker, "lease_ms": p.lease_ms}
+
+
+def _keyed(fence: JobFence) -> bool:
+    """Has any job of ``fence`` an ordering key? (Keyless acknowledgements stay one
+    statement: they pay nothing for ordering.)"""
+    return any(j.ordering_key is not None for j in fence.jobs)
 
 
 def claimed_jobs(rows: Iterable[Row]) -> list[ClaimedJob]:

@@ -8,7 +8,8 @@ applies it. Statements every dialect writes alike live once, in
 ``outbox/schemas/common/``; a name is defined in one place only. ``{now_ms}`` stands for
 the dialect's clock expression, and ``{max_payload_bytes}``, ``{max_name_chars}``,
 ``{max_attempts_limit}``, ``{fingerprint_version}`` and
-``{fingerprint_version_default_priority}`` stand for ``outbox.job``'s limits,
+``{fingerprint_version_default_priority}``, ``{fingerprint_version_ordered}`` and
+``{blocked_offset_ms}`` stand for ``outbox.job``'s limits,
 so the relay's SQL verification and ``record()``'s checks cannot drift apart.
 Statements use ``:name`` placeholders, converted once, at load, to the driver's own
 style, so the hot path does no string work. Only
@@ -88,6 +89,8 @@ def _templated(sql: str, dialect: Dialect) -> str:
         "{max_attempts_limit}": str(job.MAX_ATTEMPTS_LIMIT),
         "{fingerprint_version}": job.FINGERPRINT_VERSION,
         "{fingerprint_version_default_priority}": job.FINGERPRINT_VERSION_DEFAULT_PRIORITY,
+        "{fingerprint_version_ordered}": job.FINGERPRINT_VERSION_ORDERED,
+        "{blocked_offset_ms}": str(job.BLOCKED_OFFSET_MS),
     }
     for marker, value in values.items():
         sql = sql.replace(marker, value)

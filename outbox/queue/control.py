@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
-from outbox.db import workflows
+from outbox.db import ordering, workflows
 from outbox.db.adapters import adapt
 from outbox.db.caller import Plan, run
 from outbox.db.connection import Connection, Database
@@ -151,7 +151,7 @@ def cancel_plan(message_id: str) -> Plan[Literal["dead", "flagged"] | None]:
     key = {"message_id": message_id}
     taken = yield ("job_cancel_take", key)
     if taken:
-        mid, queue, job_name, payload, attempts, max_attempts, priority = taken[0]
+        mid, queue, job_name, payload, attempts, max_attempts, priority, okey = taken[0]
         failure = CANCELLED_FAILURE
         yield (
             "job_dead_insert",
@@ -166,10 +166,14 @@ def cancel_plan(message_id: str) -> Plan[Literal["dead", "flagged"] | None]:
                 "exception_class": failure.exception_class,
                 "exception_message": failure.message,
                 "exception_trace": failure.trace,
+                "ordering_key": okey,
+                "ordering_held": 0,  # an operator's cancellation releases the key
             },
         )
         if is_node_id(str(mid)):  # a workflow node: its dependents, in this transaction
             yield from workflows.failed(str(mid))
+        if okey is not None:  # a cancelled job releases its ordering key
+            yield from ordering.leave([str(okey)])
         return "dead"
     yield ("job_cancel_flag", key)
     held = yield ("dashboard_job", key)

@@ -269,6 +269,8 @@ class Dispatcher:
             if not self.to_ack:
                 self._ack_since = self._clock()
             self.to_ack.append(job)
+        if job.ordering_key is not None:  # its key's next job may be due now: claim it
+            self.dry.pop(job.queue, None)  # at once (the ack rides along and promotes it)
 
     def _release_if_paused(self, queue: str) -> None:
         """A claim found nothing while jobs wait unstarted in this worker's buffer: if

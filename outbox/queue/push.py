@@ -4,6 +4,9 @@ For work that needs no idempotency key. Atomic with the caller's own writes, lik
 ``record()``; a job is claimable after ``delay`` seconds by the database's clock.
 ``priority`` (0 most urgent to 9), when given, replaces the job's own. ``push_many`` is
 ``record_many``'s keyless counterpart: up to 1,000 jobs in one statement.
+A job with an ordering key enters its key's line (``outbox.db.ordering``) in the
+caller's transaction: it holds the key's row lock until that transaction ends, so two
+producers of one key commit one after the other, in the order their jobs run.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from outbox.config import settings
+from outbox.db import ordering
 from outbox.db.adapters import adapt, adapt_async
-from outbox.db.caller import JobPush, JobsPush, job_push, jobs_push, run, run_async
+from outbox.db.caller import JobPush, JobsPush, Plan, job_push, jobs_push, run, run_async
 from outbox.errors import InvalidJob
 from outbox.ids import new_message_id
 from outbox.job import Job, NormalJob, check_priority, normalise
@@ -38,6 +42,7 @@ def push_params(
         "delay_ms": delay_ms(delay),
         "priority": job.priority,
         "trace_context": trace_context,
+        "ordering_key": job.ordering_key,
     }
 
 
@@ -65,7 +70,7 @@ def push(conn: Any, job: Job, delay: float = 0, *, priority: int | None = None) 
     params = push_params(_normal(job, priority), new_message_id(), delay, capture())
     target = adapt(conn)
     notify = target.dialect.supports_listen and settings.notify
-    return run(job_push(JobPush(params, notify)), target, "push")
+    return run(_one(JobPush(params, notify)), target, "push")
 
 
 async def push_async(conn: Any, job: Job, delay: float = 0, *, priority: int | None = None) -> str:
@@ -73,7 +78,7 @@ async def push_async(conn: Any, job: Job, delay: float = 0, *, priority: int | N
     params = push_params(_normal(job, priority), new_message_id(), delay, capture())
     target = await adapt_async(conn)
     notify = target.dialect.supports_listen and settings.notify
-    return await run_async(job_push(JobPush(params, notify)), target, "push")
+    return await run_async(_one(JobPush(params, notify)), target, "push")
 
 
 def push_many(
@@ -91,7 +96,7 @@ def push_many(
     if not rows:
         return []
     target = adapt(conn)
-    return run(jobs_push(_push(rows, target.dialect.supports_listen)), target, "push_many")
+    return run(_many(_push(rows, target.dialect.supports_listen)), target, "push_many")
 
 
 async def push_many_async(
@@ -102,8 +107,31 @@ async def push_many_async(
     if not rows:
         return []
     target = await adapt_async(conn)
-    plan = jobs_push(_push(rows, target.dialect.supports_listen))
+    plan = _many(_push(rows, target.dialect.supports_listen))
     return await run_async(plan, target, "push_many")
+
+
+def _one(p: JobPush) -> Plan[str]:
+    """``job_push``, entering the job's ordering key's line first when it has one."""
+    key = p.row["ordering_key"]
+    if key is None:
+        return (yield from job_push(p))
+    waits = yield from ordering.enter([key])
+    message_id = yield from job_push(p)
+    if waits[0]:
+        yield from ordering.block([message_id])
+    return message_id
+
+
+def _many(p: JobsPush) -> Plan[list[str]]:
+    """``jobs_push``, the keyed jobs entering their keys' lines in the given order."""
+    keys = [r[7] for r in p.rows]
+    if all(k is None for k in keys):
+        return (yield from jobs_push(p))
+    waits = yield from ordering.enter(keys)
+    ids = yield from jobs_push(p)
+    yield from ordering.block(m for m, w in zip(ids, waits, strict=True) if w)
+    return ids
 
 
 def _push(rows: list[tuple[Any, ...]], listens: bool) -> JobsPush:
@@ -134,6 +162,7 @@ def _batch(jobs: Iterable[Job], delay: object, priority: int | None) -> list[tup
                 ms,
                 normal.priority,
                 trace_context,
+                normal.ordering_key,
             )
         )
     return rows

@@ -36,6 +36,8 @@ class Handler:
     transactional: bool
     limits: Limits | None = None
     keep_result_ms: int | None = None  # None: the outcome is not kept (outbox.results)
+    # A dead letter of this name keeps its ordering key blocked (outbox.db.ordering).
+    dead_letter_holds_key: bool = False
 
 
 class Registry:
@@ -56,6 +58,7 @@ class Registry:
         concurrency_key: Callable[[Any], str | int] | None = None,
         rate: str | None = None,
         keep_result: bool | float = False,
+        dead_letter_holds_key: bool = False,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of job ``name``.
 
@@ -70,7 +73,14 @@ class Registry:
         ``keep_result=True`` (or the seconds to keep it; True is 7 days): the outcome is
         written with the acknowledgement, in its transaction, and read back with
         ``outbox.results.get`` or ``outbox result ID`` (see ``outbox.results``).
+
+        ``dead_letter_holds_key=True``: a job of this name with an ordering key that is
+        dead-lettered keeps its key blocked (the key's later jobs wait) until an operator
+        requeues it (``outbox queue retry``) or forgets it (``outbox queue forget``);
+        by default a dead letter releases its key at once.
         """
+        if not isinstance(dead_letter_holds_key, bool):
+            raise ConfigurationError(f"job {name!r}: dead_letter_holds_key must be True or False")
         check_job_options(
             name,
             max_attempts=max_attempts,
@@ -103,6 +113,7 @@ class Registry:
                 transactional=transactional,
                 limits=limits,
                 keep_result_ms=keep_ms,
+                dead_letter_holds_key=dead_letter_holds_key,
             )
             return fn
 

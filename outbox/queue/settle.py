@@ -136,6 +136,17 @@ class Settler:
         keep = None if handler is None else handler.keep_result_ms
         return kept_ms(keep, job.message_id) is not None
 
+    def _name_holds_key(self, job_name: str) -> bool:
+        handler = self.registry.get(job_name)
+        return handler is not None and handler.dead_letter_holds_key
+
+    def _holds_key(self, job: ClaimedJob) -> bool:
+        """Does a dead letter of ``job`` keep its ordering key blocked?"""
+        handler = self.registry.get(job.job_name)
+        return job.ordering_key is not None and handler is not None and (
+            handler.dead_letter_holds_key
+        )
+
     def _count_acked(self, jobs: Sequence[ClaimedJob], acked: set[int]) -> None:
         self.stats.succeeded += len(acked)
         self.tally.add(SUCCEEDED, jobs if len(acked) == len(jobs) else
@@ -217,7 +228,7 @@ class Settler:
         try:
             driver = self._driver()
             if decision.action is Action.DEAD:
-                dead = JobDeadLetter(self.worker_id, job, failure)
+                dead = JobDeadLetter(self.worker_id, job, failure, self._holds_key(job))
                 if self._keeps_result(job):  # the FAILED result in the same transaction
                     ok = driver.result_dead_letter(dead, self._kept_result(outcome, failure))
                 else:
@@ -333,7 +344,9 @@ class Settler:
     def reap(self) -> None:
         """Expired leases back to the queue, or to the dead letters at their limit."""
         try:
-            result = self._driver().job_reap(self.registry.max_attempts, REAP_BATCH)
+            result = self._driver().job_reap(
+                self.registry.max_attempts, REAP_BATCH, self._name_holds_key
+            )
         except DatabaseError as exc:
             self._trouble("reap", exc)
             return

@@ -21,6 +21,13 @@ window is shorter.
 A stream at its limits (discard new) refuses the message: the row stays pending and
 the relay raises ``TargetRefused`` once the batch's accepted rows are committed, so a
 watching relay backs off (``Relay.watch``) and ``outbox status --target`` shows it.
+
+Ordering keys are not kept on this target yet: in-flight batches and the shared pull
+consumer would let one key's jobs run out of order. Rather than reorder them silently,
+the relay refuses to start while any pending intent has one (``check_ordering``), and an
+intent with one recorded later is never published: it stays pending and the batch ends
+in ``TargetRefused`` (limit ``ordering_key``), loud in the logs and ``outbox status``;
+relay such intents with the SQL queue target.
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ from outbox.log import get_logger
 from outbox.relay.verify import reason_for
 
 log = get_logger("outbox.relay")
+# TargetRefused's limit for intents with an ordering key (module docstring).
+ORDERING = "ordering_key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +128,15 @@ class JetStreamTarget:
                 self._broker = Broker(self.url)
             return self._broker
 
+    def check_ordering(self, driver: Driver) -> None:
+        """Refuse to start while pending intents have an ordering key (module docstring)."""
+        intents, _, _ = driver.ordering_counts()
+        if intents:
+            raise ConfigurationError(
+                f"{intents} pending intents have an ordering_key, which the nats:// target"
+                " does not keep in order yet; relay them with --target sql"
+            )
+
     def prepare(self, queues: Iterable[str]) -> None:
         """Create or check these queues' streams now (a fleet's known queues at start)."""
         broker = self._connected()
@@ -140,6 +158,8 @@ class JetStreamTarget:
             why = (
                 f"is full (setting {r.limit}, discard new)"
                 if r.limit in ("max_msgs", "max_bytes")
+                else "is not given intents with an ordering_key (relay them with --target sql)"
+                if r.limit == ORDERING
                 else f"did not accept them ({r.limit})"
             )
             raise TargetRefused(
@@ -153,6 +173,10 @@ class JetStreamTarget:
     def _publish(
         self, broker: Broker, intents: list[StoredIntent], refused: list[_Refusal]
     ) -> set[str]:
+        ordered = [i for i in intents if i.ordering_key is not None]
+        if ordered:  # never published: they stay pending (module docstring)
+            refused.append(_Refusal(names.stream(str(ordered[0].queue)), ORDERING, len(ordered)))
+            intents = [i for i in intents if i.ordering_key is None]
         if not intents:
             return set()
         refuse_workflows(intents)

@@ -19,7 +19,8 @@ Reason codes, in the order they are tested (the first that applies wins):
 ====================  =========================================================
 
 The priority has no reason of its own: it is sealed in the fingerprint (for any value
-but 0), so a priority changed after recording is a ``fingerprint_mismatch``.
+but 0), so a priority changed after recording is a ``fingerprint_mismatch``; so is the
+ordering key (its digest, whenever set).
 """
 
 from __future__ import annotations
@@ -83,12 +84,16 @@ def refingerprint(row: StoredIntent) -> tuple[str, str]:
     if reason is not None:
         raise InvalidJob(reason)
     payload = canonical_json(orjson.loads(row.payload))
-    normal = NormalJob(row.job_name, row.queue, payload, row.max_attempts, _priority(row))
+    normal = NormalJob(
+        row.job_name, row.queue, payload, row.max_attempts, _priority(row), _ordering(row)
+    )
     return payload, fingerprint(normal, row.available_at)
 
 
 def _fingerprint_of(row: StoredIntent) -> str:
-    normal = NormalJob(row.job_name, row.queue, row.payload, row.max_attempts, _priority(row))
+    normal = NormalJob(
+        row.job_name, row.queue, row.payload, row.max_attempts, _priority(row), _ordering(row)
+    )
     return fingerprint(normal, row.available_at)
 
 
@@ -97,6 +102,11 @@ def _priority(row: StoredIntent) -> int:
     (outside 0..9, not an int) is sealed as is, so it can only mismatch."""
     value = row.priority
     return value if _is_int(value) else -1
+
+
+def _ordering(row: StoredIntent) -> str | None:
+    """The row's ordering key digest as the fingerprint reads it (text, or None)."""
+    return None if row.ordering_key is None else str(row.ordering_key)
 
 
 def _is_json(text: str) -> bool:

@@ -94,6 +94,9 @@ messages = Table(
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     # W3C Trace Context of the recording span: "<traceparent>[ <tracestate>]" (outbox.tracing).
     Column("trace_context", String(600), nullable=True),
+
+    # SHA-256 (hex) of the ordering key, NULL without one; part of the fingerprint when set.
+    Column("ordering_key", String(64), nullable=True),
     **_OPTIONS,
 )
 
@@ -144,6 +147,9 @@ jobs = Table(
     Column("snoozes", Integer, nullable=False, server_default=text("0")),
     # Copied from the intent at handoff (outbox.tracing); the attempt span's parent.
     Column("trace_context", String(600), nullable=True),
+
+    # The ordering key's digest (outbox.queue.ordering): NULL for a job without one.
+    Column("ordering_key", String(64), nullable=True),
     **_OPTIONS,
 )
 
@@ -183,6 +189,10 @@ failed_jobs = Table(
     Column("exception_trace", Text, nullable=True),
     Column("failed_at", BigInteger, nullable=False),
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+    # Kept so `queue retry` puts the job back in its key's line.
+    Column("ordering_key", String(64), nullable=True),
+    # 1: this dead letter keeps its ordering key blocked (dead_letter_holds_key).
+    Column("ordering_held", SmallInteger, nullable=False, server_default=text("0")),
     **_OPTIONS,
 )
 
@@ -374,3 +384,37 @@ workflow_edges = Table(
 )
 Index("outbox_workflow_edges_child", workflow_edges.c.child_id)
 Index("outbox_workflow_edges_workflow", workflow_edges.c.workflow_id)
+
+# Ordering keys (outbox.queue.ordering): one row per key with unfinished jobs, the row
+# that entering the line and leaving it lock, so the two serialise. The jobs of a key
+# are found through the partial indexes below, which hold keyed rows only: a job or an
+# intent without a key adds nothing to them (MariaDB, without partial indexes, keeps
+# NULL entries).
+ordering_keys = Table(
+    "outbox_ordering_keys",
+    metadata,
+    Column("key_digest", String(64), primary_key=True),
+    Column("created_at", BigInteger, nullable=False),
+    **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
+)
+Index(
+    "outbox_jobs_ordering",
+    jobs.c.ordering_key,
+    jobs.c.id,
+    postgresql_where=text("ordering_key IS NOT NULL"),
+    sqlite_where=text("ordering_key IS NOT NULL"),
+)
+Index(
+    "outbox_messages_ordering",
+    messages.c.ordering_key,
+    messages.c.id,
+    postgresql_where=text("ordering_key IS NOT NULL"),
+    sqlite_where=text("ordering_key IS NOT NULL"),
+)
+# Dead letters that keep their ordering key blocked, found by key (outbox.db.ordering).
+Index(
+    "outbox_failed_jobs_held",
+    failed_jobs.c.ordering_key,
+    postgresql_where=text("ordering_held = 1"),
+    sqlite_where=text("ordering_held = 1"),
+)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from outbox.db import caller, workflows
+from outbox.db import caller, ordering, workflows
 from outbox.db.adapters import Target, adapt
 from outbox.db.connection import Connection, Database
 from outbox.db.results import kept_plan
@@ -165,8 +165,16 @@ def _handoff(target: Target, now_ms: int) -> None:
     if top is None:
         return
     params = {"max_id": int(top), "now_ms": now_ms}
+    keyed = _q(target, "testing_pending_ordered", params)
+    waits = _line(target, ordering.enter([str(k) for _, k in keyed])) if keyed else []
     _q(target, "testing_handoff", params)
+    _line(target, ordering.block(str(m) for (m, _), w in zip(keyed, waits, strict=True) if w))
     _q(target, "testing_delete_moved", params)
+
+
+def _line(target: Target, plan: caller.Plan[Any]) -> Any:
+    """An ordering-key step (``outbox.db.ordering``), the relay's and worker's own."""
+    return caller.run(plan, target, "run_pending")
 
 
 def _due(target: Target, now_ms: int) -> list[ClaimedJob]:
@@ -183,6 +191,7 @@ def _due(target: Target, now_ms: int) -> list[ClaimedJob]:
             created_at=int(r[7]),
             available_at=now_ms,
             trace_context=r[8],
+            ordering_key=None if r[9] is None else str(r[9]),
         )
         for r in rows
     ]
@@ -213,6 +222,7 @@ def _run_one(
         _q(target, "testing_done", {"id": job.id})
         if is_node_id(job.message_id):  # the worker's own step (outbox.db.workflows)
             _node_done(target, job, outcome, handler, now_ms)
+        _pass_turn(target, job)
         return Ran(job.job_name, job.message_id, job.attempts, "done")
     _q(target, "testing_rollback_job")
     _q(target, "testing_release_job")
@@ -238,12 +248,15 @@ def _run_one(
         "exception_message": failure.message,
         "exception_trace": failure.trace,
         "now_ms": now_ms,
+        "hold_key": int(handler.dead_letter_holds_key),
     }
     _q(target, "testing_dead", dead)
     _q(target, "testing_done", {"id": job.id})
     if is_node_id(job.message_id):
         caller.run(workflows.failed(job.message_id), target, "run_pending")
         _q(target, "testing_workflow_due", {"node_id": job.message_id, "now_ms": now_ms})
+    if not handler.dead_letter_holds_key:
+        _pass_turn(target, job)
     return Ran(job.job_name, job.message_id, job.attempts, "dead", error)
 
 
@@ -255,6 +268,12 @@ def _node_done(
     kept = KeptResult(job, _WORKER_ID, keep, 0, outcome.result)
     caller.run(kept_plan(kept), target, "run_pending")
     _q(target, "testing_workflow_due", {"node_id": job.message_id, "now_ms": now_ms})
+
+
+def _pass_turn(target: Target, job: ClaimedJob) -> None:
+    """A job that left the queue passes its ordering key's turn on, as in the worker."""
+    if job.ordering_key is not None:
+        _line(target, ordering.leave([job.ordering_key]))
 
 
 def _execute(runner: Runner, wrapped: Connection, job: ClaimedJob, handler: Handler) -> Outcome:

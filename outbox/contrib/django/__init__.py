@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TaskBackend", "idempotent", "run_tasks"]
+__all__ = ["TaskBackend", "idempotent", "ordered", "run_tasks"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("TaskBackend", "idempotent"):
+    if name in ("TaskBackend", "idempotent", "ordered"):
         from outbox.contrib.django import backend
 
         return getattr(backend, name)

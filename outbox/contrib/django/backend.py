@@ -61,6 +61,23 @@ _KEY: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
 )
 
 
+_ORDERING: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "outbox_django_ordering", default=None
+)
+
+
+@contextmanager
+def ordered(ordering_key: str) -> Iterator[None]:
+    """Every ``enqueue`` in this block carries ``ordering_key``: the tasks of one key
+    run one at a time, in the order their enqueues commit (``outbox.Job``'s
+    ``ordering_key``; a bad key raises ``InvalidJob`` at enqueue, nothing written)."""
+    token = _ORDERING.set(ordering_key)
+    try:
+        yield
+    finally:
+        _ORDERING.reset(token)
+
+
 def outbox_priority(django_priority: int) -> int:
     """Django's priority (-100..100, higher first) as outbox's (0..9, lower first)."""
     span = int(TASK_MAX_PRIORITY) - int(TASK_MIN_PRIORITY)
@@ -147,6 +164,7 @@ class TaskBackend(BaseTaskBackend):
             queue=task.queue_name,
             max_attempts=self.max_attempts,
             priority=outbox_priority(task.priority),
+            ordering_key=_ORDERING.get(),
         )
         key = _take_key()
         alias = conf.alias()

@@ -31,7 +31,7 @@ WHERE id = :id AND reserved_by = :holder AND attempts = :attempts;
 -- `outbox queue cancel` on a job no worker holds: out of the queue, to the dead letters.
 DELETE FROM outbox_jobs
 WHERE message_id = :message_id AND reserved_by IS NULL
-RETURNING message_id, queue, job_name, payload, attempts, max_attempts, priority;
+RETURNING message_id, queue, job_name, payload, attempts, max_attempts, priority, ordering_key;
 
 -- name: job_cancel_flag
 -- `outbox queue cancel` on a held job: flag it; its worker learns at the next heartbeat
@@ -51,7 +51,7 @@ SELECT queue, paused_at FROM outbox_paused_queues ORDER BY queue;
 -- First half of dead-lettering: remove the row while :holder still holds this attempt.
 DELETE FROM outbox_jobs
 WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
-RETURNING message_id, queue, job_name, payload, attempts, max_attempts, priority;
+RETURNING message_id, queue, job_name, payload, attempts, max_attempts, priority, ordering_key;
 
 -- name: job_reap_release
 -- Back to the queue, only if the lease is still expired and held by the same attempt:
@@ -67,4 +67,4 @@ WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
 DELETE FROM outbox_jobs
 WHERE id = :id AND reserved_by = :holder AND attempts = :attempts
   AND lease_expires_at < {now_ms}
-RETURNING message_id, queue, job_name, payload, attempts, max_attempts, priority;
+RETURNING message_id, queue, job_name, payload, attempts, max_attempts, priority, ordering_key;

@@ -23,3 +23,7 @@ DELETE FROM outbox_jobs WHERE message_id = :message_id;
 -- name: queue_job_count
 -- Jobs of one queue in the table, held or not (the demo waits for its queue to empty).
 SELECT count(*) FROM outbox_jobs WHERE queue = :queue;
+
+-- name: queue_admin_job_key
+-- The ordering key of the job queue_admin_remove is about to remove (its turn passes on).
+SELECT ordering_key FROM outbox_jobs WHERE message_id = :message_id AND ordering_key IS NOT NULL;

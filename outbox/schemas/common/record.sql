@@ -3,8 +3,8 @@
 -- that can insert in a WITH clause write both in record_insert instead.
 INSERT INTO outbox_messages
     (message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
-     available_at, state, created_at, keyed, priority, trace_context)
+     available_at, state, created_at, keyed, priority, trace_context, ordering_key)
 SELECT k.message_id, k.key_digest, k.fingerprint, :job_name, :queue, :payload,
-    :max_attempts, :available_at, 'pending', k.created_at, 1, :priority, :trace_context
+    :max_attempts, :available_at, 'pending', k.created_at, 1, :priority, :trace_context, :ordering_key
 FROM outbox_keys AS k
 WHERE k.key_digest = :key_digest AND k.message_id = :message_id;

@@ -13,11 +13,18 @@ SELECT max(id) FROM outbox_messages WHERE state = 'pending';
 -- all written by record() a moment ago.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority, trace_context)
+     priority, trace_context, ordering_key)
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
-    coalesce(available_at, :now_ms), :now_ms, priority, trace_context
+    coalesce(available_at, :now_ms), :now_ms, priority, trace_context, ordering_key
 FROM outbox_messages
 WHERE state = 'pending' AND id <= :max_id
+ORDER BY id;
+
+-- name: testing_pending_ordered
+-- The intents with an ordering key that testing_handoff is about to move, in id order:
+-- they enter their keys' lines first (outbox.db.ordering), as the relay's do.
+SELECT message_id, ordering_key FROM outbox_messages
+WHERE state = 'pending' AND id <= :max_id AND ordering_key IS NOT NULL
 ORDER BY id;
 
 -- name: testing_delete_moved
@@ -28,7 +35,7 @@ WHERE state = 'pending' AND id <= :max_id;
 -- name: testing_due
 -- The jobs due by the test's clock, in the worker's claim order.
 SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
-    trace_context
+    trace_context, ordering_key
 FROM outbox_jobs
 WHERE reserved_by IS NULL AND available_at <= :now_ms
 ORDER BY priority, available_at, id;
@@ -46,9 +53,10 @@ WHERE id = :id;
 -- First half of a dead letter (testing_done is the second), as the worker keeps it.
 INSERT INTO outbox_failed_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, exception_class,
-     exception_message, exception_trace, failed_at)
+     exception_message, exception_trace, failed_at, ordering_key, ordering_held)
 SELECT message_id, queue, job_name, payload, :attempts, max_attempts, :exception_class,
-    :exception_message, :exception_trace, :now_ms
+    :exception_message, :exception_trace, :now_ms, ordering_key,
+    CASE WHEN ordering_key IS NULL THEN 0 ELSE :hold_key END
 FROM outbox_jobs
 WHERE id = :id;
 

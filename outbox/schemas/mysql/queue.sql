@@ -2,23 +2,23 @@
 -- A job straight into the queue; available after :delay_ms by the database's clock.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority, trace_context)
+     priority, trace_context, ordering_key)
 VALUES
     (:message_id, :queue, :job_name, :payload, 0, :max_attempts,
      {now_ms} + :delay_ms,
-     {now_ms}, :priority, :trace_context);
+     {now_ms}, :priority, :trace_context, :ordering_key);
 
 
 -- name: queue_push_many
 -- Up to 1,000 jobs straight into the queue in one statement, from a JSON array of rows
--- [message_id, queue, job_name, payload, max_attempts, delay_ms, priority, trace_context] (one
+-- [message_id, queue, job_name, payload, max_attempts, delay_ms, priority, trace_context, ordering_key] (one
 -- parameter, whatever the batch size); inserted in the given order, so ids follow it.
 -- The clock (NOW(3)) is fixed for the statement.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority, trace_context)
+     priority, trace_context, ordering_key)
 SELECT r.message_id, r.queue, r.job_name, r.payload, 0, r.max_attempts,
-       {now_ms} + r.delay_ms, {now_ms}, r.priority, r.trace_context
+       {now_ms} + r.delay_ms, {now_ms}, r.priority, r.trace_context, r.ordering_key
 FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
     ord FOR ORDINALITY,
     message_id VARCHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
@@ -28,7 +28,8 @@ FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
     max_attempts INT PATH '$[4]',
     delay_ms BIGINT PATH '$[5]',
     priority SMALLINT PATH '$[6]',
-    trace_context VARCHAR(600) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[7]'
+    trace_context VARCHAR(600) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[7]',
+    ordering_key VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[8]'
 )) AS r
 ORDER BY r.ord;
 
@@ -37,7 +38,7 @@ ORDER BY r.ord;
 -- queue (READ COMMITTED, SKIP LOCKED: no gap locks, disjoint batches), with the clock,
 -- most urgent priority first; none while the queue is paused.
 SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
-       available_at, priority, trace_context, {now_ms} AS now_ms
+       available_at, priority, trace_context, ordering_key, {now_ms} AS now_ms
 FROM outbox_jobs
 WHERE queue = :queue AND reserved_by IS NULL
   AND available_at <= {now_ms}
@@ -83,10 +84,10 @@ WHERE id IN :ids AND (id, attempts) IN :pairs AND reserved_by = :worker;
 -- Second half, in the same transaction: the dead letter keeps class, message and trace.
 INSERT INTO outbox_failed_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, exception_class,
-     exception_message, exception_trace, priority, failed_at)
+     exception_message, exception_trace, priority, failed_at, ordering_key, ordering_held)
 VALUES
     (:message_id, :queue, :job_name, :payload, :attempts, :max_attempts, :exception_class,
-     :exception_message, :exception_trace, :priority, {now_ms});
+     :exception_message, :exception_trace, :priority, {now_ms}, :ordering_key, :ordering_held);
 
 -- name: job_reap_scan
 -- Held jobs whose lease has expired (their worker died or stalled).

@@ -39,7 +39,7 @@ RETURNING key_digest, message_id, fingerprint;
 -- name: record_many_insert
 -- MySQL 8: up to 1,000 key rows in one statement from a JSON array of rows
 -- [message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
--- available_at, priority, trace_context]. The no-op update keeps existing keys from failing;
+-- available_at, priority, trace_context, ordering_key]. The no-op update keeps existing keys from failing;
 -- record_many_lookup then reads every key's row (no RETURNING here).
 INSERT INTO outbox_keys (key_digest, message_id, fingerprint, created_at)
 SELECT r.key_digest, r.message_id, r.fingerprint, {now_ms}
@@ -54,9 +54,9 @@ ON DUPLICATE KEY UPDATE key_digest = outbox_keys.key_digest;
 -- The intents of the batch whose key rows are their own, in the given order.
 INSERT INTO outbox_messages
     (message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
-     available_at, state, created_at, keyed, priority, trace_context)
+     available_at, state, created_at, keyed, priority, trace_context, ordering_key)
 SELECT k.message_id, k.key_digest, k.fingerprint, r.job_name, r.queue, r.payload,
-       r.max_attempts, r.available_at, 'pending', k.created_at, 1, r.priority, r.trace_context
+       r.max_attempts, r.available_at, 'pending', k.created_at, 1, r.priority, r.trace_context, r.ordering_key
 FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
     ord FOR ORDINALITY,
     message_id VARCHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
@@ -67,7 +67,8 @@ FROM JSON_TABLE(:rows, '$[*]' COLUMNS (
     max_attempts INT PATH '$[6]',
     available_at BIGINT PATH '$[7]',
     priority SMALLINT PATH '$[8]',
-    trace_context VARCHAR(600) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[9]'
+    trace_context VARCHAR(600) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[9]',
+    ordering_key VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[10]'
 )) AS r
 JOIN outbox_keys AS k ON k.key_digest = r.key_digest AND k.message_id = r.message_id
 ORDER BY r.ord;

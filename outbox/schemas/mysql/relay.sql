@@ -12,12 +12,15 @@ CASE
     WHEN available_at < 0 THEN 'invalid_available_at'
     WHEN LENGTH(payload) > {max_payload_bytes} THEN 'payload_too_large'
     WHEN fingerprint IS NULL OR CAST(fingerprint AS BINARY) <> CAST(SHA2(CONCAT(
-            IF(priority = 0, '{fingerprint_version_default_priority}', '{fingerprint_version}'),
+            IF(ordering_key IS NOT NULL, '{fingerprint_version_ordered}',
+                IF(priority = 0, '{fingerprint_version_default_priority}', '{fingerprint_version}')),
             CHAR(10 USING utf8mb4), job_name, CHAR(10 USING utf8mb4), queue,
             CHAR(10 USING utf8mb4), COALESCE(CAST(max_attempts AS CHAR), ''),
             CHAR(10 USING utf8mb4), COALESCE(CAST(available_at AS CHAR), ''),
             CHAR(10 USING utf8mb4),
-            IF(priority = 0, '', CONCAT(CAST(priority AS CHAR), CHAR(10 USING utf8mb4))),
+            IF(priority = 0 AND ordering_key IS NULL, '',
+                CONCAT(CAST(priority AS CHAR), CHAR(10 USING utf8mb4))),
+            IF(ordering_key IS NULL, '', CONCAT(ordering_key, CHAR(10 USING utf8mb4))),
             payload), 256) AS BINARY)
         THEN 'fingerprint_mismatch'
 END;
@@ -26,7 +29,7 @@ END;
 -- Lock the oldest pending rows and verify each in SQL; the reason is NULL for a valid
 -- row. The reason codes and their order match outbox.relay.verify.reason_for.
 SELECT id, message_id,
-    {fragment:intent_reason} AS reason, trace_context
+    {fragment:intent_reason} AS reason, trace_context, ordering_key
 FROM outbox_messages
 WHERE state = 'pending'
 ORDER BY id
@@ -38,7 +41,7 @@ FOR UPDATE SKIP LOCKED;
 -- message needs and the reason each fails verification (NULL: valid). The payload
 -- leaves the database only for the broker.
 SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-    priority, {fragment:intent_reason} AS reason, trace_context
+    priority, ordering_key, {fragment:intent_reason} AS reason, trace_context
 FROM outbox_messages
 WHERE state = 'pending'
 ORDER BY id
@@ -49,7 +52,7 @@ FOR UPDATE SKIP LOCKED;
 -- The Python verifier's claim: the oldest pending rows, locked, with every column the
 -- fingerprint covers.
 SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-    priority, trace_context
+    priority, trace_context, ordering_key
 FROM outbox_messages
 WHERE state = 'pending'
 ORDER BY id
@@ -60,9 +63,9 @@ FOR UPDATE SKIP LOCKED;
 -- The verified rows of a batch into the queue, in id order, in one statement.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority, trace_context)
+     priority, trace_context, ordering_key)
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
-    COALESCE(available_at, clock.now_ms), clock.now_ms, priority, trace_context
+    COALESCE(available_at, clock.now_ms), clock.now_ms, priority, trace_context, ordering_key
 FROM outbox_messages,
     (SELECT {now_ms} AS now_ms) AS clock
 WHERE id IN :ids AND state = 'pending'

@@ -3,9 +3,9 @@
 -- read once so available_at - created_at is exactly the delay.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority, trace_context)
+     priority, trace_context, ordering_key)
 SELECT :message_id, :queue, :job_name, :payload, 0, :max_attempts,
-    clock.now_ms + :delay_ms, clock.now_ms, :priority, :trace_context
+    clock.now_ms + :delay_ms, clock.now_ms, :priority, :trace_context, :ordering_key
 FROM (SELECT {now_ms} AS now_ms) AS clock
 RETURNING message_id;
 
@@ -14,9 +14,9 @@ RETURNING message_id;
 WITH ins AS (
     INSERT INTO outbox_jobs
         (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
-         created_at, priority, trace_context)
+         created_at, priority, trace_context, ordering_key)
     SELECT :message_id, :queue, :job_name, :payload, 0, :max_attempts,
-        clock.now_ms + :delay_ms, clock.now_ms, :priority, :trace_context
+        clock.now_ms + :delay_ms, clock.now_ms, :priority, :trace_context, :ordering_key
     FROM (SELECT {now_ms} AS now_ms) AS clock
     RETURNING message_id
 )
@@ -25,16 +25,16 @@ SELECT message_id, pg_notify('outbox_jobs', '') FROM ins;
 
 -- name: queue_push_many
 -- Up to 1,000 jobs straight into the queue in one statement, from a JSON array of rows
--- [message_id, queue, job_name, payload, max_attempts, delay_ms, priority, trace_context] (one
+-- [message_id, queue, job_name, payload, max_attempts, delay_ms, priority, trace_context, ordering_key] (one
 -- parameter, whatever the batch size); inserted in the given order, so ids follow it.
 -- The clock is read once (a volatile subquery is not inlined): every job of the batch
 -- has the same created_at, and available_at - created_at is exactly its delay.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority, trace_context)
+     priority, trace_context, ordering_key)
 SELECT r.v ->> 0, r.v ->> 1, r.v ->> 2, r.v ->> 3, 0, CAST(r.v ->> 4 AS integer),
        clock.now_ms + CAST(r.v ->> 5 AS bigint), clock.now_ms, CAST(r.v ->> 6 AS smallint),
-       r.v ->> 7
+       r.v ->> 7, r.v ->> 8
 FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r (v, ord)
 CROSS JOIN (SELECT {now_ms} AS now_ms) AS clock
 ORDER BY r.ord;
@@ -45,10 +45,10 @@ ORDER BY r.ord;
 WITH ins AS (
     INSERT INTO outbox_jobs
         (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
-         created_at, priority, trace_context)
+         created_at, priority, trace_context, ordering_key)
     SELECT r.v ->> 0, r.v ->> 1, r.v ->> 2, r.v ->> 3, 0, CAST(r.v ->> 4 AS integer),
            clock.now_ms + CAST(r.v ->> 5 AS bigint), clock.now_ms,
-           CAST(r.v ->> 6 AS smallint), r.v ->> 7
+           CAST(r.v ->> 6 AS smallint), r.v ->> 7, r.v ->> 8
     FROM jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r (v, ord)
     CROSS JOIN (SELECT {now_ms} AS now_ms) AS clock
     ORDER BY r.ord
@@ -82,7 +82,7 @@ SET reserved_by = :worker, reserved_at = clock.ms, lease_expires_at = clock.ms +
 FROM clock
 WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts, j.max_attempts,
-          j.created_at, j.available_at, j.priority, j.trace_context;
+          j.created_at, j.available_at, j.priority, j.trace_context, j.ordering_key;
 
 -- name: job_ack
 -- Delete finished jobs, each only while this worker still holds that attempt and no
@@ -119,11 +119,11 @@ WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker;
 -- Second half, in the same transaction: the dead letter keeps class, message and trace.
 INSERT INTO outbox_failed_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, exception_class,
-     exception_message, exception_trace, priority, failed_at)
+     exception_message, exception_trace, priority, failed_at, ordering_key, ordering_held)
 VALUES
     (:message_id, :queue, :job_name, :payload, :attempts, :max_attempts, :exception_class,
      :exception_message, :exception_trace, :priority,
-     {now_ms});
+     {now_ms}, :ordering_key, :ordering_held);
 
 -- name: job_reap_scan
 -- Held jobs whose lease has expired (their worker died or stalled).
@@ -174,10 +174,10 @@ claimed AS (
     FROM clock
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts,
-              j.max_attempts, j.created_at, j.available_at, j.priority, j.trace_context
+              j.max_attempts, j.created_at, j.available_at, j.priority, j.trace_context, j.ordering_key
 )
 SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
-       available_at, priority, trace_context
+       available_at, priority, trace_context, ordering_key
 FROM claimed
 UNION ALL
 SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM acked;

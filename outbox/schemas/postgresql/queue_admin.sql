@@ -11,8 +11,9 @@ LIMIT :limit;
 -- Dead letters back into the queue, due now, attempts reset to 0.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority)
-SELECT message_id, queue, job_name, payload, 0, max_attempts, {now_ms}, {now_ms}, priority
+     priority, ordering_key)
+SELECT message_id, queue, job_name, payload, 0, max_attempts, {now_ms}, {now_ms}, priority,
+    ordering_key
 FROM outbox_failed_jobs
 WHERE message_id = ANY(:ids);
 
@@ -23,3 +24,15 @@ DELETE FROM outbox_failed_jobs WHERE message_id = ANY(:ids);
 -- name: queue_admin_clear
 -- Remove every job no worker holds, of one queue or all.
 DELETE FROM outbox_jobs WHERE reserved_by IS NULL AND (CAST(:queue AS varchar) IS NULL OR queue = :queue);
+
+-- name: queue_admin_failed_ordered
+-- The dead letters about to be requeued that have an ordering key, oldest first: they
+-- enter their keys' lines (outbox.db.ordering) behind the jobs already there.
+SELECT message_id, ordering_key, ordering_held FROM outbox_failed_jobs
+WHERE message_id = ANY(:ids) AND ordering_key IS NOT NULL
+ORDER BY id;
+
+-- name: queue_admin_clear_keys
+-- The ordering keys of the jobs queue_admin_clear is about to remove: their turns pass on.
+SELECT DISTINCT ordering_key FROM outbox_jobs
+WHERE reserved_by IS NULL AND (CAST(:queue AS varchar) IS NULL OR queue = :queue) AND ordering_key IS NOT NULL;

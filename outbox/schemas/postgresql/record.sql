@@ -10,9 +10,9 @@ WITH k AS (
 )
 INSERT INTO outbox_messages
     (message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
-     available_at, state, created_at, keyed, priority, trace_context)
+     available_at, state, created_at, keyed, priority, trace_context, ordering_key)
 SELECT k.message_id, k.key_digest, :fingerprint, :job_name, :queue, :payload, :max_attempts,
-    :available_at, 'pending', k.created_at, 1, :priority, :trace_context
+    :available_at, 'pending', k.created_at, 1, :priority, :trace_context, :ordering_key
 FROM k
 RETURNING message_id;
 
@@ -26,9 +26,9 @@ WITH k AS (
 ), ins AS (
     INSERT INTO outbox_messages
         (message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
-         available_at, state, created_at, keyed, priority, trace_context)
+         available_at, state, created_at, keyed, priority, trace_context, ordering_key)
     SELECT k.message_id, k.key_digest, :fingerprint, :job_name, :queue, :payload,
-        :max_attempts, :available_at, 'pending', k.created_at, 1, :priority, :trace_context
+        :max_attempts, :available_at, 'pending', k.created_at, 1, :priority, :trace_context, :ordering_key
     FROM k
     RETURNING message_id
 )
@@ -42,7 +42,7 @@ SELECT message_id, fingerprint FROM outbox_keys WHERE key_digest = :key_digest;
 -- name: record_many_insert
 -- Up to 1,000 intents and their key rows in one statement from a JSON array of rows
 -- [message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
--- available_at, priority, trace_context]; intents are inserted in the given order so ids follow it. (JSON, not
+-- available_at, priority, trace_context, ordering_key]; intents are inserted in the given order so ids follow it. (JSON, not
 -- one array per column: psycopg's text-array dumper escapes every JSON payload with a
 -- regex, which cost more than the round trip. jsonb, not json: json re-parses an
 -- element for every ->>.) Rows whose key already exists come back missing;
@@ -58,10 +58,10 @@ WITH r AS MATERIALIZED (
 )
 INSERT INTO outbox_messages
     (message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
-     available_at, state, created_at, keyed, priority, trace_context)
+     available_at, state, created_at, keyed, priority, trace_context, ordering_key)
 SELECT r.v ->> 0, k.key_digest, r.v ->> 2, r.v ->> 3, r.v ->> 4, r.v ->> 5,
        CAST(r.v ->> 6 AS integer), CAST(r.v ->> 7 AS bigint), 'pending', k.created_at, 1,
-       CAST(r.v ->> 8 AS smallint), r.v ->> 9
+       CAST(r.v ->> 8 AS smallint), r.v ->> 9, r.v ->> 10
 FROM r JOIN k ON k.key_digest = r.v ->> 1
 ORDER BY r.ord
 RETURNING key_digest, message_id, fingerprint;
@@ -80,10 +80,10 @@ WITH r AS MATERIALIZED (
 ), ins AS (
     INSERT INTO outbox_messages
         (message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
-         available_at, state, created_at, keyed, priority, trace_context)
+         available_at, state, created_at, keyed, priority, trace_context, ordering_key)
     SELECT r.v ->> 0, k.key_digest, r.v ->> 2, r.v ->> 3, r.v ->> 4, r.v ->> 5,
            CAST(r.v ->> 6 AS integer), CAST(r.v ->> 7 AS bigint), 'pending', k.created_at, 1,
-           CAST(r.v ->> 8 AS smallint), r.v ->> 9
+           CAST(r.v ->> 8 AS smallint), r.v ->> 9, r.v ->> 10
     FROM r JOIN k ON k.key_digest = r.v ->> 1
     ORDER BY r.ord
     RETURNING key_digest, message_id, fingerprint

@@ -12,7 +12,12 @@ CASE
     WHEN max_attempts NOT BETWEEN 1 AND {max_attempts_limit} THEN 'invalid_max_attempts'
     WHEN available_at < 0 THEN 'invalid_available_at'
     WHEN octet_length(payload) > {max_payload_bytes} THEN 'payload_too_large'
-    WHEN fingerprint IS NULL OR encode(sha256(convert_to(CASE WHEN priority = 0
+    WHEN fingerprint IS NULL OR encode(sha256(convert_to(CASE
+        WHEN ordering_key IS NOT NULL
+        THEN concat_ws(E'\n', '{fingerprint_version_ordered}', job_name, queue,
+            coalesce(max_attempts::text, ''), coalesce(available_at::text, ''),
+            priority::text, ordering_key, payload)
+        WHEN priority = 0
         THEN concat_ws(E'\n', '{fingerprint_version_default_priority}', job_name, queue,
             coalesce(max_attempts::text, ''), coalesce(available_at::text, ''),
             payload)
@@ -33,9 +38,12 @@ END;
 -- statement fail and the relay verifies that batch in Python instead (relay_claim_rows).
 -- A queue row that already holds a claimed message_id is a double handoff: the unique
 -- index fails the statement on purpose.
+-- Valid rows with an ordering key stay here, locked: the last two columns list their ids
+-- and keys, and the relay hands them off in the same transaction, in order, through
+-- outbox.db.ordering (a keyless batch returns two NULLs and pays nothing more).
 WITH claimed AS MATERIALIZED (
     SELECT ctid AS row_ctid, id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-        priority, trace_context
+        priority, trace_context, ordering_key
     FROM outbox_messages
     WHERE state = 'pending'
     ORDER BY id
@@ -54,7 +62,7 @@ WITH claimed AS MATERIALIZED (
     SELECT k.message_id, k.queue, k.job_name, k.payload, 0, k.max_attempts,
         coalesce(k.available_at, clock.now_ms), clock.now_ms, k.priority, k.trace_context
     FROM checked k, clock
-    WHERE k.reason IS NULL
+    WHERE k.reason IS NULL AND k.ordering_key IS NULL
     ORDER BY k.id
     RETURNING trace_context
 ), moved AS (
@@ -64,7 +72,7 @@ WITH claimed AS MATERIALIZED (
     -- "id = ANY(ARRAY(...))" a per-row rescan when stats said nothing was pending.)
     DELETE FROM outbox_messages m
     USING checked k
-    WHERE m.ctid = k.row_ctid AND k.reason IS NULL
+    WHERE m.ctid = k.row_ctid AND k.reason IS NULL AND k.ordering_key IS NULL
     RETURNING m.message_id
 ), quarantined AS (
     UPDATE outbox_messages m SET
@@ -81,14 +89,18 @@ SELECT
     (SELECT count(*) FROM (SELECT pg_notify('outbox_jobs', '') FROM ins
                            WHERE :notify LIMIT 1) AS woken),
     (SELECT count(*) FROM moved),
-    (SELECT array_agg(trace_context) FROM ins WHERE trace_context IS NOT NULL);
+    (SELECT array_agg(trace_context) FROM ins WHERE trace_context IS NOT NULL),
+    (SELECT array_agg(id ORDER BY id) FROM checked
+     WHERE reason IS NULL AND ordering_key IS NOT NULL),
+    (SELECT array_agg(ordering_key ORDER BY id) FROM checked
+     WHERE reason IS NULL AND ordering_key IS NOT NULL);
 
 -- name: relay_claim_checked
 -- A broker target's claim: the oldest pending rows, locked, with every column the
 -- message needs and the reason each fails verification (NULL: valid). The payload
 -- leaves the database only for the broker.
 SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-    priority, {fragment:intent_reason} AS reason, trace_context
+    priority, ordering_key, {fragment:intent_reason} AS reason, trace_context
 FROM outbox_messages
 WHERE state = 'pending'
 ORDER BY id
@@ -99,7 +111,7 @@ FOR UPDATE SKIP LOCKED;
 -- The Python verifier's claim: the oldest pending rows, locked, with every column the
 -- fingerprint covers.
 SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-    priority, trace_context
+    priority, trace_context, ordering_key
 FROM outbox_messages
 WHERE state = 'pending'
 ORDER BY id
@@ -110,9 +122,9 @@ FOR UPDATE SKIP LOCKED;
 -- The verified rows of a batch into the queue, in id order, in one statement.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority, trace_context)
+     priority, trace_context, ordering_key)
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
-    coalesce(available_at, clock.now_ms), clock.now_ms, priority, trace_context
+    coalesce(available_at, clock.now_ms), clock.now_ms, priority, trace_context, ordering_key
 FROM outbox_messages,
     (SELECT {now_ms} AS now_ms) AS clock
 WHERE id = ANY(:ids) AND state = 'pending'

@@ -1,7 +1,7 @@
 -- name: retry_lookup
 -- The intent to return to pending, locked while it is re-verified.
 SELECT id, message_id, state, fingerprint, job_name, queue, payload, max_attempts,
-    available_at, priority
+    available_at, priority, ordering_key
 FROM outbox_messages
 WHERE message_id = :message_id;
 

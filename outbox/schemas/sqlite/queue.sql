@@ -2,26 +2,27 @@
 -- A job straight into the queue; available after :delay_ms by the database's clock.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority, trace_context)
+     priority, trace_context, ordering_key)
 VALUES
     (:message_id, :queue, :job_name, :payload, 0, :max_attempts,
      {now_ms} + :delay_ms,
-     {now_ms}, :priority, :trace_context)
+     {now_ms}, :priority, :trace_context, :ordering_key)
 RETURNING message_id;
 
 
 -- name: queue_push_many
 -- Up to 1,000 jobs straight into the queue in one statement, from a JSON array of rows
--- [message_id, queue, job_name, payload, max_attempts, delay_ms, priority, trace_context] (one
+-- [message_id, queue, job_name, payload, max_attempts, delay_ms, priority, trace_context, ordering_key] (one
 -- parameter, whatever the batch size); inserted in the given order, so ids follow it.
 -- 'now' is fixed for the statement.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority, trace_context)
+     priority, trace_context, ordering_key)
 SELECT json_extract(r.value, '$[0]'), json_extract(r.value, '$[1]'),
        json_extract(r.value, '$[2]'), json_extract(r.value, '$[3]'), 0,
        json_extract(r.value, '$[4]'), {now_ms} + json_extract(r.value, '$[5]'), {now_ms},
-       json_extract(r.value, '$[6]'), json_extract(r.value, '$[7]')
+       json_extract(r.value, '$[6]'), json_extract(r.value, '$[7]'),
+       json_extract(r.value, '$[8]')
 FROM json_each(:rows) AS r
 ORDER BY r.key;
 
@@ -43,7 +44,7 @@ WHERE id IN (
     LIMIT :limit
 )
 RETURNING id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
-          available_at, priority, trace_context;
+          available_at, priority, trace_context, ordering_key;
 
 -- name: job_ack
 -- Delete finished jobs, each only while this worker still holds that attempt and no
@@ -84,11 +85,11 @@ WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:pairs))
 -- Second half, in the same transaction: the dead letter keeps class, message and trace.
 INSERT INTO outbox_failed_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, exception_class,
-     exception_message, exception_trace, priority, failed_at)
+     exception_message, exception_trace, priority, failed_at, ordering_key, ordering_held)
 VALUES
     (:message_id, :queue, :job_name, :payload, :attempts, :max_attempts, :exception_class,
      :exception_message, :exception_trace, :priority,
-     {now_ms});
+     {now_ms}, :ordering_key, :ordering_held);
 
 -- name: job_reap_scan
 -- Held jobs whose lease has expired (their worker died or stalled).

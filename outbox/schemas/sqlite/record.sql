@@ -12,7 +12,7 @@ SELECT message_id, fingerprint FROM outbox_keys WHERE key_digest = :key_digest;
 -- name: record_many_insert_returning
 -- Up to 1,000 key rows in one statement from a JSON array of rows
 -- [message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
--- available_at, priority, trace_context]. "WHERE true" keeps ON CONFLICT from parsing as a join constraint.
+-- available_at, priority, trace_context, ordering_key]. "WHERE true" keeps ON CONFLICT from parsing as a join constraint.
 -- Rows whose key already exists come back missing.
 INSERT INTO outbox_keys (key_digest, message_id, fingerprint, created_at)
 SELECT json_extract(r.value, '$[1]'), json_extract(r.value, '$[0]'),
@@ -26,12 +26,13 @@ RETURNING key_digest, message_id, fingerprint;
 -- The intents of the batch whose key rows are their own, in the given order.
 INSERT INTO outbox_messages
     (message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
-     available_at, state, created_at, keyed, priority, trace_context)
+     available_at, state, created_at, keyed, priority, trace_context, ordering_key)
 SELECT k.message_id, k.key_digest, k.fingerprint,
        json_extract(r.value, '$[3]'), json_extract(r.value, '$[4]'),
        json_extract(r.value, '$[5]'), json_extract(r.value, '$[6]'),
        json_extract(r.value, '$[7]'), 'pending', k.created_at, 1,
-       json_extract(r.value, '$[8]'), json_extract(r.value, '$[9]')
+       json_extract(r.value, '$[8]'), json_extract(r.value, '$[9]'),
+       json_extract(r.value, '$[10]')
 FROM json_each(:rows) AS r
 JOIN outbox_keys AS k
     ON k.key_digest = json_extract(r.value, '$[1]')

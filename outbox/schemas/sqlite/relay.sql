@@ -14,12 +14,15 @@ CASE
         OR available_at < 0 THEN 'invalid_available_at'
     WHEN length(CAST(payload AS BLOB)) > {max_payload_bytes} THEN 'payload_too_large'
     WHEN typeof(fingerprint) <> 'text' OR outbox_sha256(
-            CASE WHEN priority = 0 THEN '{fingerprint_version_default_priority}'
+            CASE WHEN ordering_key IS NOT NULL THEN '{fingerprint_version_ordered}'
+                WHEN priority = 0 THEN '{fingerprint_version_default_priority}'
                 ELSE '{fingerprint_version}' END
             || char(10) || job_name || char(10) || queue || char(10)
             || coalesce(CAST(max_attempts AS TEXT), '') || char(10)
             || coalesce(CAST(available_at AS TEXT), '') || char(10)
-            || CASE WHEN priority = 0 THEN '' ELSE CAST(priority AS TEXT) || char(10) END
+            || CASE WHEN priority = 0 AND ordering_key IS NULL THEN ''
+                ELSE CAST(priority AS TEXT) || char(10) END
+            || CASE WHEN ordering_key IS NULL THEN '' ELSE ordering_key || char(10) END
             || payload)
         <> fingerprint THEN 'fingerprint_mismatch'
 END;
@@ -31,7 +34,7 @@ END;
 -- and skipping what is not pending; quarantined rows collect at the low ids, so that walk
 -- grows with them. The partial index holds pending rows only.
 SELECT id, message_id,
-    {fragment:intent_reason} AS reason, trace_context
+    {fragment:intent_reason} AS reason, trace_context, ordering_key
 FROM outbox_messages INDEXED BY outbox_messages_pending
 WHERE state = 'pending'
 ORDER BY id
@@ -42,7 +45,7 @@ LIMIT :batch_size;
 -- message needs and the reason each fails verification (NULL: valid). The payload
 -- leaves the database only for the broker.
 SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-    priority, {fragment:intent_reason} AS reason, trace_context
+    priority, ordering_key, {fragment:intent_reason} AS reason, trace_context
 FROM outbox_messages INDEXED BY outbox_messages_pending
 WHERE state = 'pending'
 ORDER BY id
@@ -52,7 +55,7 @@ LIMIT :batch_size;
 -- The Python verifier's claim: the oldest pending rows with every column the
 -- fingerprint covers.
 SELECT id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
-    priority, trace_context
+    priority, trace_context, ordering_key
 FROM outbox_messages INDEXED BY outbox_messages_pending
 WHERE state = 'pending'
 ORDER BY id
@@ -62,9 +65,9 @@ LIMIT :batch_size;
 -- The verified rows of a batch into the queue, in id order, in one statement.
 INSERT INTO outbox_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority, trace_context)
+     priority, trace_context, ordering_key)
 SELECT message_id, queue, job_name, payload, 0, max_attempts,
-    coalesce(available_at, clock.now_ms), clock.now_ms, priority, trace_context
+    coalesce(available_at, clock.now_ms), clock.now_ms, priority, trace_context, ordering_key
 FROM outbox_messages,
     (SELECT {now_ms} AS now_ms) AS clock
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'

@@ -18,7 +18,8 @@
 -- this migration's transaction: same columns, rows, ids and indexes. Its AUTOINCREMENT
 -- counter is carried over, so an id once used is never handed out again (every fenced
 -- update relies on that). The contract step comes last: the rebuilt table lists every
--- column the steps before it added (trace_context: migration "trace context"), and a
+-- column the steps before it added (trace_context: migration "trace context";
+-- ordering_key and its index: migration "ordering keys"), and a
 -- step that adds a column to outbox_messages goes before this one, never after it,
 -- since this step is held back while version-1 code runs and this release needs it.
 
@@ -42,16 +43,17 @@ CREATE TABLE outbox_messages_contract (
 	keyed SMALLINT,
 	priority SMALLINT NOT NULL DEFAULT 0,
 	trace_context VARCHAR(600),
+	ordering_key VARCHAR(64),
 	UNIQUE (message_id)
 );
 
 INSERT INTO outbox_messages_contract
     (id, message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
      available_at, state, created_at, published_at, failed_at, failure_reason, keyed,
-     priority, trace_context)
+     priority, trace_context, ordering_key)
 SELECT id, message_id, key_digest, fingerprint, job_name, queue, payload, max_attempts,
     available_at, state, created_at, published_at, failed_at, failure_reason, keyed,
-    priority, trace_context
+    priority, trace_context, ordering_key
 FROM outbox_messages ORDER BY id;
 
 DELETE FROM sqlite_sequence WHERE name = 'outbox_messages_contract';
@@ -73,3 +75,6 @@ CREATE INDEX IF NOT EXISTS outbox_messages_failed ON outbox_messages (id) WHERE 
 
 CREATE INDEX IF NOT EXISTS outbox_messages_not_pending
     ON outbox_messages (state, published_at) WHERE state <> 'pending';
+
+CREATE INDEX IF NOT EXISTS outbox_messages_ordering
+    ON outbox_messages (ordering_key, id) WHERE ordering_key IS NOT NULL;

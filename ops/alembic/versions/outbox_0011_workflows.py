@@ -5,8 +5,8 @@ from alembic import op
 import outbox.alembic
 from outbox.db.migrate import version_of
 
-revision = "outbox_0010"
-down_revision = "outbox_0009"
+revision = "outbox_0011"
+down_revision = "outbox_0010"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,123 @@
+"""Ordering keys in the queue table: the jobs of one key run one at a time, in order.
+
+A job with an ordering key enters the queue either *in its turn* (no other job of its
+key is in the queue) or *waiting*: its ``available_at`` is shifted by
+``outbox.job.BLOCKED_OFFSET_MS``, past any real due time, so the claim statement, its
+index and its plan are the same as for a job without a key. When a job of the key
+leaves the queue (acknowledged, dead-lettered, cancelled, removed), the same
+transaction gives the turn to the key's waiting job with the lowest id: ids follow the
+order the jobs entered, which is record order within a transaction and commit order
+across them (both pass through the key's row lock below, one after the other).
+
+State of one key's jobs::
+
+    enter ──(no job of the key)──▶ in its turn ──claim──▶ running ──ack/dead/cancel──▶ gone
+      │                              ▲   ▲                  │                              │
+      └──(another job of the key)──▶ waiting                └──retry/backoff/snooze/lease──┘
+                                         └──────────── next in id order ◀───────────────────┘
+
+A retry, a backoff wait, a snooze or an expired lease keeps the job in the queue, in
+its turn, so the line holds: nothing later in the key can run until it ends.
+
+Entering and leaving both start by locking the key's row in ``outbox_ordering_keys``
+(an upsert), so they serialise per key on every database: a job entering while the
+last one leaves either sees it gone (and runs at once) or waits and is promoted by it.
+SQLite has one writer anyway. Locks are taken in sorted key order within a batch.
+
+Every function here is a plan (``outbox.db.caller``): the same steps run on the
+caller's connection (``push``, ``outbox.testing``) or on one of ours (``drive``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from outbox.db.caller import Plan
+from outbox.db.driver import Executor, Row
+
+
+def lock(keys: Iterable[str]) -> Plan[None]:
+    """Lock each key's row, in sorted order (two batches never wait on each other in a
+    circle), creating the rows that do not exist."""
+    for key in sorted(set(keys)):
+        yield ("ordering_lock", {"ordering_key": key})
+
+
+def enter(keys: Sequence[str | None]) -> Plan[list[bool]]:
+    """Lock the keys of jobs about to enter the queue, in that order; for each, whether
+    it must wait (True) or runs in its turn. Run *before* the jobs are inserted: the
+    first job of a key with no job in the queue runs, every other one waits."""
+    distinct = sorted({k for k in keys if k is not None})
+    yield from lock(distinct)
+    free: set[str] = set()
+    for key in distinct:
+        if not (yield ("ordering_any_job", {"ordering_key": key})):
+            free.add(key)
+    waits: list[bool] = []
+    for job_key in keys:
+        if job_key is not None and job_key not in free:
+            waits.append(True)
+            continue
+        if job_key is not None:
+            free.discard(job_key)
+        waits.append(False)
+    return waits
+
+
+def block(message_ids: Iterable[str]) -> Plan[None]:
+    """The jobs ``enter`` said must wait (just inserted) wait for their turn."""
+    for message_id in message_ids:
+        yield ("ordering_block", {"message_id": message_id})
+
+
+def leave(keys: Iterable[str]) -> Plan[int]:
+    """After jobs of ``keys`` left the queue in this transaction: give each key's turn
+    to its next waiting job, or drop the key's row when it has none. Returns how many
+    jobs got their turn. Locks the rows first (a no-op when already held)."""
+    promoted = 0
+    distinct = sorted({k for k in keys if k is not None})
+    yield from lock(distinct)
+    for key in distinct:
+        if (yield ("ordering_live", {"ordering_key": key})):
+            continue  # a job of the key is still in its turn (a requeued dead letter)
+        nxt = yield ("ordering_next", {"ordering_key": key})
+        if nxt:
+            yield ("ordering_promote", {"id": int(nxt[0][0])})
+            promoted += 1
+        else:
+            yield ("ordering_drop", {"ordering_key": key})
+    return promoted
+
+
+def drive(plan: Plan[Any], c: Executor) -> Any:
+    """Run ``plan`` on one of our connections, inside the transaction it has open."""
+    try:
+        name, params = next(plan)
+        while True:
+            rows: list[Row] = c.execute(name, params)
+            name, params = plan.send(rows)
+    except StopIteration as done:
+        return done.value
+
+
+def handoff_ordered(c: Executor, rows: Sequence[tuple[int, str]]) -> tuple[list[int], list[int]]:
+    """The relay's verified keyed intents ``(outbox id, key)``, in id order: which move
+    now, and which of those must wait for their turn in the queue.
+
+    An intent whose key has an older pending intent outside this batch (a second relay
+    holds it, or it was deferred) stays in the outbox for a later batch, with its key's
+    later intents: one key's intents enter the queue in id order whatever the relays do.
+    """
+    ids = [i for i, _ in rows]
+    keys = sorted({k for _, k in rows})
+    found = c.execute("relay_ordering_earlier", {"ids": ids, "keys": keys})
+    earlier = {str(k): int(m) for k, m in found}
+    moving = [(i, k) for i, k in rows if k not in earlier or i < earlier[k]]
+    waits = drive(enter([k for _, k in moving]), c)
+    return [i for i, _ in moving], [i for (i, _), w in zip(moving, waits, strict=True) if w]
+
+
+def keys_of(rows: Iterable[Any], at: int) -> list[str]:
+    """The ordering keys (column ``at``) of ``rows`` that have one."""
+    return [str(r[at]) for r in rows if r[at] is not None]

@@ -1,0 +1,57 @@
+-- Ordering keys (outbox.db.ordering): the jobs of one key run one at a time, in the
+-- order they entered the queue. Every statement here finds a key's jobs through
+-- outbox_jobs_ordering (keyed rows only); none runs for a job without a key.
+
+-- name: ordering_live
+-- Is a job of the key in its turn (claimable, running, in backoff or snoozed), or does
+-- a dead letter hold the key? Read after the key's row is locked, so no other
+-- transaction changes the answer.
+SELECT id FROM outbox_jobs
+WHERE ordering_key = :ordering_key AND available_at < {blocked_offset_ms}
+UNION ALL
+SELECT id FROM outbox_failed_jobs WHERE ordering_key = :ordering_key AND ordering_held = 1
+LIMIT 1;
+
+-- name: ordering_next
+-- The key's first waiting job: the lowest id, which is the order the jobs entered.
+SELECT id FROM outbox_jobs
+WHERE ordering_key = :ordering_key AND available_at >= {blocked_offset_ms}
+ORDER BY id
+LIMIT 1;
+
+-- name: ordering_promote
+-- Its turn: the due time it had before it waited, so it is claimable at once if due.
+UPDATE outbox_jobs SET available_at = available_at - {blocked_offset_ms}
+WHERE id = :id AND available_at >= {blocked_offset_ms};
+
+-- name: ordering_block
+-- A job just put in the queue behind another of its key: it waits its turn.
+UPDATE outbox_jobs SET available_at = available_at + {blocked_offset_ms}
+WHERE message_id = :message_id AND available_at < {blocked_offset_ms};
+
+-- name: ordering_drop
+-- The key has no job left: its row goes (the next job of the key creates it again).
+DELETE FROM outbox_ordering_keys WHERE key_digest = :ordering_key;
+
+-- name: ordering_held_keys
+-- `outbox status` and the dashboard: the keys dead letters hold (dead_letter_holds_key),
+-- each with the dead letter's message id (what `queue retry` / `queue forget` take).
+SELECT ordering_key, message_id, job_name, queue FROM outbox_failed_jobs
+WHERE ordering_held = 1
+ORDER BY id
+LIMIT :limit;
+
+-- name: ordering_dead_key
+-- The ordering key a dead letter holds (`queue forget` passes its turn on).
+SELECT ordering_key FROM outbox_failed_jobs
+WHERE message_id = :message_id AND ordering_held = 1;
+
+-- name: ordering_blocked_count
+-- `outbox status`: jobs waiting for their key's turn, and the keys they wait on.
+SELECT count(*), count(DISTINCT ordering_key) FROM outbox_jobs
+WHERE ordering_key IS NOT NULL AND available_at >= {blocked_offset_ms};
+
+-- name: ordering_pending_count
+-- Pending intents with an ordering key (the relay's nats target refuses to start with
+-- any: it does not keep their order yet). Read through outbox_messages_ordering.
+SELECT count(*) FROM outbox_messages WHERE ordering_key IS NOT NULL AND state = 'pending';

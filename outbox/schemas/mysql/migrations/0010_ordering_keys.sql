@@ -1,0 +1,30 @@
+-- The ordering keys migration (outbox.queue.ordering): jobs that share an ordering key run
+-- one at a time, in commit order. ordering_key holds the SHA-256 digest (hex) of the key,
+-- NULL for a job without one, on the intent, the queued job and the dead letter;
+-- ordering_held is 1 on a dead letter that keeps its key blocked (dead_letter_holds_key).
+-- outbox_ordering_keys has one row per key with unfinished jobs: entering the line and
+-- leaving it lock that row. A job waiting its turn keeps its due time shifted past any
+-- real one (outbox.queue.ordering.BLOCKED_OFFSET_MS), so the claim is unchanged.
+-- Rolling upgrade: code of the previous version writes no ordering key (NULL) and reads
+-- none of the new columns; a keyed intent it relays loses its order, nothing else.
+-- DDL commits statement by statement here: every step can run again (IF NOT EXISTS).
+
+ALTER TABLE outbox_messages ADD COLUMN IF NOT EXISTS ordering_key VARCHAR(64);
+
+ALTER TABLE outbox_jobs ADD COLUMN IF NOT EXISTS ordering_key VARCHAR(64);
+
+ALTER TABLE outbox_failed_jobs ADD COLUMN IF NOT EXISTS ordering_key VARCHAR(64);
+
+ALTER TABLE outbox_failed_jobs ADD COLUMN IF NOT EXISTS ordering_held SMALLINT NOT NULL DEFAULT 0;
+
+CREATE TABLE IF NOT EXISTS outbox_ordering_keys (
+	key_digest VARCHAR(64) NOT NULL,
+	created_at BIGINT NOT NULL,
+	PRIMARY KEY (key_digest)
+)ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
+
+CREATE INDEX IF NOT EXISTS outbox_jobs_ordering ON outbox_jobs (ordering_key, id);
+
+CREATE INDEX IF NOT EXISTS outbox_messages_ordering ON outbox_messages (ordering_key, id);
+
+CREATE INDEX IF NOT EXISTS outbox_failed_jobs_held ON outbox_failed_jobs (ordering_key);

@@ -1,0 +1,30 @@
+-- name: ordering_lock
+-- Lock the key's row, creating it if the key has none: entering the line and leaving
+-- it both start here, so the two serialise per key (the no-op update takes the lock).
+INSERT INTO outbox_ordering_keys (key_digest, created_at)
+VALUES (:ordering_key, {now_ms})
+ON CONFLICT (key_digest) DO UPDATE SET created_at = outbox_ordering_keys.created_at;
+
+-- name: ordering_any_job
+-- Has the key a job in the queue (in its turn or waiting), or a dead letter that holds
+-- it (dead_letter_holds_key)? Read after ordering_lock.
+SELECT id FROM outbox_jobs WHERE ordering_key = :ordering_key
+UNION ALL
+SELECT id FROM outbox_failed_jobs WHERE ordering_key = :ordering_key AND ordering_held = 1
+LIMIT 1;
+
+-- name: relay_block_jobs
+-- The relay's keyed rows (outbox ids, :ids) that entered behind another job of their
+-- key wait their turn; run after the insert, before the rows leave the outbox.
+UPDATE outbox_jobs SET available_at = available_at + {blocked_offset_ms}
+WHERE message_id IN (
+    SELECT message_id FROM outbox_messages WHERE id = ANY(CAST(:ids AS bigint[])))
+  AND available_at < {blocked_offset_ms};
+
+-- name: relay_ordering_earlier
+-- For each key of a batch, its oldest pending intent outside the batch (another relay
+-- holds it, or it was deferred): the batch's later intents of that key wait for it.
+SELECT ordering_key, min(id) FROM outbox_messages
+WHERE ordering_key = ANY(CAST(:keys AS varchar[])) AND state = 'pending'
+  AND NOT (id = ANY(CAST(:ids AS bigint[])))
+GROUP BY ordering_key;

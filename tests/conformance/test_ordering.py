@@ -1,0 +1,386 @@
+"""Ordering keys on every backend, in one process: bad keys refused with the database
+unchanged, the fingerprint (keyless jobs keep theirs), the relay handing a key's intents
+off in order, and the line held by a retry, a backoff wait and a snooze, released by an
+acknowledgement, a dead letter and a cancellation.
+
+The racing half (worker processes, SIGKILLs, a start/end ledger) is in
+``tests/reliability/test_ordering_processes.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+import pytest
+
+from outbox import (
+    Job,
+    PermanentFailure,
+    Registry,
+    Snooze,
+    cancel_job,
+    push,
+    push_many,
+    record,
+    record_many,
+)
+from outbox.db.connection import Connection, Database
+from outbox.db.rows import JobDeadLetter
+from outbox.errors import IdempotencyConflict, InvalidJob
+from outbox.job import BLOCKED_OFFSET_MS, NormalJob, fingerprint, normalise
+from outbox.queue import Worker, WorkerConfig
+from outbox.queue.backoff import Backoff
+from outbox.relay import Relay, RelayConfig
+from outbox.status import status
+from tests.fixtures.queue_ops import Failure, ack, claim, dead_letter, now_ms, release
+from tests.fixtures.workers import count
+
+TABLES = ("outbox_keys", "outbox_messages", "outbox_jobs", "outbox_ordering_keys")
+LEASE = 30_000
+
+
+def _counts(conn: Connection) -> dict[str, int]:
+    return {t: count(conn, t) for t in TABLES}
+
+
+def _relay(database: Database, *, in_python: bool = False, batch: int = 100) -> int:
+    with Relay(database, RelayConfig(verify_in_python=in_python, batch_size=batch)) as relay:
+        return relay.run_once().handed_off
+
+
+def _names(jobs: list[Any]) -> list[Any]:
+    import orjson
+
+    return [orjson.loads(j.payload)["n"] for j in jobs]
+
+
+BAD_KEYS = [
+    ("x" * 201, "ordering_key is 201 bytes; the limit is 200"),
+    ("order:\x07", "ordering_key has a character outside printable ASCII"),
+    ("ordre:é", "ordering_key has a character outside printable ASCII"),
+    ("", "ordering_key is empty"),
+    (42, "ordering_key must be a str or None (got int)"),
+    (b"order:1", "ordering_key must be a str or None (got bytes)"),
+]
+
+
+@pytest.mark.parametrize(("bad", "says"), BAD_KEYS)
+def test_bad_ordering_key_is_refused_naming_the_problem_and_nothing_is_written(
+    conn: Connection, app_conn: Any, bad: Any, says: str
+) -> None:
+    before = _counts(conn)
+    job = Job("o.run", {"n": 1}, ordering_key=bad)
+    for write in (
+        lambda: record(app_conn, "k:bad", job),
+        lambda: push(app_conn, job),
+        lambda: record_many(app_conn, [("k:ok", Job("o.run")), ("k:bad", job)]),
+        lambda: push_many(app_conn, [Job("o.run"), job]),
+    ):
+        with pytest.raises(InvalidJob, match=says.replace("(", r"\(").replace(")", r"\)")):
+            write()
+    app_conn.commit()
+    assert _counts(conn) == before
+
+
+def test_keyless_fingerprint_is_unchanged_and_a_key_is_sealed_in_it() -> None:
+    plain = normalise(Job("o.run", {"n": 1}))
+    legacy = hashlib.sha256(b'v1\no.run\ndefault\n\n\n{"n":1}').hexdigest()
+    assert fingerprint(plain, None) == legacy
+    keyed = normalise(Job("o.run", {"n": 1}, ordering_key="order:42"))
+    digest = hashlib.sha256(b"order:42").hexdigest()
+    assert keyed.ordering_key == digest
+    layout = f'v3\no.run\ndefault\n\n\n0\n{digest}\n{{"n":1}}'.encode()
+    assert fingerprint(keyed, None) == hashlib.sha256(layout).hexdigest()
+    other = NormalJob(*keyed[:-1], ordering_key=hashlib.sha256(b"order:43").hexdigest())
+    assert fingerprint(other, None) != fingerprint(keyed, None)
+
+
+def test_same_idempotency_key_with_another_ordering_key_is_a_conflict(app_conn: Any) -> None:
+    first = record(app_conn, "k:1", Job("o.run", {"n": 1}, ordering_key="order:1"))
+    assert record(app_conn, "k:1", Job("o.run", {"n": 1}, ordering_key="order:1")) == first
+    with pytest.raises(IdempotencyConflict):
+        record(app_conn, "k:1", Job("o.run", {"n": 1}, ordering_key="order:2"))
+    with pytest.raises(IdempotencyConflict):
+        record(app_conn, "k:1", Job("o.run", {"n": 1}))
+
+
+@pytest.mark.parametrize("in_python", [False, True], ids=["sql-verify", "python-verify"])
+def test_relay_hands_a_keys_intents_off_in_order_only_the_first_claimable(
+    database: Database, conn: Connection, app_conn: Any, in_python: bool
+) -> None:
+    record_many(
+        app_conn,
+        [(f"k:{n}", Job("o.run", {"n": n}, ordering_key=f"order:{n % 2}")) for n in range(6)]
+        + [("k:free", Job("o.run", {"n": "free"}))],
+    )
+    app_conn.commit()
+    assert _relay(database, in_python=in_python, batch=4) == 4
+    assert _relay(database, in_python=in_python, batch=4) == 3
+    assert count(conn, "outbox_messages") == 0
+    jobs = claim(conn, "default", 10, "w1", LEASE)
+    assert sorted(map(str, _names(jobs))) == ["0", "1", "free"]
+    assert claim(conn, "default", 10, "w1", LEASE) == []
+    for expected in ([2, 3], [4, 5]):
+        ack(conn, "w1", jobs)
+        jobs = claim(conn, "default", 10, "w1", LEASE)
+        assert sorted(_names(jobs)) == expected
+    ack(conn, "w1", jobs)
+    assert _counts(conn)["outbox_jobs"] == 0
+    assert count(conn, "outbox_ordering_keys") == 0
+
+
+def test_a_tampered_ordering_key_is_quarantined(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    mid = record(app_conn, "k:t", Job("o.run", {"n": 1}, ordering_key="order:1"))
+    app_conn.commit()
+    with conn.transaction():
+        conn.execute_sql(
+            "UPDATE outbox_messages SET ordering_key = 'f' WHERE message_id = "
+            + repr(mid).replace('"', "'")
+        )
+    assert _relay(database) == 0
+    assert conn.execute_sql("SELECT failure_reason FROM outbox_messages") == [
+        ("fingerprint_mismatch",)
+    ]
+
+
+def test_a_retry_and_its_backoff_hold_the_line_a_dead_letter_releases_it(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    for n in range(3):
+        record(app_conn, f"k:{n}", Job("o.run", {"n": n}, ordering_key="order:1"))
+    app_conn.commit()
+    _relay(database)
+    (first,) = claim(conn, "default", 10, "w1", LEASE)
+    assert release(conn, "w1", first, 0, "boom")  # a failed attempt, due again at once
+    (again,) = claim(conn, "default", 10, "w1", LEASE)
+    assert _names([again]) == [0]  # the same job: nothing later in the key ran
+    assert release(conn, "w1", again, 60_000, "boom")  # a backoff wait
+    assert claim(conn, "default", 10, "w1", LEASE) == []
+    with conn.transaction():
+        conn.execute_sql("UPDATE outbox_jobs SET available_at = 0 WHERE available_at < "
+                         f"{BLOCKED_OFFSET_MS}")  # fmt: skip
+    (third_try,) = claim(conn, "default", 10, "w1", LEASE)
+    assert dead_letter(conn, "w1", third_try, Failure("Boom", "boom", ""))
+    (second,) = claim(conn, "default", 10, "w1", LEASE)
+    assert _names([second]) == [1]
+    (row,) = conn.execute_sql("SELECT ordering_key FROM outbox_failed_jobs")
+    assert row[0] == hashlib.sha256(b"order:1").hexdigest()
+
+
+def test_cancelling_a_waiting_job_keeps_the_others_in_order(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    mids = [push(app_conn, Job("o.run", {"n": n}, ordering_key="order:1")) for n in range(3)]
+    app_conn.commit()
+    assert cancel_job(database, mids[1]) == "dead"
+    (first,) = claim(conn, "default", 10, "w1", LEASE)
+    assert _names([first]) == [0]
+    assert cancel_job(database, mids[0]) == "flagged"  # held: its worker records it
+    ack(conn, "w1", [first])  # ... here it finished first: the ack is refused
+    with conn.transaction():
+        conn.execute_sql("UPDATE outbox_jobs SET cancel_requested_at = NULL")
+    ack(conn, "w1", [first])
+    (last,) = claim(conn, "default", 10, "w1", LEASE)
+    assert _names([last]) == [2]
+
+
+def test_a_cancelled_job_in_its_turn_passes_the_turn_on(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    mids = [push(app_conn, Job("o.run", {"n": n}, ordering_key="order:1")) for n in range(2)]
+    app_conn.commit()
+    assert cancel_job(database, mids[0]) == "dead"
+    (job,) = claim(conn, "default", 10, "w1", LEASE)
+    assert _names([job]) == [1]
+
+
+def test_push_behind_a_recorded_job_of_the_key_waits_its_turn(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    record(app_conn, "k:1", Job("o.run", {"n": 0}, ordering_key="order:1"))
+    app_conn.commit()
+    _relay(database)
+    push(app_conn, Job("o.run", {"n": 1}, ordering_key="order:1"), delay=0)
+    push(app_conn, Job("o.run", {"n": "free"}))
+    app_conn.commit()
+    jobs = claim(conn, "default", 10, "w1", LEASE)
+    assert sorted(map(str, _names(jobs))) == ["0", "free"]
+    ack(conn, "w1", jobs)
+    assert _names(claim(conn, "default", 10, "w1", LEASE)) == [1]
+
+
+def test_a_waiting_job_keeps_its_own_due_time(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    push(app_conn, Job("o.run", {"n": 0}, ordering_key="order:1"))
+    push(app_conn, Job("o.run", {"n": 1}, ordering_key="order:1"), delay=3600)
+    app_conn.commit()
+    jobs = claim(conn, "default", 10, "w1", LEASE)
+    ack(conn, "w1", jobs)
+    assert claim(conn, "default", 10, "w1", LEASE) == []  # its turn, but not yet due
+    (due,) = conn.execute_sql("SELECT available_at FROM outbox_jobs")[0:1]
+    assert now_ms(conn) + 3_500_000 < due[0] < BLOCKED_OFFSET_MS
+
+
+ordered = Registry()
+SEEN: list[tuple[str, int]] = []
+SNOOZED: set[int] = set()
+
+
+@ordered.job("o.seq", max_attempts=5, backoff=Backoff(base=0.01, cap=0.01))
+def _seq(payload: dict[str, Any], ctx: Any) -> None:
+    n = payload["n"]
+    if n % 3 == 0 and n not in SNOOZED:
+        SNOOZED.add(n)
+        raise Snooze(0)
+    SEEN.append((payload["key"], n))
+    if n % 4 == 1 and SEEN.count((payload["key"], n)) == 1:
+        raise RuntimeError("fail once")
+
+
+def test_a_worker_with_many_threads_runs_each_key_in_order(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    SEEN.clear()
+    SNOOZED.clear()
+    for n in range(12):
+        key = f"order:{n % 3}"
+        record(app_conn, f"k:{n}", Job("o.seq", {"n": n, "key": key}, ordering_key=key))
+        if n % 2:
+            app_conn.commit()
+    app_conn.commit()
+    _relay(database)
+    config = WorkerConfig(concurrency=4, stop_when_empty=True)
+    with Worker(database, ordered, config) as worker:
+        deadline = time.monotonic() + 60  # a bound for a hung test, not a timed assert
+        while count(conn, "outbox_jobs") and time.monotonic() < deadline:
+            worker.run_once()
+            time.sleep(0.005)  # retries wait a 10 ms backoff
+    assert count(conn, "outbox_jobs") == 0 and count(conn, "outbox_failed_jobs") == 0
+    for k in range(3):
+        runs = [n for key, n in SEEN if key == f"order:{k}"]
+        assert runs == sorted(runs), runs  # a retry runs again before the next one
+        assert sorted(set(runs)) == [n for n in range(12) if n % 3 == k]
+
+
+flaky = Registry()
+FLAKY_RUNS: list[int] = []
+
+
+@flaky.job("o.flaky", max_attempts=3, backoff=Backoff(base=10, cap=10))
+def _flaky(payload: dict[str, Any], ctx: Any) -> None:
+    FLAKY_RUNS.append(payload["n"])
+    if payload["n"] == 0 and ctx.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+
+
+def test_run_pending_holds_a_keys_line_through_a_retry_like_the_worker(app_conn: Any) -> None:
+    from outbox.testing import Clock, run_pending
+
+    FLAKY_RUNS.clear()
+    clock = Clock()
+    for n in range(3):
+        record(app_conn, f"k:{n}", Job("o.flaky", {"n": n}, ordering_key="order:1"))
+    record(app_conn, "k:free", Job("o.flaky", {"n": 9}))
+    first = run_pending(app_conn, flaky, clock=clock)
+    assert [r.outcome for r in first.ran] == ["retry", "done"]
+    assert FLAKY_RUNS == [0, 9]  # the key's later jobs wait for its retry
+    clock.advance(10)
+    second = run_pending(app_conn, flaky, clock=clock)
+    assert [r.outcome for r in second.ran] == ["done", "done", "done"]
+    assert FLAKY_RUNS == [0, 9, 0, 1, 2]
+
+
+def test_operator_removal_clear_and_retry_keep_each_key_in_line(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    mids = [push(app_conn, Job("o.run", {"n": n}, ordering_key="order:1")) for n in range(4)]
+    app_conn.commit()
+    (first,) = claim(conn, "default", 10, "w1", LEASE)
+    assert dead_letter(conn, "w1", first, Failure("Boom", "boom", ""))  # releases the key
+    assert conn.driver.job_remove(mids[1]) == 1  # the next in line: the turn passes on
+    assert conn.driver.dead_requeue([mids[0]], 10) == 1  # joins the end of the line
+    order = []
+    while jobs := claim(conn, "default", 10, "w1", LEASE):
+        assert len(jobs) == 1
+        order += _names(jobs)
+        ack(conn, "w1", jobs)
+    assert order == [2, 3, 0]
+    assert count(conn, "outbox_ordering_keys") == 0
+    for n in range(3):
+        push(app_conn, Job("o.run", {"n": n}, ordering_key=f"order:{n % 2}", queue="q2"))
+    push(app_conn, Job("o.run", {"n": 9}, ordering_key="order:0"))
+    app_conn.commit()
+    assert conn.driver.queue_clear("q2") == 3
+    assert _names(claim(conn, "default", 10, "w1", LEASE)) == [9]  # its turn came
+    assert count(conn, "outbox_ordering_keys") == 1
+
+
+holding = Registry()
+
+
+@holding.job("o.held", max_attempts=1, dead_letter_holds_key=True)
+def _held(payload: dict[str, Any], ctx: Any) -> None:
+    if payload["n"] == 0 and payload.get("fail", True):
+        raise PermanentFailure("the first job fails for good")
+
+
+def test_a_dead_letter_that_holds_its_key_blocks_it_until_forget(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    mids = [push(app_conn, Job("o.held", {"n": n}, ordering_key="order:1")) for n in range(2)]
+    push(app_conn, Job("o.held", {"n": 5}, ordering_key="order:2"))
+    app_conn.commit()
+    with Worker(database, holding, WorkerConfig(stop_when_empty=True)) as worker:
+        worker.run()
+    assert count(conn, "outbox_failed_jobs") == 1 and count(conn, "outbox_jobs") == 1
+    push(app_conn, Job("o.held", {"n": 2}, ordering_key="order:1"))  # waits too
+    app_conn.commit()
+    ordering = status(conn).ordering
+    assert (ordering.waiting, ordering.waiting_keys) == (2, 1)
+    assert [h.message_id for h in ordering.held] == [mids[0]]
+    assert ordering.held[0].key == hashlib.sha256(b"order:1").hexdigest()[:12]
+    assert status(conn).as_dict()["ordering"]["held_keys"][0]["message_id"] == mids[0]
+    assert conn.driver.dead_delete(mids[0]) == 1  # forget: the key's turn passes on
+    assert _names(claim(conn, "default", 10, "w1", LEASE)) == [1]
+    assert status(conn).ordering.held == ()
+
+
+def test_requeueing_a_dead_letter_that_holds_its_key_runs_it_first(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    mids = [push(app_conn, Job("o.held", {"n": n}, ordering_key="order:1")) for n in range(3)]
+    app_conn.commit()
+    (first,) = claim(conn, "default", 10, "w1", LEASE)
+    held = JobDeadLetter("w1", first, Failure("Boom", "boom", ""), hold_key=True)
+    assert conn.driver.job_dead_letter(held)
+    assert claim(conn, "default", 10, "w1", LEASE) == []  # the key stays blocked
+    assert conn.driver.dead_requeue([mids[0]], 10) == 1
+    order = []
+    while jobs := claim(conn, "default", 10, "w1", LEASE):
+        assert len(jobs) == 1
+        order += _names(jobs)
+        ack(conn, "w1", jobs)
+    assert order == [0, 1, 2]
+
+
+def test_status_command_shows_blocked_keys(
+    database: Database, conn: Connection, app_conn: Any, db_url: str
+) -> None:
+    from click.testing import CliRunner
+
+    from outbox.cli import main
+
+    mid = push(app_conn, Job("o.held", {"n": 0}, ordering_key="order:1"))
+    push(app_conn, Job("o.held", {"n": 1}, ordering_key="order:1"))
+    app_conn.commit()
+    with Worker(database, holding, WorkerConfig(stop_when_empty=True)) as worker:
+        worker.run()
+    out = CliRunner().invoke(main, ["--database-url", db_url, "status"])
+    assert out.exit_code == 0, out.output
+    assert "1 jobs wait their turn on 1 keys" in out.output
+    assert mid in out.output and "outbox queue forget ID" in out.output
