@@ -117,9 +117,16 @@ def _ddl_of(version: int) -> Callable[[Dialect], list[str]]:
 
 MIGRATIONS: tuple[Migration, ...] = _load()
 LATEST = MIGRATIONS[-1].version
+# Steps after the contract step that only add the tables of a feature of their own,
+# which checks for them (``outbox.workflows``): they are held back with the contract
+# step, so this code must run without them, and they are not REQUIRED.
+FEATURES = ("workflows",)
 # The version this code needs to run: every step but the contract one, which only
-# removes what older code needed (and may be held back while that code runs).
-REQUIRED = max(m.version for m in MIGRATIONS if m.description != CONTRACT)
+# removes what older code needed (and may be held back while that code runs), and the
+# feature steps.
+REQUIRED = max(
+    m.version for m in MIGRATIONS if m.description != CONTRACT and m.description not in FEATURES
+)
 
 
 def version_of(description: str) -> int:
