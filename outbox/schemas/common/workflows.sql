@@ -154,8 +154,9 @@ SELECT node_id FROM outbox_workflow_nodes
 WHERE workflow_id = :workflow_id AND state = 'due';
 
 -- name: workflow_cancel_intent
--- A due root still waiting for the relay: out of the outbox (its dead letter follows).
-DELETE FROM outbox_messages WHERE message_id = :node_id AND state = 'pending';
+-- A due root still in the outbox (pending, or quarantined: `outbox retry` must not hand
+-- a cancelled node off later): out of it (its dead letter follows).
+DELETE FROM outbox_messages WHERE message_id = :node_id;
 
 -- name: workflow_cancel_intent_dead
 -- A cancelled root that never reached the queue: its dead letter.
