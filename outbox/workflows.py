@@ -44,6 +44,7 @@ from outbox.db import workflows as steps
 from outbox.db.adapters import adapt, adapt_async
 from outbox.db.caller import Plan, run, run_async
 from outbox.db.connection import Connection, Database
+from outbox.db.dialect import Dialect
 from outbox.db.driver import Row
 from outbox.db.migrate import applied_versions, version_of
 from outbox.errors import IdempotencyConflict, InvalidJob, RetryTransaction
@@ -467,7 +468,7 @@ def recent(conn: Connection, limit: int = 100) -> list[WorkflowSummary]:
     return out
 
 
-def _cancel(workflow_id: str) -> Plan[int | None]:
+def _cancel(workflow_id: str, dialect: Dialect) -> Plan[int | None]:
     """Every node not finished: waiting ones skipped (a ``cancelled`` dead letter each),
     due ones cancelled as ``outbox queue cancel`` cancels a job (a held one when its
     worker returns), a root still an intent taken out of the outbox."""
@@ -484,7 +485,7 @@ def _cancel(workflow_id: str) -> Plan[int | None]:
         yield ("workflow_cancel_intent", node)
         if (yield from _intent_gone(node)):
             continue
-        yield from cancel_plan(str(node_id))
+        yield from cancel_plan(str(node_id), dialect)
     return len(due)
 
 
@@ -508,8 +509,17 @@ def cancel(db: Database | Connection | str, workflow_id: str) -> int | None:
     if conn is None:
         assert database is not None
         with database.connect() as c:
-            return c.transact(lambda x: steps.on(x, _cancel(workflow_id)), operation="cancel")
-    return conn.transact(lambda x: steps.on(x, _cancel(workflow_id)), operation="cancel")
+            return _cancel_on(c, workflow_id)
+    return _cancel_on(conn, workflow_id)
+
+
+def _cancel_on(conn: Connection, workflow_id: str) -> int | None:
+    """A fresh plan for each try (``transact`` runs it again after a deadlock)."""
+    dialect = conn.dialect
+    found: int | None = conn.transact(
+        lambda c: steps.on(c, _cancel(workflow_id, dialect)), operation="cancel"
+    )
+    return found
 
 
 def prune(conn: Connection, age_ms: int, *, batch: int = PRUNE_BATCH) -> int:
