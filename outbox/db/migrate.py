@@ -118,7 +118,8 @@ def _ddl_of(version: int) -> Callable[[Dialect], list[str]]:
 MIGRATIONS: tuple[Migration, ...] = _load()
 LATEST = MIGRATIONS[-1].version
 # The version this code needs to run: every step but the contract one, which only
-# removes what older code needed (and may be held back while that code runs).
+# removes what older code needed (and may be held back while that code runs). It is the
+# last step, so holding it back holds back nothing this code needs.
 REQUIRED = max(m.version for m in MIGRATIONS if m.description != CONTRACT)
 
 

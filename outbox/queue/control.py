@@ -138,46 +138,46 @@ def _paused(dialect: Dialect) -> Plan[list[str]]:
 
 
 def _cancel(message_id: str) -> Callable[[Dialect], Plan[Literal["dead", "flagged"] | None]]:
+    key = {"message_id": message_id}
+
     def plan(dialect: Dialect) -> Plan[Literal["dead", "flagged"] | None]:
-        return (yield from cancel_plan(message_id))
+        taken = yield ("job_cancel_take", key)
+        if taken:
+            mid, queue, job_name, payload, attempts, max_attempts, priority, okey = taken[0]
+            failure = CANCELLED_FAILURE
+            yield (
+                "job_dead_insert",
+                {
+                    "message_id": mid,
+                    "queue": queue,
+                    "job_name": job_name,
+                    "payload": payload,
+                    "attempts": attempts,
+                    "max_attempts": max_attempts,
+                    "priority": priority,
+                    "exception_class": failure.exception_class,
+                    "exception_message": failure.message,
+                    "exception_trace": failure.trace,
+                    "ordering_key": okey,
+                    "ordering_held": 0,  # an operator's cancellation releases the key
+                },
+            )
+            if is_node_id(str(mid)):  # a workflow node: its dependents, in this transaction
+                yield from workflows.failed(str(mid))
+            if okey is not None:  # a cancelled job releases its ordering key
+                yield from ordering.leave([str(okey)])
+            return "dead"
+        yield ("job_cancel_flag", key)
+        held = yield ("dashboard_job", key)
+        return "flagged" if held else None
 
     return plan
 
 
-def cancel_plan(message_id: str) -> Plan[Literal["dead", "flagged"] | None]:
-    """Cancel one queued job: a waiting one to the dead letters (with its workflow's
-    dependents, for a node), a held one flagged for its worker. Also what
-    ``outbox.workflows.cancel`` runs for each due node."""
-    key = {"message_id": message_id}
-    taken = yield ("job_cancel_take", key)
-    if taken:
-        mid, queue, job_name, payload, attempts, max_attempts, priority, okey = taken[0]
-        failure = CANCELLED_FAILURE
-        yield (
-            "job_dead_insert",
-            {
-                "message_id": mid,
-                "queue": queue,
-                "job_name": job_name,
-                "payload": payload,
-                "attempts": attempts,
-                "max_attempts": max_attempts,
-                "priority": priority,
-                "exception_class": failure.exception_class,
-                "exception_message": failure.message,
-                "exception_trace": failure.trace,
-                "ordering_key": okey,
-                "ordering_held": 0,  # an operator's cancellation releases the key
-            },
-        )
-        if is_node_id(str(mid)):  # a workflow node: its dependents, in this transaction
-            yield from workflows.failed(str(mid))
-        if okey is not None:  # a cancelled job releases its ordering key
-            yield from ordering.leave([str(okey)])
-        return "dead"
-    yield ("job_cancel_flag", key)
-    held = yield ("dashboard_job", key)
-    return "flagged" if held else None
+def cancel_plan(message_id: str, dialect: Dialect) -> Plan[Literal["dead", "flagged"] | None]:
+    """``cancel``'s plan for one queued job; also what ``outbox.workflows.cancel`` runs
+    for each due node (one cancellation, one place)."""
+    return _cancel(message_id)(dialect)
 
 
 def pause(target: Target, queue: str) -> None:

@@ -34,6 +34,8 @@ ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 NEEDS = {
     "retry": ["00000000-0000-7000-8000-000000000000"],
     "result": ["00000000-0000-7000-8000-000000000000"],
+    "workflow show": ["00000000-0000-7000-8000-000000000000"],
+    "workflow cancel": ["00000000-0000-7000-8000-000000000000"],
     "prune": ["1"],
     "worker": ["--app", "tests.fixtures.workers:registry", "--once"],
     "queue retry": ["all"],

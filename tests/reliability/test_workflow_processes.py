@@ -86,8 +86,9 @@ def _check(ledger: list[tuple[str, str, int, float, str]], wf: Workflow) -> None
     starts = Counter((n, a) for e, n, a, _, _ in ledger if e == "start")
     assert [k for k, c in starts.items() if c > 1] == []
     ended = {n: t for e, n, _, t, _ in ledger if e == "end"}
+    mine = set(wf.nodes)
     for e, name, _, at, _ in ledger:
-        if e != "start":
+        if e != "start" or name not in mine:
             continue
         for dep in wf.dependencies(name):
             if dep in ended:
@@ -197,3 +198,34 @@ def test_a_worker_sigkilled_mid_node_loses_nothing_and_runs_no_dependent_early(
     slow_end = next(t for e, n, _, t, _ in ledger if e == "end" and n == "slow")
     assert join_start > slow_end
     assert shown.node("slow").attempts == 2
+
+
+def test_parents_acknowledged_at_the_same_instant_make_their_join_due_exactly_once(
+    database: Database, db_url: str, tmp_path: Path
+) -> None:
+    """Twelve parents per join, held by three workers, return at one instant: their
+    acknowledgements race on the join's row; each join starts once, none is stranded."""
+    workers = [_worker(db_url, tmp_path, "--concurrency", "4") for _ in range(3)]
+    graphs: dict[str, Workflow] = {}
+    try:
+        time.sleep(1.5)  # every worker is up and polling
+        for round_ in range(4):
+            wf = Workflow(f"instant-{round_}")
+            until = time.time() + 2.0
+            parents = [_node(wf, f"r{round_}p{i}", [], until=until) for i in range(12)]
+            _node(wf, f"r{round_}join", parents)
+            graphs[_record(database, f"instant:{round_}", wf)] = wf
+        for wf_id in graphs:
+            wait_until(lambda w=wf_id: _finished(database, w), 120, "every join to run")
+    finally:
+        _stop(workers)
+    ledger = _ledger(tmp_path)
+    for wf in graphs.values():
+        _check(ledger, wf)
+    joins = sorted(n for e, n, *_ in ledger if e == "start" and n.endswith("join"))
+    assert joins == [f"r{r}join" for r in range(4)]  # one per workflow: never two, never none
+    pids = {f.stem for f in tmp_path.glob("*.log")}
+    assert len(pids) >= 2  # the parents really ran in several processes
+    for wf_id in graphs:
+        shown = get(database, wf_id)
+        assert shown is not None and shown.state == "succeeded"

@@ -7,7 +7,8 @@ flushed before the handler returns, so a run that dies before its acknowledgemen
 still seen. At start a node checks, through ``ctx.results``, that every dependency it
 names in its payload has succeeded (their results are written in their
 acknowledgement's transaction); a dependency missing is written as ``EARLY``.
-A payload ``{"sleep_first": s}`` sleeps ``s`` seconds on the first attempt (to be
+A payload ``{"until": t}`` returns at UNIX time ``t`` (parents acknowledged at once);
+``{"sleep_first": s}`` sleeps ``s`` seconds on the first attempt (to be
 SIGKILLed in); ``{"fail": true}`` raises on every attempt.
 """
 
@@ -38,6 +39,8 @@ def node(payload: dict[str, Any], ctx: JobContext) -> Any:
     missing = [d for d in payload.get("after", []) if d not in ctx.results]
     verdict = "EARLY" if missing and not payload.get("cleanup") else "ok"
     _line(f"start {name} {ctx.attempt} {time.time():.6f} {verdict}")
+    if payload.get("until"):  # parents of one fan-in finish at the same instant
+        time.sleep(max(0.0, float(payload["until"]) - time.time()))
     if ctx.attempt == 1 and payload.get("sleep_first"):
         time.sleep(float(payload["sleep_first"]))
     if payload.get("fail"):

@@ -27,17 +27,6 @@ UPDATE outbox_workflow_nodes SET deps_left = deps_left - 1
 WHERE node_id IN (SELECT e.child_id FROM outbox_workflow_edges e WHERE e.parent_id = :node_id)
   AND state = 'waiting';
 
--- name: workflow_children_enqueue
--- The children of :node_id that wait for nothing more become ordinary jobs, due now.
-INSERT INTO outbox_jobs
-    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
-     priority)
-SELECT n.node_id, n.queue, n.job_name, n.payload, 0, n.max_attempts, {now_ms}, {now_ms},
-       n.priority
-FROM outbox_workflow_edges e
-JOIN outbox_workflow_nodes n ON n.node_id = e.child_id
-WHERE e.parent_id = :node_id AND n.state = 'waiting' AND n.deps_left = 0;
-
 -- name: workflow_children_mark_due
 -- ... and are marked due (after workflow_children_enqueue, in the same transaction).
 UPDATE outbox_workflow_nodes SET state = 'due', due_at = {now_ms}
@@ -154,8 +143,9 @@ SELECT node_id FROM outbox_workflow_nodes
 WHERE workflow_id = :workflow_id AND state = 'due';
 
 -- name: workflow_cancel_intent
--- A due root still waiting for the relay: out of the outbox (its dead letter follows).
-DELETE FROM outbox_messages WHERE message_id = :node_id AND state = 'pending';
+-- A due root still in the outbox (pending, or quarantined: `outbox retry` must not hand
+-- a cancelled node off later): out of it (its dead letter follows).
+DELETE FROM outbox_messages WHERE message_id = :node_id;
 
 -- name: workflow_cancel_intent_dead
 -- A cancelled root that never reached the queue: its dead letter.

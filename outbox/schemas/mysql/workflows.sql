@@ -73,3 +73,14 @@ FROM outbox_workflow_edges e
 JOIN outbox_workflow_nodes n ON n.node_id = e.child_id
 WHERE e.parent_id = :node_id
 FOR UPDATE;
+
+-- name: workflow_children_enqueue
+-- The children of :node_id that wait for nothing more become ordinary jobs, due now.
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority)
+SELECT n.node_id, n.queue, n.job_name, n.payload, 0, n.max_attempts, {now_ms}, {now_ms},
+       n.priority
+FROM outbox_workflow_edges e
+JOIN outbox_workflow_nodes n ON n.node_id = e.child_id
+WHERE e.parent_id = :node_id AND n.state = 'waiting' AND n.deps_left = 0;

@@ -50,3 +50,20 @@ FROM outbox_workflow_edges e
 JOIN outbox_workflow_nodes n ON n.node_id = e.child_id
 WHERE e.parent_id = :node_id
 FOR UPDATE OF n;
+
+-- name: workflow_children_enqueue
+-- The children of :node_id that wait for nothing more become ordinary jobs, due now,
+-- with one payload-less NOTIFY on the jobs' channel (delivered on commit) when any did:
+-- idle workers wake at once, as for a push, instead of at their next poll.
+WITH ins AS (
+    INSERT INTO outbox_jobs
+        (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
+         created_at, priority)
+    SELECT n.node_id, n.queue, n.job_name, n.payload, 0, n.max_attempts, {now_ms}, {now_ms},
+           n.priority
+    FROM outbox_workflow_edges e
+    JOIN outbox_workflow_nodes n ON n.node_id = e.child_id
+    WHERE e.parent_id = :node_id AND n.state = 'waiting' AND n.deps_left = 0
+    RETURNING 1
+)
+SELECT pg_notify('outbox_jobs', '') FROM (SELECT 1 FROM ins LIMIT 1) AS any_row;

@@ -1,52 +1,19 @@
-"""Workflows: a small graph of jobs recorded in one transaction, run in dependency order.
-
-``Workflow("order:42:fulfil")`` names the graph; ``wf.add(Job(...), after=[...])`` adds
-a node and returns its handle; ``record(conn, key, wf)`` writes every node in the
-caller's transaction under one idempotency key and returns the workflow id. Why each
-rule is where it is:
-
-- Everything is checked before anything is sent (``InvalidWorkflow``, a ``ValueError``,
-  naming the node): no cycle, dependencies within the workflow, at most ``MAX_NODES``
-  nodes, each node a valid ``Job`` and a unique name. A bad graph writes nothing.
-- The key's ``outbox_keys`` row names the workflow id with the graph's fingerprint
-  (``graph_fingerprint``, over every node's name, job, dependencies and ``on_failure``,
-  sorted by name): the same graph under the same key returns the same id, another is an
-  ``IdempotencyConflict``, exactly as ``record()`` does for one job.
-- Every node is a row of ``outbox_workflow_nodes`` from the start; the roots also become
-  ordinary intents, so the relay hands them off as any other. The other nodes are no job
-  until their last dependency succeeds: the worker's acknowledgement of that dependency
-  inserts them, in its own transaction (``outbox.db.workflows``). No sweep polls.
-- A node's id is a message id of its own kind (``outbox.ids.new_node_id``): the worker
-  tells nodes apart by the id alone, so jobs outside workflows pay nothing.
-- A node keeps its result (at least ``outbox.results.DEFAULT_KEEP_S``), so its
-  dependents read it as ``ctx.results[name]``.
-
-On NATS JetStream a workflow cannot keep these guarantees (the ack is not a database
-transaction): a relay with a ``nats://`` target refuses to hand off a workflow's node
-(``outbox.relay.jetstream``), in one line.
-
-``get(db, workflow_id)`` reads a workflow's nodes and their states; ``cancel`` cancels
-every node that has not finished; ``prune`` drops finished workflows for ``outbox
-prune``.
-"""
+"""The graph and its recording: ``Workflow``, its checks, its fingerprint, and the plan
+that writes it in the caller's transaction (the package docstring says why)."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from outbox.db import workflows as steps
 from outbox.db.adapters import adapt, adapt_async
 from outbox.db.caller import Plan, run, run_async
-from outbox.db.connection import Connection, Database
-from outbox.db.driver import Row
 from outbox.errors import IdempotencyConflict, InvalidJob, RetryTransaction
-from outbox.ids import is_message_id, new_message_id, new_node_id
+from outbox.ids import new_message_id, new_node_id
 from outbox.job import (
     NAME_PATTERN,
     Job,
@@ -56,30 +23,10 @@ from outbox.job import (
     key_digest,
     normalise,
 )
-from outbox.log import get_logger
-from outbox.queue.control import cancel_plan
 
 MAX_NODES = 1_000
 ON_FAILURE = ("stop", "run")
 FINGERPRINT_VERSION = "wf1"
-# What `outbox workflow show` and `get` call a node's state.
-WAITING, DUE, RUNNING, SUCCEEDED, DEAD, SKIPPED = (
-    "waiting", "due", "running", "succeeded", "dead", "skipped",
-)
-PRUNE_BATCH = 1_000
-
-__all__ = [
-    "MAX_NODES",
-    "InvalidWorkflow",
-    "Node",
-    "NodeState",
-    "Workflow",
-    "WorkflowState",
-    "cancel",
-    "get",
-]
-
-log = get_logger("outbox.workflows")
 
 
 class InvalidWorkflow(InvalidJob):
@@ -328,196 +275,3 @@ async def record_workflow_async(
     planned = plan(key, wf, available_at)
     target = await adapt_async(conn)
     return await run_async(_write(planned, wf.name), target, "record")
-
-
-# -- reading back ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class NodeState:
-    """One node as ``get`` reads it. Times are aware UTC datetimes by the database's
-    clock; ``attempts`` counts the runs started; ``error`` is the class of the exception
-    that dead-lettered it (never its message)."""
-
-    node_id: str
-    name: str
-    job_name: str
-    queue: str
-    state: str
-    attempts: int
-    after: list[str]
-    on_failure: str
-    created_at: datetime | None
-    due_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowState:
-    """A workflow and its nodes (in the order they were recorded)."""
-
-    workflow_id: str
-    name: str
-    state: str  # running, succeeded, failed (some node dead or skipped), cancelled
-    created_at: datetime | None
-    nodes: list[NodeState] = field(default_factory=list)
-
-    def node(self, name: str) -> NodeState:
-        """The node called ``name`` (KeyError if none)."""
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise KeyError(name)
-
-
-def _at(ms: Any) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
-
-
-def _node(r: Row, after: list[str]) -> NodeState:
-    (node_id, name, job_name, queue, state, on_failure, _total, _left, created, due,
-     finished, held_by, held_at, job_attempts, result_attempts, result_started,
-     dead_attempts, dead_class) = r
-    attempts = next((int(a) for a in (job_attempts, result_attempts, dead_attempts)
-                     if a is not None), 0)
-    shown = RUNNING if state == DUE and held_by is not None else str(state)
-    started = held_at if held_by is not None else result_started
-    return NodeState(
-        str(node_id), str(name), str(job_name), str(queue), shown, attempts, after,
-        str(on_failure), _at(created), _at(due), _at(started), _at(finished),
-        None if dead_class is None else str(dead_class),
-    )
-
-
-def read(conn: Connection, workflow_id: str) -> WorkflowState | None:
-    """``get`` on one of our connections (one read transaction, a consistent view)."""
-
-    head, rows, edges = conn.transact(
-        lambda c: steps.on(c, steps.show_plan(workflow_id)), operation="workflow show"
-    )
-    if not head:
-        return None
-    names = {str(r[0]): str(r[1]) for r in rows}
-    after: dict[str, list[str]] = {}
-    for parent, child in edges:
-        after.setdefault(str(child), []).append(names.get(str(parent), str(parent)))
-    nodes = [_node(r, sorted(after.get(str(r[0]), []))) for r in rows]
-    wf_id, name, state, _count, created = head[0]
-    return WorkflowState(str(wf_id), str(name), _overall(str(state), nodes), _at(created), nodes)
-
-
-def _overall(stored: str, nodes: list[NodeState]) -> str:
-    if stored == "cancelled":
-        return "cancelled"
-    if any(n.state in (WAITING, DUE, RUNNING) for n in nodes):
-        return "running"
-    if all(n.state == SUCCEEDED for n in nodes):
-        return "succeeded"
-    return "failed"
-
-
-def _database(db: Database | Connection | str) -> tuple[Database | None, Connection | None]:
-    if isinstance(db, Connection):
-        return None, db
-    return (Database(db) if isinstance(db, str) else db), None
-
-
-def _check_id(workflow_id: object) -> str:
-    if not isinstance(workflow_id, str) or not is_message_id(workflow_id):
-        raise ValueError("a workflow id is a UUID (as record() returned it)")
-    return workflow_id
-
-
-def get(db: Database | Connection | str, workflow_id: str) -> WorkflowState | None:
-    """The workflow ``workflow_id`` and its nodes' states (``db``: a ``Database``, one of
-    its connections, or a URL); None when there is none (never recorded, or pruned)."""
-    workflow_id = _check_id(workflow_id)
-    database, conn = _database(db)
-    if conn is not None:
-        return read(conn, workflow_id)
-    assert database is not None
-    with database.connect() as c:
-        return read(c, workflow_id)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowSummary:
-    """One line of the dashboard's list: no node detail, no payloads."""
-
-    workflow_id: str
-    name: str
-    state: str  # running (some node not finished), finished, or cancelled
-    node_count: int
-    finished: int
-    created_at: datetime | None
-
-
-def recent(conn: Connection, limit: int = 100) -> list[WorkflowSummary]:
-    """The newest ``limit`` workflows, newest first."""
-    rows = conn.read(lambda c: steps.on(c, steps.list_plan(limit)), operation="workflows")
-    out = []
-    for wf_id, name, stored, count, created, finished in rows:
-        state = "cancelled" if stored == "cancelled" else (
-            "finished" if int(finished) == int(count) else "running")
-        out.append(WorkflowSummary(str(wf_id), str(name), state, int(count), int(finished),
-                                   _at(created)))
-    return out
-
-
-def _cancel(workflow_id: str) -> Plan[int | None]:
-    """Every node not finished: waiting ones skipped (a ``cancelled`` dead letter each),
-    due ones cancelled as ``outbox queue cancel`` cancels a job (a held one when its
-    worker returns), a root still an intent taken out of the outbox."""
-    key = {"workflow_id": workflow_id}
-    found = yield ("workflow_get", key)
-    if not found:
-        return None
-    yield ("workflow_cancel_mark", key)
-    yield ("workflow_cancel_waiting_dead", key)
-    yield ("workflow_cancel_waiting", key)
-    due = yield ("workflow_due_nodes", key)
-    for (node_id,) in due:
-        node = {"node_id": str(node_id)}
-        yield ("workflow_cancel_intent", node)
-        if (yield from _intent_gone(node)):
-            continue
-        yield from cancel_plan(str(node_id))
-    return len(due)
-
-
-def _intent_gone(node: dict[str, str]) -> Plan[bool]:
-    """After the delete of a due node's intent: no queue row means it was still an
-    intent (now gone): its dead letter, skipped. A queue row means it was handed off; it
-    is cancelled as a job (``outbox.queue.control.cancel_plan``, the one place)."""
-    rows = yield ("result_job_state", {"message_id": node["node_id"]})
-    if rows:
-        return False
-    yield ("workflow_cancel_intent_dead", node)
-    yield ("workflow_node_skip", node)
-    return True
-
-
-def cancel(db: Database | Connection | str, workflow_id: str) -> int | None:
-    """Cancel every node of ``workflow_id`` that has not finished; the number of nodes
-    that were due (queued or running) then; None when there is no such workflow."""
-    workflow_id = _check_id(workflow_id)
-    database, conn = _database(db)
-    if conn is None:
-        assert database is not None
-        with database.connect() as c:
-            return c.transact(lambda x: steps.on(x, _cancel(workflow_id)), operation="cancel")
-    return conn.transact(lambda x: steps.on(x, _cancel(workflow_id)), operation="cancel")
-
-
-def prune(conn: Connection, age_ms: int, *, batch: int = PRUNE_BATCH) -> int:
-    """Delete at most ``batch`` finished workflows (no node waiting or due) recorded more
-    than ``age_ms`` ago, with their nodes and edges; how many went."""
-
-    deleted: int = conn.transact(
-        lambda c: steps.on(c, steps.prune_plan(age_ms, batch)), operation="prune"
-    )
-    if deleted:
-        log.info("prune.workflows", deleted=deleted)
-    return deleted
