@@ -386,6 +386,24 @@ def test_prune_drops_finished_workflows_only(database: Database, conn: Connectio
     assert count_rows(conn, "outbox_workflow_edges") == 4
 
 
+def test_a_workflow_keeps_its_key_until_the_workflow_is_pruned(
+    database: Database, conn: Connection
+) -> None:
+    """The key row names the workflow, not an intent: pruning keys must not end a
+    stored workflow's deduplication, or a replay would record a second workflow."""
+    from outbox.relay.admin import prune as prune_keys
+
+    wf_id = _record(database, "keep:1", _diamond())
+    _run(database)
+    prune_keys(conn, 0)
+    assert count_rows(conn, "outbox_keys") == 1
+    assert _record(database, "keep:1", _diamond()) == wf_id
+    assert count_rows(conn, "outbox_workflows") == 1
+    assert prune(conn, 0) == 1
+    prune_keys(conn, 0)
+    assert count_rows(conn, "outbox_keys") == 0
+
+
 def test_available_at_delays_the_roots_and_is_part_of_the_fingerprint(
     database: Database, conn: Connection
 ) -> None:

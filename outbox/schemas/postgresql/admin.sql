@@ -23,7 +23,9 @@ WHERE id IN (
 -- name: prune_keys
 -- At most :batch key rows recorded at least :age_ms ago whose intents were handed off
 -- (no row of theirs is left in outbox_messages), oldest first. The key of a pending or
--- quarantined intent never matches. This ends deduplication for those keys.
+-- quarantined intent never matches, nor the key of a workflow still stored (its key row
+-- names the workflow; outbox prune drops finished workflows first). This ends
+-- deduplication for those keys.
 -- An intent carries its key row's message_id, so the unique message_id index finds it
 -- (outbox_messages.key_digest has no index since the contract step).
 DELETE FROM outbox_keys
@@ -31,6 +33,7 @@ WHERE key_digest IN (
     SELECT k.key_digest FROM outbox_keys AS k
     WHERE k.created_at <= {now_ms} - :age_ms
         AND NOT EXISTS (SELECT 1 FROM outbox_messages AS m WHERE m.message_id = k.message_id)
+        AND NOT EXISTS (SELECT 1 FROM outbox_workflows AS w WHERE w.workflow_id = k.message_id)
     ORDER BY k.created_at
     LIMIT :batch
     FOR UPDATE SKIP LOCKED
