@@ -220,6 +220,11 @@ def plan(key: str, wf: Workflow, available_at: Any = 0) -> _Planned:
             normal = normalise(spec.job)
         except InvalidJob as exc:
             raise InvalidWorkflow(f"workflow {wf.name!r}, node {spec.name!r}: {exc}") from None
+        if normal.ordering_key is not None:  # the graph orders its nodes; a key would not
+            raise InvalidWorkflow(
+                f"workflow {wf.name!r}, node {spec.name!r}: a workflow's node cannot have "
+                "an ordering_key (its dependencies order it)"
+            )
         node_id = ids[spec.name]
         # A root's intent: a key digest of its own (never an application's: keys cannot
         # hold a line feed), so `outbox retry` of a quarantined root touches no key row.

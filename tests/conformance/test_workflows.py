@@ -386,6 +386,17 @@ def test_prune_drops_finished_workflows_only(database: Database, conn: Connectio
     assert count_rows(conn, "outbox_workflow_edges") == 4
 
 
+def test_a_node_with_an_ordering_key_is_refused_and_nothing_is_written(
+    database: Database, conn: Connection
+) -> None:
+    wf = Workflow("keyed")
+    wf.add(Job("wf.step", {"n": "a"}, ordering_key="order:1"))
+    with pytest.raises(InvalidWorkflow, match="node 'wf.step': a workflow's node cannot have an ordering_key"):
+        _record(database, "keyed:1", wf)
+    for table in ("outbox_keys", "outbox_messages", "outbox_workflows", "outbox_workflow_nodes"):
+        assert count_rows(conn, table) == 0
+
+
 def test_a_workflow_keeps_its_key_until_the_workflow_is_pruned(
     database: Database, conn: Connection
 ) -> None:
