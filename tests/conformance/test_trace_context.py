@@ -252,3 +252,40 @@ def test_the_stored_form_keeps_tracestate_and_drops_one_over_the_limit() -> None
             assert stored == parent  # an over-long tracestate is left out, never cut
     assert tracing.encode("garbage") is None
     assert tracing.from_headers({"Nats-Msg-Id": "x"}) is None
+
+
+def test_emit_stores_the_callers_span_with_each_listeners_intent(
+    database: Database, app_conn: Any, conn: Connection, spans: InMemorySpanExporter  # noqa: F811
+) -> None:
+    from outbox import Event, emit
+
+    registry = Registry()
+    registry.listen("user.registered", lambda p, ctx: None, name="mail.welcome")
+    registry.listen("user.registered", lambda p, ctx: None, name="crm.sync")
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        ids = emit(app_conn, "user:1", Event("user.registered", {"u": 1}), registry=registry)
+    app_conn.commit()
+    intents = _stored(conn, "outbox_messages")
+    assert [intents[i] for i in ids] == [_traceparent(request)] * 2
+
+
+def test_the_scheduler_records_each_tick_inside_a_producer_span(
+    database: Database, conn: Connection, spans: InMemorySpanExporter  # noqa: F811
+) -> None:
+    from datetime import UTC, datetime
+
+    from outbox.schedule.service import Scheduler, SchedulerConfig
+
+    registry = Registry()
+
+    @registry.periodic("*/15 * * * *", name="t.periodic", queue="periodic")
+    def tick(payload: Any, ctx: JobContext) -> None:
+        return None
+
+    now = datetime(2026, 1, 1, 12, 1, tzinfo=UTC)
+    with Scheduler(database, registry, SchedulerConfig()) as scheduler:
+        (recorded,) = scheduler.run_once(now)
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "periodic create"]
+    assert span.kind is trace.SpanKind.PRODUCER
+    assert dict(span.attributes or {})["messaging.outbox.schedule"] == "t.periodic"
+    assert _stored(conn, "outbox_messages") == {recorded.message_id: _traceparent(span)}
