@@ -84,6 +84,9 @@ GRANT SELECT, DELETE ON outbox_messages TO outbox_relay;
 GRANT UPDATE (state, payload, published_at, failed_at, failure_reason)
     ON outbox_messages TO outbox_relay;
 GRANT INSERT ON outbox_jobs TO outbox_relay;
+-- The one-statement handoff returns the moved jobs' trace contexts (the batch span's
+-- links, outbox.tracing): RETURNING needs SELECT on that column, and only on it.
+GRANT SELECT (trace_context) ON outbox_jobs TO outbox_relay;
 GRANT SELECT ON outbox_schema_version TO outbox_relay;
 
 -- worker: claims, renews, releases, snoozes and deletes jobs, and writes dead letters; it

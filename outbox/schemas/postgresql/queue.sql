@@ -180,7 +180,7 @@ SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created
        available_at, priority, trace_context, ordering_key
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM acked;
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM acked;
 
 -- name: job_cancel_requested
 -- Which of the jobs this worker holds an operator has cancelled (read with heartbeats).
