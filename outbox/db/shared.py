@@ -213,7 +213,20 @@ class SharedDriver(LimitOps, ResultOps):
                 result.dead += int(self.job_reap_dead(job, hold))
             else:
                 result.requeued += self.job_reap_release(job)
+        result.unstuck = self.ordering_heal(batch)
         return result
+
+    def ordering_heal(self, limit: int) -> int:
+        """Pass on the turn of keys whose waiting jobs have none (``ordering_stranded``),
+        each key in a transaction of its own; how many jobs got their turn."""
+        promoted = 0
+        for (key,) in self._read("reap", "ordering_stranded", {"limit": limit}):
+
+            def heal(c: Executor, key: str = str(key)) -> int:
+                return int(ordering.drive(ordering.leave([key]), c))  # a fresh plan per try
+
+            promoted += self._transact("reap", heal)
+        return promoted
 
     def job_reap_scan(self, limit: int) -> list[ExpiredJob]:
         rows = self._read("reap", "job_reap_scan", {"limit": limit})
