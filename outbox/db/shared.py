@@ -142,7 +142,8 @@ class SharedDriver(LimitOps, ResultOps):
         keys = {j.id: j.ordering_key for j in fence.jobs if j.ordering_key is not None}
         ordering.drive(ordering.lock(keys.values()), self.conn)
         acked = {int(r[0]) for r in self.conn.execute("job_ack", fence.params())}
-        ordering.drive(ordering.leave(k for i, k in keys.items() if i in acked), self.conn)
+        left = (k for i, k in keys.items() if i in acked)
+        ordering.drive(ordering.leave(left, locked=True), self.conn)
         return acked
 
     def job_heartbeat(self, fence: JobFence, lease_ms: int) -> int:
