@@ -148,5 +148,10 @@ GRANT SELECT, DELETE ON outbox_workflow_edges TO outbox_operator;
 ALTER TABLE outbox_ordering_keys OWNER TO outbox_migrator;
 GRANT SELECT, INSERT, UPDATE ON outbox_ordering_keys TO outbox_app, outbox_relay;
 GRANT SELECT (id, ordering_key, available_at) ON outbox_jobs TO outbox_app, outbox_relay;
+-- ... and for a dead letter that holds the key (dead_letter_holds_key): no payload.
+GRANT SELECT (id, ordering_key, ordering_held) ON outbox_failed_jobs
+    TO outbox_app, outbox_relay, outbox_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_ordering_keys TO outbox_worker, outbox_operator;
-GRANT UPDATE (available_at) ON outbox_jobs TO outbox_operator;
+-- A keyed job that enters behind another of its key waits: its available_at is shifted
+-- (outbox.job.BLOCKED_OFFSET_MS) right after the insert, by whoever inserted it.
+GRANT UPDATE (available_at) ON outbox_jobs TO outbox_app, outbox_relay, outbox_operator;

@@ -208,6 +208,11 @@ class Driver(Protocol):
         """
         ...
 
+    def ordering_heal(self, limit: int) -> int:
+        """Give up to ``limit`` ordering keys whose waiting jobs have no turn (left so by
+        code that does not pass turns on) their next turn; how many jobs got one."""
+        ...
+
     def job_reap_scan(self, limit: int) -> list[ExpiredJob]:
         """Held jobs whose lease has expired, oldest expiry first."""
         ...

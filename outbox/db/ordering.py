@@ -71,13 +71,14 @@ def block(message_ids: Iterable[str]) -> Plan[None]:
         yield ("ordering_block", {"message_id": message_id})
 
 
-def leave(keys: Iterable[str]) -> Plan[int]:
+def leave(keys: Iterable[str], *, locked: bool = False) -> Plan[int]:
     """After jobs of ``keys`` left the queue in this transaction: give each key's turn
     to its next waiting job, or drop the key's row when it has none. Returns how many
-    jobs got their turn. Locks the rows first (a no-op when already held)."""
+    jobs got their turn. Locks the rows first, unless the caller did (``locked``)."""
     promoted = 0
     distinct = sorted({k for k in keys if k is not None})
-    yield from lock(distinct)
+    if not locked:
+        yield from lock(distinct)
     for key in distinct:
         if (yield ("ordering_live", {"ordering_key": key})):
             continue  # a job of the key is still in its turn (a requeued dead letter)

@@ -127,6 +127,7 @@ class ReapResult:
 
     requeued: int = 0
     dead: int = 0
+    unstuck: int = 0  # ordering keys whose next job got a turn no one had passed on
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,7 +144,8 @@ class SharedDriver(LimitOps, ResultOps):
         keys = {j.id: j.ordering_key for j in fence.jobs if j.ordering_key is not None}
         ordering.drive(ordering.lock(keys.values()), self.conn)
         acked = {int(r[0]) for r in self.conn.execute("job_ack", fence.params())}
-        ordering.drive(ordering.leave(k for i, k in keys.items() if i in acked), self.conn)
+        left = (k for i, k in keys.items() if i in acked)
+        ordering.drive(ordering.leave(left, locked=True), self.conn)
         return acked
 
     def job_heartbeat(self, fence: JobFence, lease_ms: int) -> int:
@@ -215,7 +216,20 @@ class SharedDriver(LimitOps, ResultOps):
                 result.dead += int(self.job_reap_dead(job, hold))
             else:
                 result.requeued += self.job_reap_release(job)
+        result.unstuck = self.ordering_heal(batch)
         return result
+
+    def ordering_heal(self, limit: int) -> int:
+        """Pass on the turn of keys whose waiting jobs have none (``ordering_stranded``),
+        each key in a transaction of its own; how many jobs got their turn."""
+        promoted = 0
+        for (key,) in self._read("reap", "ordering_stranded", {"limit": limit}):
+
+            def heal(c: Executor, key: str = str(key)) -> int:
+                return int(ordering.drive(ordering.leave([key]), c))  # a fresh plan per try
+
+            promoted += self._transact("reap", heal)
+        return promoted
 
     def job_reap_scan(self, limit: int) -> list[ExpiredJob]:
         rows = self._read("reap", "job_reap_scan", {"limit": limit})

@@ -353,6 +353,8 @@ class Settler:
         if result.requeued or result.dead:
             self.stats.reaped += result.requeued + result.dead
             self.log.warning("queue.reaped", requeued=result.requeued, dead=result.dead)
+        if result.unstuck:
+            self.log.warning("queue.ordering_unstuck", jobs=result.unstuck)
 
     def lost(self, jobs: Sequence[ClaimedJob], during: str) -> None:
         self.stats.lost += len(jobs)

@@ -28,6 +28,8 @@ from sqlalchemy import (
     text,
 )
 
+from outbox.job import BLOCKED_OFFSET_MS
+
 metadata = MetaData()
 
 # SQLite only makes INTEGER PRIMARY KEY an alias of the rowid; it is 64-bit there anyway.
@@ -403,6 +405,18 @@ Index(
     jobs.c.id,
     postgresql_where=text("ordering_key IS NOT NULL"),
     sqlite_where=text("ordering_key IS NOT NULL"),
+)
+# A key's job in its turn (not waiting: see outbox.job.BLOCKED_OFFSET_MS), found without
+# reading the key's waiting jobs; MariaDB reads the range of (ordering_key, available_at).
+_LIVE = f"ordering_key IS NOT NULL AND available_at < {BLOCKED_OFFSET_MS}"
+Index(
+    "outbox_jobs_ordering_live",
+    jobs.c.ordering_key,
+    postgresql_where=text(_LIVE),
+    sqlite_where=text(_LIVE),
+).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]
+Index("outbox_jobs_ordering_at", jobs.c.ordering_key, jobs.c.available_at).ddl_if(
+    dialect="mysql"
 )
 Index(
     "outbox_messages_ordering",

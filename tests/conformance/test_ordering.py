@@ -384,3 +384,21 @@ def test_status_command_shows_blocked_keys(
     assert out.exit_code == 0, out.output
     assert "1 jobs wait their turn on 1 keys" in out.output
     assert mid in out.output and "outbox queue forget ID" in out.output
+
+
+def test_the_reaper_gives_a_turn_no_one_passed_on(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    """Code of the previous version acknowledges a keyed job without passing its turn
+    on (a rolling upgrade): the next reap does."""
+    for n in range(2):
+        push(app_conn, Job("o.run", {"n": n}, ordering_key="order:1"))
+    app_conn.commit()
+    (first,) = claim(conn, "default", 10, "w1", LEASE)
+    with conn.transaction():  # the previous version's job_ack: a plain delete
+        conn.execute_sql(f"DELETE FROM outbox_jobs WHERE id = {first.id}")
+    assert claim(conn, "default", 10, "w1", LEASE) == []
+    result = conn.driver.job_reap(lambda name, n: 3, 100)
+    assert result.unstuck == 1
+    assert _names(claim(conn, "default", 10, "w1", LEASE)) == [1]
+    assert conn.driver.job_reap(lambda name, n: 3, 100).unstuck == 0

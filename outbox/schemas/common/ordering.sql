@@ -51,6 +51,22 @@ WHERE message_id = :message_id AND ordering_held = 1;
 SELECT count(*), count(DISTINCT ordering_key) FROM outbox_jobs
 WHERE ordering_key IS NOT NULL AND available_at >= {blocked_offset_ms};
 
+-- name: ordering_stranded
+-- Keys with no job in its turn and no dead letter holding them, oldest first: their
+-- waiting jobs (if any) were left without a turn by a writer that does not pass it on
+-- (code of the previous version during a rolling upgrade). The reaper passes it on
+-- (outbox.db.ordering.leave re-checks each under the key's lock); a key with no job at
+-- all is dropped. In steady state this finds only keys being entered right now.
+SELECT k.key_digest FROM outbox_ordering_keys k
+WHERE NOT EXISTS (
+    SELECT 1 FROM outbox_jobs j
+    WHERE j.ordering_key = k.key_digest AND j.available_at < {blocked_offset_ms})
+  AND NOT EXISTS (
+    SELECT 1 FROM outbox_failed_jobs f
+    WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1)
+ORDER BY k.created_at
+LIMIT :limit;
+
 -- name: ordering_pending_count
 -- Pending intents with an ordering key (the relay's nats target refuses to start with
 -- any: it does not keep their order yet). Read through outbox_messages_ordering.

@@ -4,7 +4,8 @@
 -- ordering_held is 1 on a dead letter that keeps its key blocked (dead_letter_holds_key).
 -- outbox_ordering_keys has one row per key with unfinished jobs: entering the line and
 -- leaving it lock that row. A job waiting its turn keeps its due time shifted past any
--- real one (outbox.queue.ordering.BLOCKED_OFFSET_MS), so the claim is unchanged.
+-- real one (outbox.job.BLOCKED_OFFSET_MS, 10^15), so the claim is unchanged;
+-- outbox_jobs_ordering_at finds a key's job in its turn without reading those waiting.
 -- Rolling upgrade: code of the previous version writes no ordering key (NULL) and reads
 -- none of the new columns; a keyed intent it relays loses its order, nothing else.
 -- DDL commits statement by statement here: every step can run again (IF NOT EXISTS).
@@ -24,6 +25,8 @@ CREATE TABLE IF NOT EXISTS outbox_ordering_keys (
 )ENGINE=InnoDB CHARSET=utf8mb4 COLLATE utf8mb4_bin;
 
 CREATE INDEX IF NOT EXISTS outbox_jobs_ordering ON outbox_jobs (ordering_key, id);
+
+CREATE INDEX IF NOT EXISTS outbox_jobs_ordering_at ON outbox_jobs (ordering_key, available_at);
 
 CREATE INDEX IF NOT EXISTS outbox_messages_ordering ON outbox_messages (ordering_key, id);
 

@@ -4,7 +4,8 @@
 -- ordering_held is 1 on a dead letter that keeps its key blocked (dead_letter_holds_key).
 -- outbox_ordering_keys has one row per key with unfinished jobs: entering the line and
 -- leaving it lock that row. A job waiting its turn keeps its due time shifted past any
--- real one (outbox.queue.ordering.BLOCKED_OFFSET_MS), so the claim is unchanged.
+-- real one (outbox.job.BLOCKED_OFFSET_MS, 10^15), so the claim is unchanged;
+-- outbox_jobs_ordering_live finds a key's job in its turn without reading those waiting.
 -- Rolling upgrade: code of the previous version writes no ordering key (NULL) and reads
 -- none of the new columns; a keyed intent it relays loses its order, nothing else.
 
@@ -23,6 +24,8 @@ CREATE TABLE IF NOT EXISTS outbox_ordering_keys (
 );
 
 CREATE INDEX IF NOT EXISTS outbox_jobs_ordering ON outbox_jobs (ordering_key, id) WHERE ordering_key IS NOT NULL;
+
+CREATE INDEX IF NOT EXISTS outbox_jobs_ordering_live ON outbox_jobs (ordering_key) WHERE ordering_key IS NOT NULL AND available_at < 1000000000000000;
 
 CREATE INDEX IF NOT EXISTS outbox_messages_ordering ON outbox_messages (ordering_key, id) WHERE ordering_key IS NOT NULL;
 
