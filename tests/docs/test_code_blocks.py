@@ -57,6 +57,16 @@ HOW: dict[tuple[str, str], str] = {
         T + "tests/docs/test_workflow_page.py::test_the_clean_up_node_runs_after_a_failure_and_sees_what_failed",
     ("how-to/workflows.md", "$ outbox workflow show 01a2328b-77a0-7652-8493-6c276bb14772"):
         T + "tests/docs/test_workflow_page.py::test_workflow_show_prints_what_the_page_shows",
+    ("how-to/tracing.md", "pip install 'outbox-relay[tracing]'"): "commands",
+    ("how-to/tracing.md", "# myapp/telemetry.py"):
+        T + "tests/docs/test_tracing_page.py::test_the_set_up_puts_every_attempt_under_the_request_that_recorded_it",
+    ("how-to/tracing.md", "from opentelemetry import trace"):
+        T + "tests/docs/test_tracing_page.py::test_the_set_up_puts_every_attempt_under_the_request_that_recorded_it",
+    ("how-to/tracing.md", "# myapp/jobs.py"):
+        T + "tests/docs/test_tracing_page.py::test_the_set_up_puts_every_attempt_under_the_request_that_recorded_it",
+    ("how-to/tracing.md", "outbox worker default --app myapp.jobs:registry"): "commands",
+    ("how-to/tracing.md", "# tests/test_tracing.py"):
+        T + "tests/docs/test_tracing_page.py::test_the_testing_example_finds_the_attempt_under_its_request",
     ("how-to/alembic.md", "# migrations/versions/outbox_0001_schema_v1.py"): "exec",
     ("how-to/dashboard.md", "pip install -e '.[dashboard]'                      # (.[dev] includes it)"):
         "commands",
