@@ -13,8 +13,18 @@ from typing import Any
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from outbox import Backoff, Database, Job, Registry, Relay, Worker, WorkerConfig, Workflow, record
-from outbox import workflows
+from outbox import (
+    Backoff,
+    Database,
+    Job,
+    Registry,
+    Relay,
+    Worker,
+    WorkerConfig,
+    Workflow,
+    record,
+    workflows,
+)
 from outbox.cli import main
 from outbox.db.migrate import migrate
 from outbox.errors import PermanentFailure
@@ -211,7 +221,8 @@ def test_workflow_show_prints_what_the_page_shows(tmp_path: Path) -> None:
     assert "secret" not in result.output
 
     def same(text: str) -> str:
-        return _TIME.sub("HH:MM:SS.mmm", _UUID.sub("ID", text)).rstrip()  # (the CLI pads its last column)
+        # (the CLI pads its last column with spaces)
+        return _TIME.sub("HH:MM:SS.mmm", _UUID.sub("ID", text)).rstrip()
 
     assert [same(line) for line in result.output.rstrip("\n").splitlines()] == [
         same(line) for line in expected
