@@ -231,3 +231,12 @@ def test_workflow_show_prints_what_the_page_shows(tmp_path: Path) -> None:
         main, ["--database-url", url, "workflow", "show", shown_id[0]], prog_name="outbox"
     )
     assert missing.exit_code == 1  # the page's id names no workflow here
+    for command in ("show", "cancel"):
+        malformed = CliRunner().invoke(
+            main, ["--database-url", url, "workflow", command, "order:42"], prog_name="outbox"
+        )
+        assert malformed.exit_code == 2, malformed.output
+    cancelled = CliRunner().invoke(
+        main, ["--database-url", url, "workflow", "cancel", shown_id[0]], prog_name="outbox"
+    )
+    assert cancelled.exit_code == 1
