@@ -43,6 +43,8 @@ def fresh_global(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
     monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
     yield
+    for name in ("myapp.jobs", "myapp.telemetry", "myapp"):  # the page's app, imported here
+        sys.modules.pop(name, None)
 
 
 def _block(first: str) -> str:
