@@ -368,7 +368,7 @@ class SharedDriver(LimitOps, ResultOps):
         rows = self.conn.execute("relay_claim_checked", {"batch_size": p.batch_size})
         # (intent columns..., priority, ordering_key, reason, trace_context)
         return [
-            (StoredIntent(*r[:9], trace_context=r[11], ordering_key=r[9]), r[10])
+            (StoredIntent(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[11], r[9]), r[10])
             for r in rows
         ]
 

@@ -391,7 +391,8 @@ def test_a_node_with_an_ordering_key_is_refused_and_nothing_is_written(
 ) -> None:
     wf = Workflow("keyed")
     wf.add(Job("wf.step", {"n": "a"}, ordering_key="order:1"))
-    with pytest.raises(InvalidWorkflow, match="node 'wf.step': a workflow's node cannot have an ordering_key"):
+    refused = "node 'wf.step': a workflow's node cannot have an ordering_key"
+    with pytest.raises(InvalidWorkflow, match=refused):
         _record(database, "keyed:1", wf)
     for table in ("outbox_keys", "outbox_messages", "outbox_workflows", "outbox_workflow_nodes"):
         assert count_rows(conn, table) == 0

@@ -45,6 +45,28 @@ HOW: dict[tuple[str, str], str] = {
         T + "tests/docs/test_readme.py::test_its_first_two_commands_install_and_demo_then_run_the_whole_suite_as_ci_does",
     ("README.md", "# shop.py: run `outbox --database-url sqlite:///shop.db migrate` once first"):
         T + "tests/docs/test_readme.py::test_the_example_records_relays_and_runs_one_job",
+    ("README.md", "from outbox import Job, Workflow, record"):
+        T + "tests/docs/test_workflow_page.py::test_the_readmes_workflow_fans_out_and_in",
+    ("how-to/workflows.md", "from outbox import Job, Workflow, record"):
+        T + "tests/docs/test_workflow_page.py::test_the_order_workflow_records_and_ship_reads_its_dependencies_results",
+    ("how-to/workflows.md", "from outbox import Registry"):
+        T + "tests/docs/test_workflow_page.py::test_the_order_workflow_records_and_ship_reads_its_dependencies_results",
+    ("how-to/workflows.md", 'wf = Workflow("report:2026-12")'):
+        T + "tests/docs/test_workflow_page.py::test_the_fan_out_and_fan_in_example_runs_merge_once_after_every_part",
+    ("how-to/workflows.md", 'wf = Workflow("file:7:publish")'):
+        T + "tests/docs/test_workflow_page.py::test_the_clean_up_node_runs_after_a_failure_and_sees_what_failed",
+    ("how-to/workflows.md", "$ outbox workflow show 01a2328b-77a0-7652-8493-6c276bb14772"):
+        T + "tests/docs/test_workflow_page.py::test_workflow_show_prints_what_the_page_shows",
+    ("how-to/tracing.md", "pip install 'outbox-relay[tracing]'"): "commands",
+    ("how-to/tracing.md", "# myapp/telemetry.py"):
+        T + "tests/docs/test_tracing_page.py::test_the_set_up_puts_every_attempt_under_the_request_that_recorded_it",
+    ("how-to/tracing.md", "from opentelemetry import trace"):
+        T + "tests/docs/test_tracing_page.py::test_the_set_up_puts_every_attempt_under_the_request_that_recorded_it",
+    ("how-to/tracing.md", "# myapp/jobs.py"):
+        T + "tests/docs/test_tracing_page.py::test_the_set_up_puts_every_attempt_under_the_request_that_recorded_it",
+    ("how-to/tracing.md", "outbox worker default --app myapp.jobs:registry"): "commands",
+    ("how-to/tracing.md", "# tests/test_tracing.py"):
+        T + "tests/docs/test_tracing_page.py::test_the_testing_example_finds_the_attempt_under_its_request",
     ("how-to/alembic.md", "# migrations/versions/outbox_0001_schema_v1.py"): "exec",
     ("how-to/dashboard.md", "pip install -e '.[dashboard]'                      # (.[dev] includes it)"):
         "commands",
