@@ -380,6 +380,8 @@ def prune_command(cli: CliContext, days: int, limit: int) -> None:
     (no node waiting or due) recorded more than DAYS days ago.
     """
     with cli.connect() as conn:
+        # Finished workflows first: a workflow's key row stays while the workflow does.
+        flows = workflows.prune(conn, days * 86_400_000, batch=limit)
         if sys.stderr.isatty():
             bar = click.progressbar(length=limit, label="pruning", file=sys.stderr)
             with bar, log.progress_bar(bar):
@@ -388,7 +390,6 @@ def prune_command(cli: CliContext, days: int, limit: int) -> None:
             deleted = admin.prune(conn, days, limit)
         minutes = throughput.prune(conn.driver)
         keys = limits.prune(conn.driver)
-        flows = workflows.prune(conn, days * 86_400_000, batch=limit)
     click.echo(f"pruned {deleted} published tombstones older than {days} days")
     if flows:
         click.echo(f"pruned {flows} finished workflows older than {days} days")

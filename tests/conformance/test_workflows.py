@@ -386,6 +386,22 @@ def test_prune_drops_finished_workflows_only(database: Database, conn: Connectio
     assert count_rows(conn, "outbox_workflow_edges") == 4
 
 
+def test_one_outbox_prune_drops_a_finished_workflow_and_then_its_key(
+    database: Database, conn: Connection
+) -> None:
+    from click.testing import CliRunner
+
+    from outbox.cli import main
+
+    _record(database, "pruned:1", _diamond())
+    _run(database)
+    done = CliRunner().invoke(main, ["--database-url", database.url, "prune", "0"])
+    assert done.exit_code == 0, done.output
+    assert "pruned 1 finished workflows" in done.output
+    assert count_rows(conn, "outbox_workflows") == 0
+    assert count_rows(conn, "outbox_keys") == 0
+
+
 def test_a_node_with_an_ordering_key_is_refused_and_nothing_is_written(
     database: Database, conn: Connection
 ) -> None:
