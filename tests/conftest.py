@@ -19,7 +19,7 @@ from outbox.db.migrate import migrate
 from tests.fixtures import databases as backends
 from tests.fixtures.factories import Rows
 
-pytest_plugins = ["tests.fixtures.tiers"]
+pytest_plugins = ["tests.fixtures.tiers", "tests.fixtures.private_servers"]
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 from pathlib import Path
@@ -230,7 +231,9 @@ LONG_RUNNING = [
 
 
 @pytest.mark.parametrize("command", LONG_RUNNING, ids=lambda c: c[0])
-@pytest.mark.parametrize(("url", "said"), _refusals())
+@pytest.mark.parametrize(
+    ("url", "said"), _refusals(), ids=lambda v: v.split(":")[0] if "://" in v else v
+)  # ids without the server's port: the run's own servers listen on a port of the run
 def test_a_refused_login_or_missing_database_exits_1_with_the_servers_answer(
     url: str, said: str, command: tuple[str, ...]
 ) -> None:
@@ -243,26 +246,49 @@ def test_a_refused_login_or_missing_database_exits_1_with_the_servers_answer(
 
 
 @skip_mark("postgresql" not in backends.BACKENDS, Gap.POSTGRESQL_NOT_SELECTED)
-def _relay_watch_events(url: str, seconds: float = 2.5) -> tuple[list[dict[str, Any]], str]:
-    """``relay --watch`` on ``url`` for ``seconds`` (it must still run), then SIGTERM:
-    its JSON log events, and its stderr for messages."""
+def _relay_watch_events(
+    url: str, until: str, then: float = 0.0
+) -> tuple[list[dict[str, Any]], str]:
+    """``relay --watch`` on ``url`` until it logs the event ``until`` (then ``then``
+    seconds more, a window for a repeat to show) while still running, then SIGTERM: its
+    JSON log events, and its stderr for messages. Waiting on the event, not a fixed
+    time, so a loaded machine's slow start does not make the event look missing."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "outbox", "--database-url", url, "--log-format", "json",
          "relay", "--watch"],
         cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )  # fmt: skip
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith("{") and orjson.loads(line).get("event") == until:
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        time.sleep(seconds)
+        seen.wait(60)  # a bound for a hung process; the assertions below say what failed
+        time.sleep(then)
         assert proc.poll() is None  # still running (or waiting)
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    return [orjson.loads(line) for line in err.splitlines() if line.startswith("{")], err
+        proc.wait(30)
+        reader.join(30)
+        assert proc.stderr is not None
+        proc.stderr.close()
+    err = "".join(lines)
+    return [orjson.loads(line) for line in lines if line.startswith("{")], err
 
 
 def test_a_server_that_is_not_listening_is_waited_for_with_its_errno_logged() -> None:
     url = make_url(backends.PG_ADMIN_URL).set(port=free_port())
-    events, err = _relay_watch_events(url.render_as_string(hide_password=False))
+    events, err = _relay_watch_events(
+        url.render_as_string(hide_password=False), until="database.unavailable"
+    )
     waits = [e for e in events if e["event"] == "database.unavailable"]
     assert waits and waits[0]["code"] == "ECONNREFUSED", err
 
@@ -373,7 +399,8 @@ def test_a_long_running_command_on_a_newer_schema_logs_it_once_at_start(
     database: Database, db_url: str, conn: Connection
 ) -> None:
     newer = _from_the_future(conn)
-    events, err = _relay_watch_events(db_url)
+    # relay.watch comes after the start's checks; a second (default 0.5 s) poll shows a repeat
+    events, err = _relay_watch_events(db_url, until="relay.watch", then=1.0)
     said = [e for e in events if e["event"] == "schema.newer"]
     assert len(said) == 1, err
     assert (said[0]["database_version"], said[0]["code_version"]) == (newer, LATEST)

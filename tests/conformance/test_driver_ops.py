@@ -151,6 +151,15 @@ def test_job_heartbeat_renews_held_leases(conn: Connection) -> None:
     assert d.job_heartbeat(_fence(), LEASE_MS) == 0
 
 
+def test_heartbeats_within_one_millisecond_still_count_every_held_job(conn: Connection) -> None:
+    """Back-to-back heartbeats land in the same millisecond (and so on the same lease):
+    MariaDB, which counts changed rows only, reported 0 jobs held for those."""
+    _push(conn, 2)
+    jobs = _claim(conn)
+    d = conn.driver
+    assert [d.job_heartbeat(_fence(*jobs), LEASE_MS) for _ in range(50)] == [2] * 50
+
+
 def test_job_release_returns_a_failed_attempt(conn: Connection) -> None:
     _push(conn)
     (job,) = _claim(conn)

@@ -148,7 +148,13 @@ def test_worker_whose_sessions_the_server_ends_reconnects_at_once_and_runs_jobs(
     with _running_worker(server, _poll(server.kind)) as (worker, ran, logs):
         _push(app_conn, "r.before")
         assert ran["r.before"].wait(60)
-        wait_until(lambda: worker.idle.is_set(), what="the worker to go idle")
+        # Idle, with the first job's acknowledgement committed (a worker may hold an ack
+        # back briefly for the next claim; ending the session then would lose that ack,
+        # and the job would run again after its lease, not within this test).
+        wait_until(
+            lambda: worker.idle.is_set() and worker.stats.succeeded == 1,
+            what="the worker to go idle with its job acknowledged",
+        )
         assert server.end_sessions() >= 1
         _push(app_conn, "r.after")
         # PostgreSQL: no poll comes; the listener's reconnect wakes the worker, whose

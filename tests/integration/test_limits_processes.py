@@ -147,8 +147,12 @@ def test_a_rate_limit_holds_in_every_sliding_window_and_is_reached(
     assert _stop(procs) == [0, 0]
     starts = ledger.starts("l.rated")
     assert len(starts) == total
-    # never more than `rate` starts within any one second...
-    assert min(starts[i + rate] - starts[i] for i in range(total - rate)) > 1.0
+    # never more than `rate` starts within any one second... The handlers' clocks see each
+    # admission late by its process's dispatch delay, which varies per job (8-30 ms seen
+    # under load), so a window may look up to JITTER short. One start too many a second
+    # (21/s) shortens every window of 21 starts to 0.952 s, well past it.
+    jitter = 0.04
+    assert min(starts[i + rate] - starts[i] for i in range(total - rate)) > 1.0 - jitter
     # ...and, with work waiting, reached: some second saw all `rate` starts. (An average
     # over the run measured the machine too: two workers starved of CPU by a loaded
     # machine started 17.5/s against 20 and failed a limiter that was right.)

@@ -31,6 +31,14 @@ from tests.nats.servers import run
 from tests.reliability.ledger_app import registry
 
 BACKENDS = ["sqlite", "postgresql", "mysql"]
+SOAK = os.environ.get("OUTBOX_SOAK", "") not in ("", "0")
+# The kill test's processes on SQLite and PostgreSQL (MariaDB too with OUTBOX_SOAK=1):
+# what a kill between COMMIT and ack tests (the redelivery after the ack wait, the id
+# found, the ack without a run) is the JetStream worker's, not the dialect's, and each
+# backend's inbox SQL (the id written in the handler's transaction, read back on a
+# redelivery) runs in test_a_copy_of_a_committed_job_is_acked_without_running on all
+# three. SQLite stays for its single writer under two processes.
+KILL_BACKENDS = BACKENDS if SOAK else ["sqlite", "postgresql"]
 
 
 @pytest.fixture
@@ -68,12 +76,13 @@ def _inbox(url: str) -> set[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+@pytest.mark.parametrize("backend", KILL_BACKENDS, indirect=True)
 def test_workers_killed_between_commit_and_ack_leave_each_business_row_once(
     harness: str, nats_url: str
 ) -> None:
     """Two worker processes at a time, each SIGKILLing itself after a third of its
-    commits (before the ack): the redeliveries find their ids and do not run."""
+    commits (before the ack): the redeliveries find their ids and do not run.
+    SQLite and PostgreSQL; MariaDB too with ``OUTBOX_SOAK=1`` (``KILL_BACKENDS``)."""
     queue = support.queue_name("inbox")
     ids = _handed_off(harness, nats_url, queue, 30)
     stream = names.stream(queue)

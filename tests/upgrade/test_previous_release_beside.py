@@ -14,13 +14,15 @@ import pytest
 from outbox.db.connection import Database
 from outbox.db.migrate import LATEST
 from tests.upgrade.test_migration_2 import ROOT, migrate_v2, v1
-from tests.upgrade.test_rolling_upgrade import result, start
+from tests.upgrade.test_rolling_upgrade import RELAY_BOUND_S, result, start
 
 KEYS = 40
 
 
 @pytest.mark.slow
-def test_previous_release_and_this_one_side_by_side(v2_package: Path, db_url: str) -> None:
+def test_previous_release_and_this_one_side_by_side(
+    v2_package: Path, db_url: str, tmp_path: Path
+) -> None:
     assert v1(v2_package, db_url, "migrate")["applied"] == [1, 2]
     before = v1(v2_package, db_url, "record", "old", "6")["ids"]
     v1(v2_package, db_url, "relay")  # handed off by the previous release: queued jobs
@@ -30,14 +32,20 @@ def test_previous_release_and_this_one_side_by_side(v2_package: Path, db_url: st
     assert migrated.returncode == 0, err
     assert f"to version {LATEST} (applied {list(range(3, LATEST + 1))})" in out
 
+    # The relays race each other and the producers until every producer is done.
+    done_producing = tmp_path / "producers_done"
+    relays = {
+        name: start(package, db_url, "relay-loop", str(RELAY_BOUND_S), str(done_producing))
+        for name, package in (("old_relay", v2_package), ("new_relay", ROOT))
+    }
     procs = {
         "old_producer": start(v2_package, db_url, "record", "A", str(KEYS), "B"),
         "new_producer": start(ROOT, db_url, "record", "B", str(KEYS), "A"),
-        "old_relay": start(v2_package, db_url, "relay-loop", "5"),
-        "new_relay": start(ROOT, db_url, "relay-loop", "5"),
         "old_replay": start(v2_package, db_url, "record", "old", "6"),
     }
     ran = {name: result(p) for name, p in procs.items()}
+    done_producing.touch()
+    ran |= {name: result(p) for name, p in relays.items()}
     old_ids, new_ids = ran["old_producer"]["ids"], ran["new_producer"]["ids"]
     keys = [f"A{i}" for i in range(KEYS)] + [f"B{i}" for i in range(KEYS)]
     assert all(len(old_ids[k]) == 36 for k in keys), old_ids

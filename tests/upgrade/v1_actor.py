@@ -7,7 +7,9 @@ package first (so ``import outbox`` is that version), then this repository (for
     python v1_actor.py URL populate          rows in every v1 state (prints a JSON summary)
     python v1_actor.py URL record PREFIX N [REPLAY_PREFIX]
     python v1_actor.py URL relay             relay until nothing is pending
-    python v1_actor.py URL relay-loop SECONDS
+    python v1_actor.py URL relay-loop SECONDS [STOP_FILE]
+                                             relay over and over until STOP_FILE exists
+                                             (SECONDS bound it)
     python v1_actor.py URL drain QUEUE       run a worker until the queue is empty
 
 Each prints one JSON line: what it did, message ids by key, error classes (never payloads).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import outbox
@@ -73,9 +76,10 @@ def main(url: str, what: str, *args: str) -> dict[str, Any]:
         return {"handed_off": Relay(db).run().handed_off}
     if what == "relay-loop":
         until = time.monotonic() + float(args[0])
+        stop = Path(args[1]) if len(args) > 1 else None
         total = 0
         with Relay(db) as relay:
-            while time.monotonic() < until:
+            while time.monotonic() < until and not (stop is not None and stop.exists()):
                 total += relay.run().handed_off
                 time.sleep(0.01)
         return {"handed_off": total}

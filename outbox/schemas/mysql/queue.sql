@@ -63,9 +63,11 @@ WHERE id IN :ids AND (id, attempts) IN :pairs AND reserved_by = :worker
 RETURNING id;
 
 -- name: job_heartbeat
--- Renew the leases of every job this worker holds, in one statement.
+-- Renew the leases of every job this worker holds, in one statement. MariaDB counts only
+-- rows it changed, and a heartbeat in the claim's own millisecond would set the same
+-- lease: it moves at least one millisecond on, so each held job counts.
 UPDATE outbox_jobs
-SET lease_expires_at = {now_ms} + :lease_ms
+SET lease_expires_at = GREATEST({now_ms} + :lease_ms, COALESCE(lease_expires_at, 0) + 1)
 WHERE id IN :ids AND (id, attempts) IN :pairs AND reserved_by = :worker;
 
 -- name: job_release_unspent
