@@ -560,3 +560,31 @@ def test_every_driver_operation_is_called_by_this_suite() -> None:
     }
     assert len(operations) > 50
     assert sorted(operations - called) == []
+
+
+def _keyed(conn: Connection, n: int, key: str = "order:1") -> list[str]:
+    with conn.transaction():
+        return [
+            push(conn.raw, Job("t.job", {"i": i}, queue="q", ordering_key=key)) for i in range(n)
+        ]
+
+
+def test_ordering_counts_held_keys_and_heal(conn: Connection) -> None:
+    d = conn.driver
+    assert d.ordering_counts() == (0, 0, 0)
+    _keyed(conn, 3)
+    with conn.transaction():
+        record(conn.raw, "k:ordered", Job("t.job", {}, queue="q", ordering_key="order:2"))
+    assert d.ordering_counts() == (1, 2, 1)  # one keyed intent; two jobs wait on one key
+    (head,) = _claim(conn)
+    assert d.job_dead_letter(JobDeadLetter(W, head, Failure("Boom", "boom", ""), hold_key=True))
+    ((digest, mid, name, queue),) = d.ordering_held(10)
+    assert (mid, name, queue) == (head.message_id, "t.job", "q")
+    assert digest == hashlib.sha256(b"order:1").hexdigest()
+    assert _claim(conn) == []  # the held key blocks the line
+    assert d.ordering_heal(10) == 0  # a held key is no lost turn
+    # Code that does not pass turns on (the previous release) takes a keyed job away:
+    conn.execute_sql("DELETE FROM outbox_failed_jobs")
+    assert d.ordering_held(10) == []
+    assert d.ordering_heal(10) == 1  # the next job of the key gets its turn
+    assert [orjson.loads(j.payload)["i"] for j in _claim(conn)] == [1]  # one turn, in order
