@@ -67,6 +67,12 @@ HOW: dict[tuple[str, str], str] = {
     ("how-to/tracing.md", "outbox worker default --app myapp.jobs:registry"): "commands",
     ("how-to/tracing.md", "# tests/test_tracing.py"):
         T + "tests/docs/test_tracing_page.py::test_the_testing_example_finds_the_attempt_under_its_request",
+    ("how-to/ordering.md", "from outbox import Job, record"):
+        T + "tests/docs/test_ordering_page.py::test_one_keys_jobs_run_one_at_a_time_in_commit_order",
+    ("how-to/ordering.md", '@registry.job("orders.sync", max_attempts=5, dead_letter_holds_key=True)'):
+        T + "tests/docs/test_ordering_page.py::test_a_held_key_shows_in_status_and_queue_retry_runs_the_dead_letter_first",
+    ("how-to/ordering.md", "from outbox.contrib.django import ordered"):
+        T + "tests/django/test_ordering.py::test_the_pages_ordered_block_gives_its_enqueues_the_key",
     ("how-to/alembic.md", "# migrations/versions/outbox_0001_schema_v1.py"): "exec",
     ("how-to/dashboard.md", "pip install -e '.[dashboard]'                      # (.[dev] includes it)"):
         "commands",

@@ -49,3 +49,9 @@ async def add_async(a: int, b: int) -> int:
 @task()
 def ordered(label: str) -> None:
     _log(f"ordered {label}")
+
+
+@task()
+def sync_order(order_id: int) -> int:
+    """The ordering page's task (``docs/how-to/ordering.md``)."""
+    return order_id
