@@ -83,7 +83,7 @@ class Job:
     ``priority`` runs from 0 (the default, most urgent) to 9: a worker claims the most
     urgent due job of a queue first, then the one due first.
     ``ordering_key`` (1-200 bytes of printable ASCII, or ``None``): jobs sharing one run
-    one at a time, in the order their intents were committed (``outbox.queue.ordering``).
+    one at a time, in the order their intents were committed (``outbox.db.ordering``).
     The payload is validated when the job is recorded or pushed, not here, so a ``Job``
     can be built before the caller knows whether it will be used.
     """
