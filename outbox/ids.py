@@ -38,7 +38,8 @@ def _next_stamp() -> tuple[int, int]:
 
 
 def new_message_id(version: int = 0x7) -> str:
-    """A new UUIDv7 string: 48-bit millisecond timestamp, 12-bit counter, 62 random bits."""
+    """A new time-ordered UUID string (version ``version``, 7 unless a workflow node's
+    8): 48-bit millisecond timestamp, 12-bit counter, 62 random bits."""
     ms, counter = _next_stamp()
     value = (ms & ((1 << 48) - 1)) << 80
     value |= version << 76

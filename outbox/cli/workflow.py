@@ -24,7 +24,7 @@ def _at(d: datetime | None) -> str | None:
 
 
 def as_dict(wf: workflows.WorkflowState) -> dict[str, Any]:
-    """The workflow as `show --json` prints it (also the dashboard's JSON)."""
+    """The workflow as `show --json` prints it."""
     return {
         "workflow_id": wf.workflow_id,
         "name": wf.name,

@@ -18,7 +18,7 @@ import orjson
 
 from outbox.db.adapters import AsyncTarget, Target
 from outbox.db.dialect import Dialect
-from outbox.db.driver import Row
+from outbox.db.driver import Executor, Row
 from outbox.db.errors import translated
 from outbox.db.rows import RecordedRow
 from outbox.db.sql import queries
@@ -194,3 +194,14 @@ async def run_async(plan: Plan[T], target: AsyncTarget, operation: str) -> T:
     except StopIteration as done:
         value: T = done.value
         return value
+
+
+def drive(plan: Plan[Any], c: Executor) -> Any:
+    """Run ``plan`` on one of our connections, inside the transaction it has open."""
+    try:
+        name, params = next(plan)
+        while True:
+            rows: list[Row] = c.execute(name, params)
+            name, params = plan.send(rows)
+    except StopIteration as done:
+        return done.value

@@ -24,7 +24,7 @@ Entering and leaving both start by locking the key's row in ``outbox_ordering_ke
 last one leaves either sees it gone (and runs at once) or waits and is promoted by it.
 SQLite has one writer anyway. Locks are taken in sorted key order within a batch.
 
-Every function here is a plan (``outbox.db.caller``): the same steps run on the
+Every step of the line is a plan (``outbox.db.caller``): the same steps run on the
 caller's connection (``push``, ``outbox.testing``) or on one of ours (``drive``).
 """
 
@@ -33,8 +33,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from outbox.db.caller import Plan
-from outbox.db.driver import Executor, Row
+from outbox.db.caller import Plan, drive
+from outbox.db.driver import Executor
 
 
 def lock(keys: Iterable[str]) -> Plan[None]:
@@ -45,7 +45,7 @@ def lock(keys: Iterable[str]) -> Plan[None]:
 
 
 def enter(keys: Sequence[str | None]) -> Plan[list[bool]]:
-    """Lock the keys of jobs about to enter the queue, in that order; for each, whether
+    """Lock the keys of jobs about to enter the queue, in sorted order; for each, whether
     it must wait (True) or runs in its turn. Run *before* the jobs are inserted: the
     first job of a key with no job in the queue runs, every other one waits."""
     distinct = sorted({k for k in keys if k is not None})
@@ -91,17 +91,6 @@ def leave(keys: Iterable[str], *, locked: bool = False) -> Plan[int]:
     return promoted
 
 
-def drive(plan: Plan[Any], c: Executor) -> Any:
-    """Run ``plan`` on one of our connections, inside the transaction it has open."""
-    try:
-        name, params = next(plan)
-        while True:
-            rows: list[Row] = c.execute(name, params)
-            name, params = plan.send(rows)
-    except StopIteration as done:
-        return done.value
-
-
 def handoff_ordered(c: Executor, rows: Sequence[tuple[int, str]]) -> tuple[list[int], list[int]]:
     """The relay's verified keyed intents ``(outbox id, key)``, in id order: which move
     now, and which of those must wait for their turn in the queue.
@@ -119,6 +108,6 @@ def handoff_ordered(c: Executor, rows: Sequence[tuple[int, str]]) -> tuple[list[
     return [i for i, _ in moving], [i for (i, _), w in zip(moving, waits, strict=True) if w]
 
 
-def keys_of(rows: Iterable[Any], at: int) -> list[str]:
-    """The ordering keys (column ``at``) of ``rows`` that have one."""
-    return [str(r[at]) for r in rows if r[at] is not None]
+def keys_of(rows: Iterable[Any]) -> list[str]:
+    """The ordering keys (the first column) of ``rows`` that have one."""
+    return [str(r[0]) for r in rows if r[0] is not None]

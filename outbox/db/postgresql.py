@@ -32,7 +32,14 @@ from outbox.db.rows import (
     OutboxHandoff,
     StoredIntent,
 )
-from outbox.db.shared import Outcome, SharedDriver, claim_params, claimed_jobs, timed
+from outbox.db.shared import (
+    Outcome,
+    SharedDriver,
+    claim_params,
+    claimed_jobs,
+    has_ordering_key,
+    timed,
+)
 from outbox.db.url import postgresql_args
 from outbox.errors import DatabaseError, OutboxError
 from outbox.log import get_logger
@@ -58,7 +65,7 @@ class PostgresqlDriver(SharedDriver):
     def job_ack_claim(self, done: JobFence, claim: JobClaim) -> tuple[set[int], list[ClaimedJob]]:
         if not done.jobs:
             return set(), self.job_claim(claim)
-        if any(j.ordering_key is not None for j in done.jobs):
+        if has_ordering_key(done):
             return super().job_ack_claim(done, claim)  # the keys' turns pass on first
         rows = self._one("claim", "job_ack_claim", {**done.params(), **claim_params(claim)})
         acked = {int(r[0]) for r in rows if r[1] is None}
@@ -126,14 +133,7 @@ class PostgresqlDriver(SharedDriver):
 
     def _move_ordered_in_tx(self, ids: list[int], keys: list[str], notify: bool) -> int:
         valid, waiting = self.handoff_ordered_in_tx(ids, dict(zip(ids, keys, strict=True)))
-        if not valid:
-            return 0
-        self._expect("relay_insert_jobs", valid)
-        if waiting:
-            self.conn.execute("relay_block_jobs", {"ids": waiting})
-        self._expect("relay_delete_moved", valid)
-        if notify:
-            self._notify_jobs_in_tx()
+        self._move_in_tx(valid, waiting, notify)
         return len(valid)
 
 

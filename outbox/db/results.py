@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from outbox.db import workflows
+from outbox.db.caller import Plan
 from outbox.db.driver import Executor, Row
 from outbox.db.rows import Failure, JobDeadLetter, JobFence, KeptResult, QueuedState, StoredResult
-from outbox.db.workflows import Plan
 from outbox.ids import is_node_id
 
 

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 import orjson
 
 from outbox.db import ordering, workflows
+from outbox.db.caller import drive
 from outbox.db.dialect import Dialect
 from outbox.db.driver import (
     CANCELLED_FAILURE,
@@ -109,7 +110,7 @@ class SharedDriver(LimitOps, ResultOps):
     def job_ack(self, fence: JobFence) -> set[int]:
         if not fence.jobs:
             return set()
-        if _keyed(fence):
+        if has_ordering_key(fence):
             return self._transact("ack", lambda c: self._ack_ordered_in_tx(fence))
         return {int(r[0]) for r in self._one("ack", "job_ack", fence.params())}
 
@@ -117,7 +118,7 @@ class SharedDriver(LimitOps, ResultOps):
         if not done.jobs:
             return set(), self.job_claim(claim)
         params = {**done.params(), **claim_params(claim)}
-        keyed = _keyed(done)
+        keyed = has_ordering_key(done)
 
         def both(c: Executor) -> tuple[set[int], list[Row]]:
             if keyed:
@@ -133,7 +134,7 @@ class SharedDriver(LimitOps, ResultOps):
         return self.conn.execute("job_claim", params)
 
     def job_ack_in_tx(self, fence: JobFence) -> bool:
-        if _keyed(fence):
+        if has_ordering_key(fence):
             return bool(self._ack_ordered_in_tx(fence))
         return bool(self.conn.execute("job_ack", fence.params()))
 
@@ -142,10 +143,10 @@ class SharedDriver(LimitOps, ResultOps):
         rows locked first (the order ``outbox.db.ordering`` takes them in), then the
         delete, then each acknowledged key's turn passed on, in this one transaction."""
         keys = {j.id: j.ordering_key for j in fence.jobs if j.ordering_key is not None}
-        ordering.drive(ordering.lock(keys.values()), self.conn)
+        drive(ordering.lock(keys.values()), self.conn)
         acked = {int(r[0]) for r in self.conn.execute("job_ack", fence.params())}
         left = (k for i, k in keys.items() if i in acked)
-        ordering.drive(ordering.leave(left, locked=True), self.conn)
+        drive(ordering.leave(left, locked=True), self.conn)
         return acked
 
     def job_heartbeat(self, fence: JobFence, lease_ms: int) -> int:
@@ -226,7 +227,7 @@ class SharedDriver(LimitOps, ResultOps):
         for (key,) in self._read("reap", "ordering_stranded", {"limit": limit}):
 
             def heal(c: Executor, key: str = str(key)) -> int:
-                return int(ordering.drive(ordering.leave([key]), c))  # a fresh plan per try
+                return int(drive(ordering.leave([key]), c))  # a fresh plan per try
 
             promoted += self._transact("reap", heal)
         return promoted
@@ -276,7 +277,7 @@ class SharedDriver(LimitOps, ResultOps):
         if is_node_id(str(message_id)):  # a workflow node: its dependents, in this transaction
             workflows.on(c, workflows.failed(str(message_id)))
         if okey is not None and not hold_key:  # releases its key (outbox.db.ordering)
-            ordering.drive(ordering.leave([str(okey)]), c)
+            drive(ordering.leave([str(okey)]), c)
         return True
 
     # -- the outbox -------------------------------------------------------------------
@@ -305,13 +306,7 @@ class SharedDriver(LimitOps, ResultOps):
         waiting: list[int] = []
         if keyed:
             valid, waiting = self.handoff_ordered_in_tx(valid, keyed)
-        if valid:
-            self._expect("relay_insert_jobs", valid)
-            if waiting:
-                self.conn.execute("relay_block_jobs", {"ids": waiting})
-            self._expect("relay_delete_moved", valid)
-            if p.notify:
-                self._notify_jobs_in_tx()
+        self._move_in_tx(valid, waiting, p.notify)
         by_reason: dict[str, list[int]] = defaultdict(list)
         for row_id, _, reason in claimed:
             if reason is not None:
@@ -349,6 +344,18 @@ class SharedDriver(LimitOps, ResultOps):
             return len(claimed), len(moved), failed, _traces(sent)
 
         return timed(self._transact("relay batch", batch), started)
+
+    def _move_in_tx(self, valid: list[int], waiting: list[int], notify: bool) -> None:
+        """Move the verified intents ``valid`` into the queue; those of ``waiting`` enter
+        behind their ordering key's line."""
+        if not valid:
+            return
+        self._expect("relay_insert_jobs", valid)
+        if waiting:
+            self.conn.execute("relay_block_jobs", {"ids": waiting})
+        self._expect("relay_delete_moved", valid)
+        if notify:
+            self._notify_jobs_in_tx()
 
     def handoff_ordered_in_tx(
         self, valid: list[int], keyed: dict[int, str]
@@ -507,7 +514,8 @@ class SharedDriver(LimitOps, ResultOps):
             )
             nodes = [i for i in ids if is_node_id(i)]
             if nodes:  # a skipped node comes back with the failed node it waits for
-                ids = [i for i in ids if i not in set(workflows.skipped_of(c, nodes))]
+                skipped = set(workflows.skipped_of(c, nodes))  # once, not once per id
+                ids = [i for i in ids if i not in skipped]
             if not ids:
                 return 0
             rows = c.execute("queue_admin_failed_ordered", {"ids": ids})
@@ -515,11 +523,11 @@ class SharedDriver(LimitOps, ResultOps):
             # the others join the end of their key's line.
             held = [str(k) for _, k, h in rows if h]
             keyed = [(str(m), str(k)) for m, k, h in rows if not h]
-            ordering.drive(ordering.lock(held), c)
-            waits = ordering.drive(ordering.enter([k for _, k in keyed]), c) if keyed else []
+            drive(ordering.lock(held), c)
+            waits = drive(ordering.enter([k for _, k in keyed]), c) if keyed else []
             inserted = c.execute_count("queue_admin_requeue", {"ids": ids})
             waiting = [m for (m, _), w in zip(keyed, waits, strict=True) if w]
-            ordering.drive(ordering.block(waiting), c)
+            drive(ordering.block(waiting), c)
             c.execute_count("queue_admin_failed_delete", {"ids": ids})
             for node_id in nodes:
                 if node_id in ids:
@@ -529,34 +537,36 @@ class SharedDriver(LimitOps, ResultOps):
         return self._transact("queue retry", requeue)
 
     def dead_delete(self, message_id: str) -> int:
-        def forget(c: Executor) -> int:
-            held = ordering.keys_of(c.execute("ordering_dead_key", {"message_id": message_id}), 0)
-            ordering.drive(ordering.lock(held), c)
-            deleted = c.execute_count("queue_admin_failed_delete", {"ids": [message_id]})
-            ordering.drive(ordering.leave(held), c)  # a key it held passes its turn on
-            return deleted
-
-        return self._transact("queue forget", forget)
+        key = {"message_id": message_id}  # a key the dead letter held passes its turn on
+        delete = ("queue_admin_failed_delete", {"ids": [message_id]})
+        return self._releasing_keys("queue forget", ("ordering_dead_key", key), delete)
 
     def job_remove(self, message_id: str) -> int:
-        def remove(c: Executor) -> int:
-            keys = ordering.keys_of(c.execute("queue_admin_job_key", {"message_id": message_id}), 0)
-            ordering.drive(ordering.lock(keys), c)
-            removed = c.execute_count("queue_admin_remove", {"message_id": message_id})
-            ordering.drive(ordering.leave(keys), c)
-            return removed
-
-        return self._transact("queue remove", remove)
+        key = {"message_id": message_id}
+        return self._releasing_keys(
+            "queue remove", ("queue_admin_job_key", key), ("queue_admin_remove", key)
+        )
 
     def queue_clear(self, queue: str | None) -> int:
-        def clear(c: Executor) -> int:
-            keys = ordering.keys_of(c.execute("queue_admin_clear_keys", {"queue": queue}), 0)
-            ordering.drive(ordering.lock(keys), c)
-            cleared = c.execute_count("queue_admin_clear", {"queue": queue})
-            ordering.drive(ordering.leave(keys), c)
-            return cleared
+        key = {"queue": queue}
+        return self._releasing_keys(
+            "queue clear", ("queue_admin_clear_keys", key), ("queue_admin_clear", key)
+        )
 
-        return self._transact("queue clear", clear)
+    def _releasing_keys(
+        self, operation: str, keys_of: tuple[str, Any], delete: tuple[str, Any]
+    ) -> int:
+        """An operator's delete of rows that may hold ordering keys: lock the keys (read by
+        ``keys_of``) first, delete, then pass each key's turn on, in one transaction."""
+
+        def run(c: Executor) -> int:
+            keys = ordering.keys_of(c.execute(*keys_of))
+            drive(ordering.lock(keys), c)
+            deleted = c.execute_count(*delete)
+            drive(ordering.leave(keys, locked=True), c)
+            return deleted
+
+        return self._transact(operation, run)
 
     def queue_paused(self) -> dict[str, int]:
         return {str(q): int(at) for q, at in self._read("queue paused", "queue_paused_list")}
@@ -630,7 +640,7 @@ def claim_params(p: JobClaim) -> dict[str, Any]:
     return {"queue": p.queue, "limit": p.limit, "worker": p.worker, "lease_ms": p.lease_ms}
 
 
-def _keyed(fence: JobFence) -> bool:
+def has_ordering_key(fence: JobFence) -> bool:
     """Has any job of ``fence`` an ordering key? (Keyless acknowledgements stay one
     statement: they pay nothing for ordering.)"""
     return any(j.ordering_key is not None for j in fence.jobs)

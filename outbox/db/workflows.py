@@ -23,16 +23,11 @@ child reach 0, and the queue's unique ``message_id`` would refuse a second inser
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
+from outbox.db.caller import Plan, T, drive
 from outbox.db.driver import Executor, Row
 
-T = TypeVar("T")
-Step = tuple[str, Mapping[str, Any]]
-Plan = Generator[Step, list[Row], T]
-
-DEPENDENCY_FAILED = "DependencyFailed"
 STOP = "stop"
 RUN = "run"
 
@@ -101,13 +96,8 @@ def requeued(node_id: str) -> Plan[None]:
 
 def on(c: Executor, plan: Plan[T]) -> T:
     """Drive ``plan`` on one of our connections, inside its open transaction."""
-    try:
-        name, params = next(plan)
-        while True:
-            name, params = plan.send(c.execute(name, params))
-    except StopIteration as done:
-        value: T = done.value
-        return value
+    result: T = drive(plan, c)
+    return result
 
 
 def skipped_of(c: Executor, node_ids: list[str]) -> list[str]:

@@ -142,10 +142,7 @@ class Settler:
 
     def _holds_key(self, job: ClaimedJob) -> bool:
         """Does a dead letter of ``job`` keep its ordering key blocked?"""
-        handler = self.registry.get(job.job_name)
-        return job.ordering_key is not None and handler is not None and (
-            handler.dead_letter_holds_key
-        )
+        return job.ordering_key is not None and self._name_holds_key(job.job_name)
 
     def _count_acked(self, jobs: Sequence[ClaimedJob], acked: set[int]) -> None:
         self.stats.succeeded += len(acked)

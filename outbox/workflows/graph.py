@@ -12,6 +12,7 @@ import orjson
 
 from outbox.db.adapters import adapt, adapt_async
 from outbox.db.caller import Plan, run, run_async
+from outbox.db.workflows import RUN, STOP
 from outbox.errors import IdempotencyConflict, InvalidJob, RetryTransaction
 from outbox.ids import new_message_id, new_node_id
 from outbox.job import (
@@ -25,7 +26,7 @@ from outbox.job import (
 )
 
 MAX_NODES = 1_000
-ON_FAILURE = ("stop", "run")
+ON_FAILURE = (STOP, RUN)
 FINGERPRINT_VERSION = "wf1"
 
 

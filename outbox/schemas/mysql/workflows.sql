@@ -1,5 +1,5 @@
 -- Workflows on MariaDB/MySQL: the recording statements read their rows from one JSON
--- parameter (JSON_TABLE), so a workflow of 1,000 nodes is four statements whatever its
+-- parameter (JSON_TABLE), so a workflow of 1,000 nodes is a fixed number of statements whatever its
 -- size.
 
 -- name: workflow_key_insert

@@ -1,5 +1,5 @@
 -- Workflows on PostgreSQL: the recording statements read their rows from one jsonb
--- parameter, so a workflow of 1,000 nodes is four statements whatever its size.
+-- parameter, so a workflow of 1,000 nodes is a fixed number of statements whatever its size.
 
 -- name: workflow_key_insert
 -- The workflow's idempotency key row; a replay finds the existing one (record_lookup,

@@ -1,5 +1,5 @@
 -- Workflows on SQLite: the recording statements read their rows from one JSON parameter
--- (json_each), so a workflow of 1,000 nodes is four statements whatever its size. One
+-- (json_each), so a workflow of 1,000 nodes is a fixed number of statements whatever its size. One
 -- writer at a time: no row locks to take.
 
 -- name: workflow_key_insert
