@@ -48,7 +48,8 @@ def succeeded(node_id: str) -> Plan[None]:
     if not node or node[0][3] != "due":
         return
     yield ("workflow_node_succeeded", {"node_id": node_id})
-    yield from _release(node_id)
+    if int(node[0][6]):  # a leaf has no children to release
+        yield from _release(node_id)
 
 
 def failed(node_id: str) -> Plan[None]:
@@ -65,6 +66,8 @@ def failed(node_id: str) -> Plan[None]:
         parent = todo.pop()
         key = {"node_id": parent}
         children = yield ("workflow_children", key)
+        if not children:
+            continue
         skipped = [str(c[0]) for c in children if c[1] == "waiting" and c[2] == STOP]
         if skipped:
             yield ("workflow_children_skip_dead", key)

@@ -449,3 +449,50 @@ def test_available_at_delays_the_roots_and_is_part_of_the_fingerprint(
     _run(database)
     assert _starts() == []  # handed off, not due for an hour
     assert count_rows(conn, "outbox_jobs") == 1
+
+
+class _Counting:
+    """One of our connections, with the name of every statement run through it."""
+
+    def __init__(self, c: Any) -> None:
+        self.c = c
+        self.names: list[str] = []
+
+    def execute(self, name: str, params: Any = None) -> Any:
+        self.names.append(name)
+        return self.c.execute(name, params)
+
+
+def test_a_leaf_acknowledged_releases_no_children_and_a_parent_does(
+    database: Database, conn: Connection
+) -> None:
+    """A leaf's acknowledgement runs no release statements (it has none to release); its
+    parent's does, and makes the child due: the shortcut keys on the real edges."""
+    from outbox.db import workflows as steps
+
+    wf = Workflow("order:7:leaf")
+    root = wf.add(_j("wf.step", "root"), name="root")
+    wf.add(_j("wf.step", "leaf"), name="leaf", after=[root])
+    wf_id = _record(database, "wf-leaf", wf)
+    with Relay(database) as relay:
+        relay.run_once()
+    before = get(database, wf_id)
+    assert before is not None and before.node("leaf").state == "waiting"
+    seen: dict[str, list[str]] = {}
+
+    def ack(name: str) -> None:
+        node_id = before.node(name).node_id
+
+        def settle(t: Any) -> None:
+            counting = _Counting(t)
+            steps.on(counting, steps.succeeded(node_id))  # type: ignore[arg-type]
+            seen[name] = counting.names
+
+        conn.transact(settle, operation="test")
+
+    ack("root")
+    assert get(database, wf_id).node("leaf").state == "due"  # type: ignore[union-attr]
+    assert "workflow_children_count_down" in seen["root"]
+    ack("leaf")
+    assert seen["leaf"] == ["workflow_node_get", "workflow_node_succeeded"]
+    assert get(database, wf_id).node("leaf").state == "succeeded"  # type: ignore[union-attr]

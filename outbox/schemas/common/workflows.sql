@@ -53,8 +53,11 @@ WHERE node_id IN (SELECT e.child_id FROM outbox_workflow_edges e WHERE e.parent_
   AND state = 'waiting' AND on_failure = 'stop';
 
 -- name: workflow_node_get
--- One node's own row, by its id.
-SELECT node_id, workflow_id, name, state, on_failure, deps_left
+-- One node's own row, by its id, and whether any node depends on it (a leaf's
+-- acknowledgement then has no children to release).
+SELECT node_id, workflow_id, name, state, on_failure, deps_left,
+  CASE WHEN EXISTS (SELECT 1 FROM outbox_workflow_edges e WHERE e.parent_id = :node_id)
+    THEN 1 ELSE 0 END
 FROM outbox_workflow_nodes WHERE node_id = :node_id;
 
 -- name: workflow_parents_unfinished
