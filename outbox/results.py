@@ -78,9 +78,10 @@ def keep_ms(name: str, keep_result: object) -> int | None:
 
 
 def kept_ms(keep_result_ms: int | None, message_id: str) -> int | None:
-    """How long a job's result is kept: its handler's ``keep_result``, and at least
-    ``DEFAULT_KEEP_S`` for a workflow node, whose dependents read it (``ctx.results``);
-    None when it keeps none."""
+    """How long a job's result is kept: its handler's ``keep_result``, or
+    ``DEFAULT_KEEP_S`` for a workflow node whose handler keeps none; None when it keeps
+    none. A node's result is pruned only once its workflow is gone (``result_prune``),
+    however short this is: its dependents read it (``ctx.results``)."""
     if keep_result_ms is None and is_node_id(message_id):
         return DEFAULT_KEEP_S * 1000
     return keep_result_ms

@@ -211,6 +211,35 @@ def test_queue_retry_of_the_failed_node_puts_the_failed_branch_back_in_play(
     assert done.node("a").attempts == 1
 
 
+def test_a_nodes_result_outlives_its_retention_while_its_workflow_is_stored(
+    database: Database, conn: Connection
+) -> None:
+    """d waits for a (done) and f (dead, retried later): a's result is past its retention
+    when prune runs, and stays, because d has not read it yet."""
+    from outbox.results import prune as prune_results
+
+    wf = Workflow("keep")
+    a = wf.add(_j("wf.step", "a"), name="a")
+    f = wf.add(_j("wf.flaky", "f"), name="f")
+    wf.add(_j("wf.step", "d"), name="d", after=[a, f])
+    wf_id = _record(database, "keep:1", wf)
+    _run(database)
+    kept = count_rows(conn, "outbox_job_results")
+    assert kept >= 1
+    with conn.transaction():
+        conn.execute_sql("UPDATE outbox_job_results SET expires_at = 0")
+    assert prune_results(conn) == 0
+    assert count_rows(conn, "outbox_job_results") == kept
+    FLAKY["fail"] = False
+    LEDGER.clear()
+    assert retry(conn, _node(conn, wf_id, "f")) == 1
+    _run(database)
+    (seen,) = [seen for _, n, seen in LEDGER if n == "d"]
+    assert seen["a"] == {"n": "a", "got": []} and seen["f"] == {"n": "f", "got": []}
+    assert prune(conn, 0) == 1  # the finished workflow, then its nodes' results
+    assert prune_results(conn) >= 1  # a's, expired, goes with its workflow
+
+
 def test_retry_all_requeues_the_failed_node_and_not_its_skipped_dependents(
     database: Database, conn: Connection
 ) -> None:
