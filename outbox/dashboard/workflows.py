@@ -35,7 +35,7 @@ async def workflow(dash: Dashboard, request: Request) -> Response:
     workflow_id = queue_admin.check_message_id(request.path_params["workflow_id"])
 
     def read(conn: Connection) -> workflows.WorkflowState | None:
-        return workflows.read(conn, workflow_id)
+        return workflows.get(conn, workflow_id)
 
     found = await dash.backend.call(read)
     if found is None:

@@ -39,7 +39,7 @@ from typing import Any, Literal, TypeVar
 
 from outbox.db import ordering, workflows
 from outbox.db.adapters import adapt
-from outbox.db.caller import Plan, run
+from outbox.db.caller import Plan, drive, run
 from outbox.db.connection import Connection, Database
 from outbox.db.dialect import Dialect
 from outbox.db.driver import CANCELLED_FAILURE
@@ -78,7 +78,7 @@ def _connected(target: Connection | Database | str) -> Iterator[Connection]:
         conn.close()
 
 
-def _call(
+def call(
     target: Target, plan: Callable[[Dialect], Plan[T]], operation: str, *, reads: bool = False
 ) -> T:
     """Run ``plan`` on ``target``: in the caller's transaction on an application's
@@ -92,18 +92,8 @@ def _call(
         return run(plan(caller.dialect), caller, operation)
     with _connected(target) as conn:
         run_ours = conn.read if reads else conn.transact
-        return run_ours(lambda c: _drive(plan(c.dialect), c), operation=operation)
-
-
-def _drive(plan: Plan[T], conn: Connection) -> T:
-    """``plan`` on outbox's own connection, inside the transaction ``_call`` opened."""
-    try:
-        name, params = next(plan)
-        while True:
-            name, params = plan.send(conn.execute(name, params))
-    except StopIteration as done:
-        value: T = done.value
-        return value
+        result: T = run_ours(lambda c: drive(plan(c.dialect), c), operation=operation)
+        return result
 
 
 def _wake(dialect: Dialect) -> Plan[None]:
@@ -182,17 +172,17 @@ def cancel_plan(message_id: str, dialect: Dialect) -> Plan[Literal["dead", "flag
 
 def pause(target: Target, queue: str) -> None:
     """Pause ``queue``: no worker claims from it until ``resume``. Idempotent."""
-    _call(target, _pause(check_queue_name(queue)), "queue pause")
+    call(target, _pause(check_queue_name(queue)), "queue pause")
 
 
 def resume(target: Target, queue: str) -> bool:
     """Resume ``queue``; returns False when it was not paused (nothing changed)."""
-    return _call(target, _resume(check_queue_name(queue)), "queue resume")
+    return call(target, _resume(check_queue_name(queue)), "queue resume")
 
 
 def paused(target: Target) -> list[str]:
     """The paused queues, by name."""
-    return _call(target, _paused, "queue paused", reads=True)
+    return call(target, _paused, "queue paused", reads=True)
 
 
 def cancel(target: Target, message_id: str) -> Literal["dead", "flagged"]:
@@ -200,7 +190,7 @@ def cancel(target: Target, message_id: str) -> Literal["dead", "flagged"]:
     class ``cancelled``), ``"flagged"`` when a worker holds it (see the module
     docstring). ``MessageNotFound`` when no job in the queue has that id."""
     mid = check_message_id(message_id)
-    result = _call(target, _cancel(mid), "queue cancel")
+    result = call(target, _cancel(mid), "queue cancel")
     if result is None:
         raise MessageNotFound(f"no job in the queue has message id {mid}")
     return result

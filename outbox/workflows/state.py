@@ -9,12 +9,12 @@ from typing import Any
 
 from outbox.db import workflows as steps
 from outbox.db.caller import Plan
-from outbox.db.connection import Connection, Database
+from outbox.db.connection import Connection
 from outbox.db.dialect import Dialect
 from outbox.db.driver import Row
 from outbox.ids import is_message_id
 from outbox.log import get_logger
-from outbox.queue.control import cancel_plan
+from outbox.queue.control import Target, call, cancel_plan
 
 # What `outbox workflow show` and `get` call a node's state.
 WAITING, DUE, RUNNING, SUCCEEDED, DEAD, SKIPPED = (
@@ -84,11 +84,12 @@ def _node(r: Row, after: list[str]) -> NodeState:
 
 
 def read(conn: Connection, workflow_id: str) -> WorkflowState | None:
-    """``get`` on one of our connections (one read transaction, a consistent view)."""
+    """``get`` on one of our connections."""
+    return get(conn, workflow_id)
 
-    head, rows, edges = conn.transact(
-        lambda c: steps.on(c, steps.show_plan(workflow_id)), operation="workflow show"
-    )
+
+def _shaped(shown: tuple[list[Row], list[Row], list[Row]]) -> WorkflowState | None:
+    head, rows, edges = shown
     if not head:
         return None
     names = {str(r[0]): str(r[1]) for r in rows}
@@ -110,28 +111,18 @@ def _overall(stored: str, nodes: list[NodeState]) -> str:
     return "failed"
 
 
-def _database(db: Database | Connection | str) -> tuple[Database | None, Connection | None]:
-    if isinstance(db, Connection):
-        return None, db
-    return (Database(db) if isinstance(db, str) else db), None
-
-
 def _check_id(workflow_id: object) -> str:
     if not isinstance(workflow_id, str) or not is_message_id(workflow_id):
         raise ValueError("a workflow id is a UUID (as record() returned it)")
     return workflow_id
 
 
-def get(db: Database | Connection | str, workflow_id: str) -> WorkflowState | None:
+def get(db: Target, workflow_id: str) -> WorkflowState | None:
     """The workflow ``workflow_id`` and its nodes' states (``db``: a ``Database``, one of
-    its connections, or a URL); None when there is none (never recorded, or pruned)."""
+    its connections, a URL, or an application's connection); None when there is none
+    (never recorded, or pruned). One transaction, so one consistent view."""
     workflow_id = _check_id(workflow_id)
-    database, conn = _database(db)
-    if conn is not None:
-        return read(conn, workflow_id)
-    assert database is not None
-    with database.connect() as c:
-        return read(c, workflow_id)
+    return _shaped(call(db, lambda _: steps.show_plan(workflow_id), "workflow show"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,24 +182,12 @@ def _intent_gone(node: dict[str, str]) -> Plan[bool]:
     return True
 
 
-def cancel(db: Database | Connection | str, workflow_id: str) -> int | None:
+def cancel(db: Target, workflow_id: str) -> int | None:
     """Cancel every node of ``workflow_id`` that has not finished; the number of nodes
-    that were due (queued or running) then; None when there is no such workflow."""
+    that were due (queued or running) then; None when there is no such workflow. On an
+    application's connection it happens in the caller's transaction."""
     workflow_id = _check_id(workflow_id)
-    database, conn = _database(db)
-    if conn is None:
-        assert database is not None
-        with database.connect() as c:
-            return _cancel_on(c, workflow_id)
-    return _cancel_on(conn, workflow_id)
-
-
-def _cancel_on(conn: Connection, workflow_id: str) -> int | None:
-    """A fresh plan for each try (``transact`` runs it again after a deadlock)."""
-    dialect = conn.dialect
-    found: int | None = conn.transact(
-        lambda c: steps.on(c, _cancel(workflow_id, dialect)), operation="cancel"
-    )
+    found: int | None = call(db, lambda d: _cancel(workflow_id, d), "cancel")
     return found
 
 

@@ -525,3 +525,21 @@ def test_a_leaf_acknowledged_releases_no_children_and_a_parent_does(
     ack("leaf")
     assert seen["leaf"] == ["workflow_node_get", "workflow_node_succeeded"]
     assert get(database, wf_id).node("leaf").state == "succeeded"  # type: ignore[union-attr]
+
+
+def test_get_and_cancel_take_an_applications_connection_in_its_transaction(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    """On the application's connection, ``cancel`` is part of the caller's transaction:
+    a rollback takes it back, a commit keeps it."""
+    wf_id = _record(database, "app:1", _diamond())
+    assert cancel(app_conn, wf_id) == 1  # the root, still an intent
+    shown = get(app_conn, wf_id)
+    assert shown is not None and shown.state == "cancelled"
+    app_conn.rollback()
+    assert get(conn, wf_id).state == "running"  # type: ignore[union-attr]
+    assert count_rows(conn, "outbox_messages") == 1
+    assert cancel(app_conn, wf_id) == 1
+    app_conn.commit()
+    assert get(conn, wf_id).state == "cancelled"  # type: ignore[union-attr]
+    assert count_rows(conn, "outbox_messages") == 0
