@@ -46,9 +46,7 @@ class Settings:
 
 
 def ms_time(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return "-" if ms is None else tick(datetime.fromtimestamp(ms / 1000, tz=UTC))
 
 
 def duration(seconds: float | None) -> str:
@@ -69,8 +67,13 @@ def duration(seconds: float | None) -> str:
     return f"{minutes}m {secs:02d}s"
 
 
-def tick(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+def tick(at: datetime | None, ms: bool = False) -> str:
+    """A time as every page shows it: UTC, to the second (``ms``: to the millisecond, as
+    a workflow's nodes need); blank for none."""
+    if at is None:
+        return ""
+    text = at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return text[:-3] if ms else text[:-7]
 
 
 def number(n: int) -> str:

@@ -4,8 +4,6 @@ their states (``outbox.workflows``). Read-only; never a payload or an exception 
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -17,18 +15,13 @@ from outbox.queue import admin as queue_admin
 LIST_LIMIT = 100
 
 
-def clock(d: datetime | None) -> str:
-    """A node's time as the page shows it (UTC, to the millisecond)."""
-    return "" if d is None else d.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
 async def workflow_list(dash: Dashboard, request: Request) -> Response:
     def read(conn: Connection) -> list[workflows.WorkflowSummary]:
         return workflows.recent(conn, LIST_LIMIT)
 
     rows = await dash.backend.call(read)
     return dash.render(request, "workflows.html", title="Workflows", rows=rows,
-                       limit=LIST_LIMIT, clock=clock)
+                       limit=LIST_LIMIT)
 
 
 async def workflow(dash: Dashboard, request: Request) -> Response:
@@ -40,5 +33,4 @@ async def workflow(dash: Dashboard, request: Request) -> Response:
     found = await dash.backend.call(read)
     if found is None:
         raise Problem(404, f"no workflow {workflow_id} (never recorded, or pruned)")
-    return dash.render(request, "workflow.html", title=f"Workflow {found.name}", wf=found,
-                       clock=clock)
+    return dash.render(request, "workflow.html", title=f"Workflow {found.name}", wf=found)

@@ -92,3 +92,16 @@ def test_a_short_token_is_refused_without_echoing_it() -> None:
         with pytest.raises(ConfigurationError, match="at least 16 printable ASCII") as info:
             check_token(bad)
         assert bad not in str(info.value)
+
+
+def test_one_time_format_for_every_page() -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from outbox.dashboard.web import ms_time, tick
+
+    at = datetime(2026, 12, 1, 20, 5, 9, 123_456, tzinfo=timezone(timedelta(hours=2)))
+    assert tick(at) == "2026-12-01 18:05:09"
+    assert tick(at, True) == "2026-12-01 18:05:09.123"
+    assert tick(None) == "" and ms_time(None) == "-"
+    assert ms_time(int(at.timestamp() * 1000)) == "2026-12-01 18:05:09"
+    assert tick(datetime(2026, 1, 2, tzinfo=UTC), True) == "2026-01-02 00:00:00.000"
