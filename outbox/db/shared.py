@@ -329,7 +329,7 @@ class SharedDriver(LimitOps, ResultOps):
                 claimed = [(i, verify(i)) for i in self.outbox_claim_in_tx(p)]
             else:
                 claimed = self.outbox_claim_checked_in_tx(p)
-            acked = publish([i for i, reason in claimed if reason is None])
+            acked = publish(self._in_turn(c, [i for i, reason in claimed if reason is None]))
             moved = [i.id for i, reason in claimed if reason is None and i.message_id in acked]
             if moved:
                 self._expect("relay_delete_moved", moved)
@@ -344,6 +344,18 @@ class SharedDriver(LimitOps, ResultOps):
             return len(claimed), len(moved), failed, _traces(sent)
 
         return timed(self._transact("relay batch", batch), started)
+
+    @staticmethod
+    def _in_turn(c: Executor, valid: list[StoredIntent]) -> list[StoredIntent]:
+        """The valid intents a broker batch may publish: every keyless one, and the keyed
+        ones with no older pending intent of their key outside the batch (another lane
+        holds it, or it failed to publish): those stay pending for a later batch, so one
+        key is never in two batches in flight (``outbox.db.ordering.in_turn``)."""
+        rows = [(i.id, str(i.ordering_key)) for i in valid if i.ordering_key is not None]
+        if not rows:
+            return valid
+        keep = {i for i, _ in ordering.in_turn(c, rows)}
+        return [i for i in valid if i.ordering_key is None or i.id in keep]
 
     def _move_in_tx(self, valid: list[int], waiting: list[int], notify: bool) -> None:
         """Move the verified intents ``valid`` into the queue; those of ``waiting`` enter
