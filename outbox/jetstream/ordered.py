@@ -142,9 +142,11 @@ class OrderedLane(Lane):
         self.room.set()
 
     def _free(self) -> int:
-        """Slots a new request may fill: the cap less what is held and asked for."""
-        asked = sum(1 for p in self.pullers if p.busy(self.ctx.clock()))
-        return self.cap - self._held() - asked
+        """Free slots. While there is one, every partition has a request open: the lane
+        cannot know which partitions have a message, and a request per free slot would
+        leave a partition unasked for rounds. So a lane may hold, waiting for a slot (its
+        lease renewed), a message per partition more than its cap."""
+        return self.cap - self._held()
 
     async def run(self) -> None:
         """Keep one request open on each partition while a slot is free for its message."""
