@@ -13,7 +13,10 @@ semaphore, and a job costs no task of its own unless its handler is async::
 
 A snooze publishes the job again, due later, and terminates its message (the format is
 in ``outbox.jetstream.codec``): a NAK would spend an attempt, as JetStream counts every
-delivery. A sync handler past its ``timeout`` is failed as on SQL (``JobTimeout``,
+delivery. A keyed job's snooze must keep its place, so ``outbox.jetstream.ordered``'s
+lane overrides the hooks for it (``_snooze``, ``_snoozes``, ``_uncounted``).
+
+A sync handler past its ``timeout`` is failed as on SQL (``JobTimeout``,
 retried or dead-lettered) and its slot is freed at once; its thread runs the handler to
 its end with the result ignored, and the next job waits for a free thread.
 

@@ -1,11 +1,14 @@
 """The worker on JetStream: the same ``Registry``, handlers and ``ctx`` as on SQL.
 
-Each queue has one durable pull consumer (``names.CONSUMER``) shared by every worker
-process, so JetStream spreads its messages over them. One asyncio loop runs all queues,
-each a ``Lane`` (``outbox.jetstream.lane`` draws its flow and what it pays per burst
-rather than per job) fed by its own pull requests (``outbox.jetstream.pull``); async
-handlers run on the loop, sync ones on long-lived threads (the ``Runner`` of
-``outbox.queue.execute`` calls both, exactly as the SQL worker does).
+Each queue has one durable pull consumer (``names.CONSUMER``) per priority band shared by
+every worker process, so JetStream spreads its messages over them; jobs with an ordering
+key come from the queue's ordered partitions instead, one consumer each with one message
+in flight (``outbox.jetstream.ordered``, an ``OrderedLane`` beside the queue's ``Lane``).
+One asyncio loop runs all queues, each a ``Lane`` (``outbox.jetstream.lane`` draws its
+flow and what it pays per burst rather than per job) fed by its own pull requests
+(``outbox.jetstream.pull``); async handlers run on the loop, sync ones on long-lived
+threads (the ``Runner`` of ``outbox.queue.execute`` calls both, exactly as the SQL
+worker does).
 
 A message's life, per delivery::
 
@@ -33,7 +36,9 @@ which one consumer-wide number cannot express, and the worker enforces it on eve
 delivery (a job whose worker died on its last attempt is dead-lettered on arrival).
 A snoozed job is a new message that carries the attempts spent before it (its format in
 ``outbox.jetstream.codec``, the flow in ``outbox.jetstream.lane``), so a snooze spends no
-attempt; the snooze past ``MAX_SNOOZES`` dead-letters the job (``SnoozeLimit``), as on SQL.
+attempt; a keyed job is NAKed instead, keeping its place, its snoozes counted in a bucket
+(``outbox.jetstream.ordered``). The snooze past ``MAX_SNOOZES`` dead-letters the job
+(``SnoozeLimit``), as on SQL.
 
 A worker never creates a stream (the relay does, with the fleet's settings): it waits
 for a missing one, and refuses one set up wrongly.
