@@ -346,3 +346,23 @@ def test_a_broker_worker_refuses_dead_letter_holds_key_in_one_line(nats_url: str
         JetStreamWorker(parse_url(nats_url), registry, config)
     message = str(err.value)
     assert "\n" not in message and "job t.held has dead_letter_holds_key=True" in message
+
+
+def test_run_once_takes_one_job_of_a_key_per_round_in_order(
+    sqlite_db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    """A round asks each partition once: one job of a key, the next only in the next
+    round (the one before it is acknowledged by then), beside every keyless job."""
+    db, url = sqlite_db
+    queue = support.queue_name()
+    k = _record(url, [(f"k{i}", j) for i, j in enumerate(_keyed(queue, "order:r", 3))])
+    plain = support.record_jobs(url, queue, 2)
+    with support.relay(db, nats_url) as relay:
+        relay.run()
+    config = WorkerConfig(queues={queue: None}, sleep=0.2, lease=2.0, concurrency=4)
+    worker = JetStreamWorker(parse_url(nats_url), app.registry, config)
+    with ThreadPoolExecutor(1) as pool:
+        claimed = [pool.submit(worker.run_once).result() for _ in range(4)]
+    assert claimed == [3, 1, 1, 0]
+    ran = [m for m, _, what in _lines(ledger) if what == "ran"]
+    assert [m for m in ran if m in k] == k and sorted(ran[:3]) == sorted([k[0], *plain])
