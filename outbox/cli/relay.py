@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any
 
 import click
 import orjson
@@ -21,7 +20,6 @@ from outbox.cli.context import CliContext, pass_cli
 from outbox.cli.params import MESSAGE_ID
 from outbox.cli.serving import metrics_options
 from outbox.config import settings
-from outbox.db.connection import Database
 from outbox.hooks import NO_HOOKS
 from outbox.metrics import serving
 from outbox.queue import limits, throughput
@@ -117,7 +115,6 @@ def relay_command(
     )
     if not watch:
         preflight.ready(database)
-        _refuse_ordering(jet, database)
         with Relay(database, config, target=jet) as relay:
             totals = _drain(relay, limit)
     else:
@@ -127,7 +124,6 @@ def relay_command(
             except preflight.Stopped:
                 click.echo("stopped while waiting for the database; nothing relayed")
                 return
-            _refuse_ordering(jet, database)
             with serving(database, "relay", metrics_port, metrics_bind) as m, Relay(
                 database, config, target=jet, hooks=m or NO_HOOKS
             ) as relay:
@@ -136,14 +132,6 @@ def relay_command(
     if fail_on_quarantine and totals.quarantined:
         click.echo(f"quarantined {totals.quarantined} intents: see `outbox failed`", err=True)
         sys.exit(EXIT_THRESHOLD)
-
-
-def _refuse_ordering(jet: Any, database: Database) -> None:
-    """A nats:// target does not keep ordering keys yet: refuse to start while intents
-    have one (``JetStreamTarget.check_ordering``), in one line."""
-    if jet is not None:
-        with database.connect() as conn:
-            jet.check_ordering(conn.driver)
 
 
 def _drain(relay: Relay, limit: int | None) -> RunTotals:

@@ -99,13 +99,22 @@ def handoff_ordered(c: Executor, rows: Sequence[tuple[int, str]]) -> tuple[list[
     holds it, or it was deferred) stays in the outbox for a later batch, with its key's
     later intents: one key's intents enter the queue in id order whatever the relays do.
     """
+    moving = in_turn(c, rows)
+    waits = drive(enter([k for _, k in moving]), c)
+    return [i for i, _ in moving], [i for (i, _), w in zip(moving, waits, strict=True) if w]
+
+
+def in_turn(c: Executor, rows: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Of a relay batch's keyed intents ``(outbox id, key)`` in id order, those whose
+    turn to leave the outbox has come: no older pending intent of their key is outside
+    the batch. One held by another lane or relay is still pending to this plain read
+    (its batch has not committed), so a key never leaves in two batches at once: the
+    SQL queue and the JetStream target both hand off through here."""
     ids = [i for i, _ in rows]
     keys = sorted({k for _, k in rows})
     found = c.execute("relay_ordering_earlier", {"ids": ids, "keys": keys})
     earlier = {str(k): int(m) for k, m in found}
-    moving = [(i, k) for i, k in rows if k not in earlier or i < earlier[k]]
-    waits = drive(enter([k for _, k in moving]), c)
-    return [i for i, _ in moving], [i for (i, _), w in zip(moving, waits, strict=True) if w]
+    return [(i, k) for i, k in rows if k not in earlier or i < earlier[k]]
 
 
 def keys_of(rows: Iterable[Any]) -> list[str]:

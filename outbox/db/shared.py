@@ -172,9 +172,10 @@ class SharedDriver(LimitOps, ResultOps):
 
     def job_dead_letter(self, p: JobDeadLetter) -> bool:
         key = {"id": p.job.id, "holder": p.holder, "attempts": p.job.attempts}
+        okey = p.job.ordering_key
         return self._transact(
             "dead_letter",
-            lambda c: self._move_to_dead(c, "job_dead_take", key, p.failure, p.hold_key),
+            lambda c: self._move_to_dead(c, "job_dead_take", key, p.failure, p.hold_key, okey),
         )
 
     def job_snooze(self, p: JobSnooze) -> SnoozeOutcome:
@@ -194,7 +195,7 @@ class SharedDriver(LimitOps, ResultOps):
         def settle(c: Executor) -> Literal["cancelled", "lost"]:
             if _why_unchanged(c.execute("job_held_state", key)) != "cancelled":
                 return "lost"
-            self._move_to_dead(c, "job_dead_take", key, CANCELLED_FAILURE)
+            self._move_to_dead(c, "job_dead_take", key, CANCELLED_FAILURE, False, job.ordering_key)
             return "cancelled"
 
         return self._transact("cancel", settle)
@@ -243,16 +244,33 @@ class SharedDriver(LimitOps, ResultOps):
     def job_reap_dead(self, job: ExpiredJob, hold_key: bool = False) -> bool:
         failure = Failure(LEASE_EXPIRED, "the lease expired on the last attempt", "")
         key = _reap_key(job)
-        return self._transact(
-            "reap", lambda c: self._move_to_dead(c, "job_reap_take", key, failure, hold_key)
-        )
+
+        def reap(c: Executor) -> bool:
+            found = c.execute("ordering_key_of_job", {"id": job.id})
+            okey = None if not found or found[0][0] is None else str(found[0][0])
+            return self._move_to_dead(c, "job_reap_take", key, failure, hold_key, okey)
+
+        return self._transact("reap", reap)
 
     @staticmethod
     def _move_to_dead(
-        c: Executor, take: str, key: dict[str, Any], failure: Failure, hold_key: bool = False
+        c: Executor,
+        take: str,
+        key: dict[str, Any],
+        failure: Failure,
+        hold_key: bool = False,
+        known_key: str | None = None,
     ) -> bool:
         """Move a job to the dead letters; its ordering key, if any, is released (the
-        next job of the key gets its turn) unless ``hold_key``."""
+        next job of the key gets its turn) unless ``hold_key``.
+
+        The key's row is locked before the job is taken (``known_key``, the job's key),
+        as the acknowledgement does: taking the job first and locking the key after
+        deadlocked on MariaDB against a job of the key entering (``ordering.enter`` locks
+        the key, then reads the key's jobs with a locking read); measured with two
+        processes, 385 of 1,500 pushes were deadlock victims."""
+        if known_key is not None:
+            drive(ordering.lock([known_key]), c)
         rows = c.execute(take, key)
         if not rows:
             return False
@@ -277,7 +295,7 @@ class SharedDriver(LimitOps, ResultOps):
         if is_node_id(str(message_id)):  # a workflow node: its dependents, in this transaction
             workflows.on(c, workflows.failed(str(message_id)))
         if okey is not None and not hold_key:  # releases its key (outbox.db.ordering)
-            drive(ordering.leave([str(okey)]), c)
+            drive(ordering.leave([str(okey)], locked=str(okey) == known_key), c)
         return True
 
     # -- the outbox -------------------------------------------------------------------
@@ -329,7 +347,7 @@ class SharedDriver(LimitOps, ResultOps):
                 claimed = [(i, verify(i)) for i in self.outbox_claim_in_tx(p)]
             else:
                 claimed = self.outbox_claim_checked_in_tx(p)
-            acked = publish([i for i, reason in claimed if reason is None])
+            acked = publish(self._in_turn(c, [i for i, reason in claimed if reason is None]))
             moved = [i.id for i, reason in claimed if reason is None and i.message_id in acked]
             if moved:
                 self._expect("relay_delete_moved", moved)
@@ -344,6 +362,18 @@ class SharedDriver(LimitOps, ResultOps):
             return len(claimed), len(moved), failed, _traces(sent)
 
         return timed(self._transact("relay batch", batch), started)
+
+    @staticmethod
+    def _in_turn(c: Executor, valid: list[StoredIntent]) -> list[StoredIntent]:
+        """The valid intents a broker batch may publish: every keyless one, and the keyed
+        ones with no older pending intent of their key outside the batch (another lane
+        holds it, or it failed to publish): those stay pending for a later batch, so one
+        key is never in two batches in flight (``outbox.db.ordering.in_turn``)."""
+        rows = [(i.id, str(i.ordering_key)) for i in valid if i.ordering_key is not None]
+        if not rows:
+            return valid
+        keep = {i for i, _ in ordering.in_turn(c, rows)}
+        return [i for i in valid if i.ordering_key is None or i.id in keep]
 
     def _move_in_tx(self, valid: list[int], waiting: list[int], notify: bool) -> None:
         """Move the verified intents ``valid`` into the queue; those of ``waiting`` enter

@@ -180,11 +180,14 @@ async def _banded(broker: Broker, queue: str) -> bool:
 
 
 async def _consumers(broker: Broker, queue: str) -> list[Any]:
-    """The consumer of each band the queue's workers made (band 0 first)."""
+    """The consumer of each band the queue's workers made (band 0 first), then those of
+    the ordered partitions (jobs with an ordering key)."""
     out = []
-    for band in names.BANDS:
+    wanted = [names.consumer(b) for b in names.BANDS]
+    wanted += [names.ordered_consumer(p) for p in range(names.ORDERED_PARTITIONS)]
+    for name in wanted:
         try:
-            out.append(await broker.js.consumer_info(names.stream(queue), names.consumer(band)))
+            out.append(await broker.js.consumer_info(names.stream(queue), name))
         except NotFoundError:
             continue  # no worker made it yet (or a stream made before priorities)
     return out
@@ -198,8 +201,8 @@ async def _jobs(
     for q, info in await _queue_streams(broker):
         if queue is not None and q != queue:
             continue
-        delivered = {
-            names.band_of_subject(c.config.filter_subject or ""): c.delivered.stream_seq or 0
+        delivered = {  # each consumer reads one subject: a band's or a partition's
+            c.config.filter_subject or "": c.delivered.stream_seq or 0
             for c in await _consumers(broker, q)
         }
         state = info.state
@@ -214,7 +217,7 @@ async def _jobs(
             if message_id is not None and job.message_id != message_id:
                 continue
             job.priority = names.band_of_subject(raw.subject or "")
-            if seq <= delivered.get(job.priority, 0):
+            if seq <= delivered.get(raw.subject or "", 0):
                 out.append(WaitingJob(job, "reserved"))
             else:
                 out.append(WaitingJob(job, "ready" if job.available_at <= now_ms else "delayed"))

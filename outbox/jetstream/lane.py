@@ -13,7 +13,10 @@ semaphore, and a job costs no task of its own unless its handler is async::
 
 A snooze publishes the job again, due later, and terminates its message (the format is
 in ``outbox.jetstream.codec``): a NAK would spend an attempt, as JetStream counts every
-delivery. A sync handler past its ``timeout`` is failed as on SQL (``JobTimeout``,
+delivery. A keyed job's snooze must keep its place, so ``outbox.jetstream.ordered``'s
+lane overrides the hooks for it (``_snooze``, ``_snoozes``, ``_uncounted``).
+
+A sync handler past its ``timeout`` is failed as on SQL (``JobTimeout``,
 retried or dead-lettered) and its slot is freed at once; its thread runs the handler to
 its end with the result ignored, and the next job waits for a free thread.
 
@@ -113,7 +116,7 @@ class _Outcomes(SimpleQueue[Any]):
                 self.loop.call_soon_threadsafe(self.drain)
 
 
-def _meta(msg: Msg) -> tuple[int, int, float]:
+def delivery_meta(msg: Msg) -> tuple[int, int, float]:
     """Stream sequence, delivery count and the delivery time in UNIX ms, read from the
     reply subject (``$JS.ACK.<stream>.<consumer>.<delivered>.<seq>.<cseq>.<ns>.<pending>``)
     without building nats-py's ``Metadata``; other forms go through it."""
@@ -165,7 +168,7 @@ class Lane:
             Puller(
                 nc,
                 names.stream(queue),
-                names.consumer(b),
+                self._consumer_name(b),
                 self._arrived,
                 partial(self._request_ended, b),
                 ctx.clock,
@@ -175,6 +178,25 @@ class Lane:
         self.band = 0  # the band the next request goes to
         self.puller = self.pullers[0]
         self._sweep_lingered = False  # this sweep's band-0 request was held open
+
+    def _consumer_name(self, index: int) -> str:
+        """The durable consumer of puller ``index``: one per priority band here."""
+        return names.consumer(index)
+
+    def _uncounted(self, seq: int) -> int:
+        """Deliveries of message ``seq`` that spent no attempt, beyond the early one
+        (``outbox.jetstream.ordered``'s snoozes); none here: a snooze is a new message."""
+        return 0
+
+    def _snoozes(self, msg: Msg) -> int:
+        """How often the job of ``msg`` was snoozed (here: its message's header)."""
+        return codec.snooze_count(msg.headers)
+
+    def _snooze(self, msg: Msg, job: ClaimedJob, n: int, due_ms: int) -> None:
+        self._spawn(self._snooze_now(msg, job, n, due_ms))
+
+    def _ended(self, seq: int) -> None:
+        """Message ``seq`` left the stream (acked or terminated)."""
 
     # -- fetching -----------------------------------------------------------------
 
@@ -344,7 +366,7 @@ class Lane:
 
     def _start(self, msg: Msg) -> None:
         w, queue = self.ctx, self.queue
-        seq, delivered, sent_ms = _meta(msg)
+        seq, delivered, sent_ms = delivery_meta(msg)
         try:
             job = codec.decode_job(queue, seq, delivered, msg.headers, msg.data)
         except codec.ForeignMessage as exc:
@@ -359,6 +381,7 @@ class Lane:
         job.priority = names.band_of_subject(msg.subject)
         if job.available_at > sent_ms + 1 and delivered > 1:
             job.attempts -= 1  # the early delivery did not count
+        job.attempts -= self._uncounted(seq)
         w.stats.claimed += 1
         handler = w.registry.get(job.job_name)
         limit = w.registry.max_attempts(job.job_name, job.max_attempts)
@@ -485,7 +508,7 @@ class Lane:
         """The policy's decision (``outbox.queue.policy``), as JetStream writes it."""
         w, job = self.ctx, outcome.job
         handler = w.registry.get(job.job_name)
-        snoozes = codec.snooze_count(msg.headers) if outcome.kind is Kind.SNOOZED else 0
+        snoozes = self._snoozes(msg) if outcome.kind is Kind.SNOOZED else 0
         decision = decide(
             outcome,
             max_attempts=w.registry.max_attempts(job.job_name, job.max_attempts),
@@ -500,6 +523,7 @@ class Lane:
         if action is Action.ACK:
             w.stats.succeeded += 1
             self._send(msg.ack)
+            self._ended(job.id)
         elif action is Action.RELEASE:  # taken by a thread after stop was asked
             w.stats.released += 1
             self._send(msg.nak)
@@ -507,7 +531,7 @@ class Lane:
             w.stats.retried += 1
             self._send(partial(msg.nak, delay=decision.delay_ms / 1000))
         elif action is Action.SNOOZE:
-            self._spawn(self._snooze_now(msg, job, snoozes + 1, decision.due_ms))
+            self._snooze(msg, job, snoozes + 1, decision.due_ms)
         elif action in (Action.DEAD, Action.CANCEL):
             w.stats.cancelled += action is Action.CANCEL
             failure = decision.failure or UNKNOWN_FAILURE
@@ -564,6 +588,7 @@ class Lane:
             return
         self.ctx.stats.dead += 1
         self._send(msg.term)
+        self._ended(seq)
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)

@@ -9,7 +9,12 @@ For queue ``search``:
   worker process of that queue, so JetStream spreads the messages over them;
 - priorities 1 to 9 (``Job(priority=)``): subjects ``outbox.prio.<p>.search`` in the
   same stream, each band with its consumer ``outbox-workers-p<p>``; a stream made
-  before priorities has the first subject only, and every job goes there.
+  before priorities has the first subject only, and every job goes there;
+- jobs with an ordering key: subjects ``outbox.ord.<p>.search`` in the same stream, one
+  per partition ``p`` of ``ORDERED_PARTITIONS`` (a stable digest of the key picks it),
+  each with its consumer ``outbox-workers-o<p>`` that has one message in flight at a
+  time, so one key's jobs run one at a time, in stream order
+  (``outbox.jetstream.ordered``).
 
 A stream name may not contain ``.``, which queue names may: there it is written ``_``
 and a short digest of the real name is appended (``OUTBOX_mail_eu-3f2a9c``), so two
@@ -25,8 +30,12 @@ DEAD_PREFIX = "OUTBOX_DEAD_"
 JOBS_SUBJECT = "outbox.jobs."
 DEAD_SUBJECT = "outbox.dead."
 PRIO_SUBJECT = "outbox.prio."
+ORDERED_SUBJECT = "outbox.ord."
 CONSUMER = "outbox-workers"
 BANDS = range(10)  # priorities 0 (most urgent) to 9
+# Fixed, not a setting: the relay and every worker must agree on a key's partition. It
+# bounds how many keys run at once per queue (and a key's backoff holds its partition).
+ORDERED_PARTITIONS = 16
 
 
 def _safe(queue: str) -> str:
@@ -56,6 +65,33 @@ def subject(queue: str, priority: int = 0) -> str:
 def band_subjects(queue: str) -> list[str]:
     """Every band's subject of ``queue``, the most urgent first."""
     return [subject(queue, p) for p in BANDS]
+
+
+def partition(ordering_key: str) -> int:
+    """The partition of ``ordering_key`` (as the outbox stores it: the key's digest), the
+    same on every host and Python version."""
+    digest = hashlib.sha256(ordering_key.encode()).digest()
+    return int.from_bytes(digest[:4], "big") % ORDERED_PARTITIONS
+
+
+def ordered_subject(queue: str, part: int) -> str:
+    """The subject of ``queue``'s keyed jobs in partition ``part``."""
+    return f"{ORDERED_SUBJECT}{part}.{queue}"
+
+
+def ordered_subjects(queue: str) -> list[str]:
+    """Every partition's subject of ``queue``."""
+    return [ordered_subject(queue, p) for p in range(ORDERED_PARTITIONS)]
+
+
+def ordered_consumer(part: int) -> str:
+    """The durable consumer of one ordered partition."""
+    return f"{CONSUMER}-o{part}"
+
+
+def is_ordered(subject_name: str) -> bool:
+    """Is ``subject_name`` an ordered partition's (a keyed job's)?"""
+    return subject_name.startswith(ORDERED_SUBJECT)
 
 
 def consumer(priority: int = 0) -> str:

@@ -2,8 +2,11 @@
 
 ``create`` (default) adds a missing stream with our settings and checks an existing one;
 ``require`` only checks, so it never creates a stream and never changes the settings of
-a running fleet's stream. Either way an existing stream is never modified: a setting we
-cannot work with is an error naming the stream and the setting.
+a running fleet's stream. An existing stream is never modified but in one way: ``create``
+adds the subjects of ordering keys' partitions (``names.ordered_subjects``) to a queue
+stream made before them, so a fleet upgrades in place; ``require`` reports that they are
+missing (``Found.ordered``) and the relay refuses such a stream in one line. Any other
+setting we cannot work with is an error naming the stream and the setting.
 
 What must hold for a queue stream: work-queue retention (an acked or terminated message
 leaves it), our subject among its subjects, discard ``new`` when it has a limit (discard
@@ -55,10 +58,12 @@ class StreamSettings:
 class Found:
     """What a queue's stream allows: its duplicate window (seconds), and whether it has
     the subjects of every priority band (a stream made before priorities has band 0's
-    only: every job goes there, in the order published)."""
+    only: every job goes there, in the order published), and whether it has the subjects
+    of ordering keys' partitions."""
 
     window: float
     banded: bool
+    ordered: bool = False
 
 
 async def ensure(
@@ -68,7 +73,7 @@ async def ensure(
     queue stream allows."""
     work = StreamConfig(
         name=names.stream(queue),
-        subjects=names.band_subjects(queue),
+        subjects=names.band_subjects(queue) + names.ordered_subjects(queue),
         retention=RetentionPolicy.WORK_QUEUE,
         storage=StorageType.FILE,
         discard=DiscardPolicy.NEW,
@@ -89,8 +94,33 @@ async def ensure(
     found = await _existing_or_created(js, work, mode)
     await _existing_or_created(js, dead, mode)
     _check(found, work, dead=False)
-    banded = set(names.band_subjects(queue)) <= set(found.subjects or [])
-    return Found(float(found.duplicate_window or 0.0), banded)
+    ordered = set(names.ordered_subjects(queue))
+    if mode == "create" and not ordered <= set(found.subjects or []):
+        found = await _add_subjects(js, found, ordered)
+    subjects = set(found.subjects or [])
+    banded = set(names.band_subjects(queue)) <= subjects
+    return Found(float(found.duplicate_window or 0.0), banded, ordered <= subjects)
+
+
+async def _add_subjects(js: JetStreamContext, found: StreamConfig, more: set[str]) -> StreamConfig:
+    """The stream with ``more`` among its subjects (a stream made before ordering keys)."""
+    have = list(found.subjects or [])
+    found.subjects = have + sorted(more - set(have))
+    try:
+        return (await js.update_stream(found)).config
+    except Exception as exc:
+        raise BrokerError(
+            f"stream {found.name}: could not add the subjects of ordering keys ({_why(exc)})"
+        ) from exc
+
+
+def missing_ordered(queue: str) -> str:
+    """The one line for a stream without the ordered subjects, under ``require``."""
+    return (
+        f"stream {names.stream(queue)}: setting subjects lacks {names.ORDERED_SUBJECT}<0-"
+        f"{names.ORDERED_PARTITIONS - 1}>.{queue}, which jobs with an ordering_key need (add "
+        "them, or run the relay once with --provisioning create, which adds them)"
+    )
 
 
 async def _existing_or_created(

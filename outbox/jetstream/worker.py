@@ -1,11 +1,14 @@
 """The worker on JetStream: the same ``Registry``, handlers and ``ctx`` as on SQL.
 
-Each queue has one durable pull consumer (``names.CONSUMER``) shared by every worker
-process, so JetStream spreads its messages over them. One asyncio loop runs all queues,
-each a ``Lane`` (``outbox.jetstream.lane`` draws its flow and what it pays per burst
-rather than per job) fed by its own pull requests (``outbox.jetstream.pull``); async
-handlers run on the loop, sync ones on long-lived threads (the ``Runner`` of
-``outbox.queue.execute`` calls both, exactly as the SQL worker does).
+Each queue has one durable pull consumer (``names.CONSUMER``) per priority band shared by
+every worker process, so JetStream spreads its messages over them; jobs with an ordering
+key come from the queue's ordered partitions instead, one consumer each with one message
+in flight (``outbox.jetstream.ordered``, an ``OrderedLane`` beside the queue's ``Lane``).
+One asyncio loop runs all queues, each a ``Lane`` (``outbox.jetstream.lane`` draws its
+flow and what it pays per burst rather than per job) fed by its own pull requests
+(``outbox.jetstream.pull``); async handlers run on the loop, sync ones on long-lived
+threads (the ``Runner`` of ``outbox.queue.execute`` calls both, exactly as the SQL
+worker does).
 
 A message's life, per delivery::
 
@@ -33,7 +36,9 @@ which one consumer-wide number cannot express, and the worker enforces it on eve
 delivery (a job whose worker died on its last attempt is dead-lettered on arrival).
 A snoozed job is a new message that carries the attempts spent before it (its format in
 ``outbox.jetstream.codec``, the flow in ``outbox.jetstream.lane``), so a snooze spends no
-attempt; the snooze past ``MAX_SNOOZES`` dead-letters the job (``SnoozeLimit``), as on SQL.
+attempt; a keyed job is NAKed instead, keeping its place, its snoozes counted in a bucket
+(``outbox.jetstream.ordered``). The snooze past ``MAX_SNOOZES`` dead-letters the job
+(``SnoozeLimit``), as on SQL.
 
 A worker never creates a stream (the relay does, with the fleet's settings): it waits
 for a missing one, and refuses one set up wrongly.
@@ -66,6 +71,7 @@ from outbox.jetstream import control, inbox, names, provision
 from outbox.jetstream.connect import BrokerUrl, connect
 from outbox.jetstream.inbox import InboxRunner
 from outbox.jetstream.lane import Lane, LaneContext
+from outbox.jetstream.ordered import OrderedLane
 from outbox.job import MAX_ATTEMPTS_LIMIT
 from outbox.log import get_logger
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
@@ -86,6 +92,7 @@ def refuse_sql_only(registry: Registry, config: WorkerConfig, database: Database
     """What a broker worker cannot run: say which, before anything runs.
 
     A transactional handler needs the database its inbox is in (``outbox.jetstream.inbox``);
+    a dead letter that holds its ordering key cannot be kept (``outbox.jetstream.ordered``);
     global concurrency and rate limits are held in the SQL queue's tables.
     """
     names_ = transactional_jobs(registry)
@@ -93,6 +100,13 @@ def refuse_sql_only(registry: Registry, config: WorkerConfig, database: Database
         raise ConfigurationError(
             f"job {names_[0]} is transactional, which on a broker needs the database of its "
             "inbox (give --database-url, migrated, or drop transactional=True)"
+        )
+    held = sorted(n for n in registry if (h := registry.get(n)) and h.dead_letter_holds_key)
+    if held:
+        raise ConfigurationError(
+            f"job {held[0]} has dead_letter_holds_key=True, which a broker worker cannot keep "
+            "(an unacked dead letter would block every key of its partition): drop it or run "
+            "without --broker"
         )
     limited = sorted(registry.limited)
     if limited:
@@ -197,8 +211,11 @@ class JetStreamWorker:
                 for queue, cap in self.config.caps().items():
                     if queue in watch.paused:
                         continue
-                    if bands := await self._consumer(js, queue, wait=False):
+                    bands, ordered = await self._consumers(js, queue, wait=False)
+                    if bands:
                         await Lane(self.ctx, nc, js, queue, cap, bands).run_round()
+                    if ordered:
+                        await OrderedLane(self.ctx, nc, js, queue, cap, ordered).run_round()
         except TimeoutError:
             log.warning("worker.round_timed_out", timeout_s=timeout)
         finally:
@@ -255,13 +272,16 @@ class JetStreamWorker:
         for lane in self._lanes:
             lane.cancel_job(message_id)
 
-    async def _consumer(self, js: JetStreamContext, queue: str, *, wait: bool = True) -> int:
+    async def _consumers(
+        self, js: JetStreamContext, queue: str, *, wait: bool = True
+    ) -> tuple[int, int]:
         """The queue's consumers, once its stream exists: the relay (or an operator)
         creates streams with the fleet's settings; a worker never does, or it could make
         one with the wrong replicas. A stream set up wrongly is an error; a missing one
-        is waited for (with ``stop_when_empty``, nothing is claimable: 0). Returns how
-        many priority bands the stream has (10, or 1 for a stream made before them),
-        each with its consumer."""
+        is waited for (with ``stop_when_empty``, nothing is claimable: 0, 0). Returns how
+        many priority bands the stream has (10, or 1 for a stream made before them) and
+        how many ordered partitions (``names.ORDERED_PARTITIONS``, or 0 for a stream made
+        before them), each with its consumer."""
         warned = False
         while True:
             try:
@@ -271,7 +291,7 @@ class JetStreamWorker:
                 if not provision.stream_missing(exc):
                     raise
             if not wait or self.config.stop_when_empty or self.ctx.stopping.is_set():
-                return 0
+                return 0, 0
             if not warned:
                 log.warning("worker.waiting_for_stream", queue=queue, stream=names.stream(queue))
                 warned = True
@@ -280,26 +300,39 @@ class JetStreamWorker:
             inbox.check_retention(names.stream(queue), found.window, self.config.lease)
         bands = len(names.BANDS) if found.banded else 1
         for band in range(bands):
-            config = ConsumerConfig(
-                durable_name=names.consumer(band),
-                ack_policy=AckPolicy.EXPLICIT,
-                ack_wait=self.config.lease,
-                max_deliver=_BACKSTOP_DELIVERIES,
-                max_ack_pending=-1,
-                filter_subject=names.subject(queue, band),
+            await self._add_consumer(js, queue, names.consumer(band), names.subject(queue, band))
+        parts = names.ORDERED_PARTITIONS if found.ordered else 0
+        for part in range(parts):  # one message in flight each: one key at a time, in order
+            await self._add_consumer(
+                js, queue, names.ordered_consumer(part), names.ordered_subject(queue, part), 1
             )
-            try:
-                await js.add_consumer(names.stream(queue), config)
-            except APIError as exc:  # an existing consumer keeps its settings
-                log.warning("worker.consumer_kept", queue=queue, error=exc.description or "")
-        return bands
+        return bands, parts
+
+    async def _add_consumer(
+        self, js: JetStreamContext, queue: str, name: str, subject: str, in_flight: int = -1
+    ) -> None:
+        config = ConsumerConfig(
+            durable_name=name,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.config.lease,
+            max_deliver=_BACKSTOP_DELIVERIES,
+            max_ack_pending=in_flight,
+            filter_subject=subject,
+        )
+        try:
+            await js.add_consumer(names.stream(queue), config)
+        except APIError as exc:  # an existing consumer keeps its settings
+            log.warning("worker.consumer_kept", queue=queue, error=exc.description or "")
 
     async def _queue(self, nc: Client, js: JetStreamContext, queue: str, cap: int) -> None:
-        bands = await self._consumer(js, queue)
-        if not bands:
-            return
-        lane = Lane(self.ctx, nc, js, queue, cap, bands)
-        self._lanes.append(lane)
+        bands, parts = await self._consumers(js, queue)
+        lanes: list[Lane] = []
+        if bands:
+            lanes.append(Lane(self.ctx, nc, js, queue, cap, bands))
+        if parts:
+            lanes.append(OrderedLane(self.ctx, nc, js, queue, cap, parts))
+        self._lanes.extend(lanes)
         if self.ctx.stopping.is_set():
-            lane.room.set()
-        await lane.run()
+            for lane in lanes:
+                lane.room.set()
+        await asyncio.gather(*(lane.run() for lane in lanes))

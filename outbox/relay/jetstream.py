@@ -22,12 +22,17 @@ A stream at its limits (discard new) refuses the message: the row stays pending 
 the relay raises ``TargetRefused`` once the batch's accepted rows are committed, so a
 watching relay backs off (``Relay.watch``) and ``outbox status --target`` shows it.
 
-Ordering keys are not kept on this target yet: in-flight batches and the shared pull
-consumer would let one key's jobs run out of order. Rather than reorder them silently,
-the relay refuses to start while any pending intent has one (``check_ordering``), and an
-intent with one recorded later is never published: it stays pending and the batch ends
-in ``TargetRefused`` (limit ``ordering_key``), loud in the logs and ``outbox status``;
-relay such intents with the SQL queue target.
+Ordering keys are kept (``docs/how-to/ordering.md``). A batch publishes a keyed intent
+only when no older pending intent of its key is outside the batch
+(``outbox.db.ordering.in_turn``): one in another lane's batch, or one a refused publish
+left behind, is still pending, so a key is never in two batches in flight. Within a
+batch a key's intents go out one after another, each after the PubAck of the one before
+(``_publish_all``'s rounds), while keyless rows and other keys go at once in the first
+round; when one of a key's messages is refused, it and the key's later ones stay
+pending. A keyed job goes on its key's ordered partition subject
+(``names.ordered_subject``), whose consumer the worker reads one message at a time.
+A stream without those subjects (made before them, under ``--provisioning require``)
+is refused in one line when a keyed intent meets it; nothing is published.
 """
 
 from __future__ import annotations
@@ -48,8 +53,6 @@ from outbox.log import get_logger
 from outbox.relay.verify import reason_for
 
 log = get_logger("outbox.relay")
-# TargetRefused's limit for intents with an ordering key (module docstring).
-ORDERING = "ordering_key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,7 @@ class JetStreamTarget:
         self._publisher: BatchPublisher | None = None
         self._ready: set[str] = set()
         self._banded: set[str] = set()  # queues whose stream has every priority band
+        self._ordered: set[str] = set()  # queues whose stream has the ordered partitions
         self._lock = threading.Lock()
 
     @property
@@ -127,15 +131,6 @@ class JetStreamTarget:
             if self._broker is None:
                 self._broker = Broker(self.url)
             return self._broker
-
-    def check_ordering(self, driver: Driver) -> None:
-        """Refuse to start while pending intents have an ordering key (module docstring)."""
-        intents, _, _ = driver.ordering_counts()
-        if intents:
-            raise ConfigurationError(
-                f"{intents} pending intents have an ordering_key, which the nats:// target"
-                " does not keep in order yet; relay them with --target sql"
-            )
 
     def prepare(self, queues: Iterable[str]) -> None:
         """Create or check these queues' streams now (a fleet's known queues at start)."""
@@ -158,8 +153,6 @@ class JetStreamTarget:
             why = (
                 f"is full (setting {r.limit}, discard new)"
                 if r.limit in ("max_msgs", "max_bytes")
-                else "is not given intents with an ordering_key (relay them with --target sql)"
-                if r.limit == ORDERING
                 else f"did not accept them ({r.limit})"
             )
             raise TargetRefused(
@@ -173,29 +166,37 @@ class JetStreamTarget:
     def _publish(
         self, broker: Broker, intents: list[StoredIntent], refused: list[_Refusal]
     ) -> set[str]:
-        ordered = [i for i in intents if i.ordering_key is not None]
-        if ordered:  # never published: they stay pending (module docstring)
-            refused.append(_Refusal(names.stream(str(ordered[0].queue)), ORDERING, len(ordered)))
-            intents = [i for i in intents if i.ordering_key is None]
         if not intents:
             return set()
         refuse_workflows(intents)
         timeout = self.settings.publish_timeout
         try:
             broker.call(self._ensure(broker, {str(i.queue) for i in intents}), timeout * 2)
-            acks = broker.call(self._publish_all(broker, intents), timeout + 1)
+            self._refuse_unordered(intents)
+            rounds = _rounds(intents)
+            acks = broker.call(self._publish_all(broker, rounds), timeout * len(rounds) + 1)
         except TimeoutError:
             raise BrokerError(
                 f"NATS at {self.url.shown} did not acknowledge a batch within {timeout:g} s",
                 transient=True,
             ) from None
         acked: set[str] = set()
-        for intent, ack in zip(intents, acks, strict=True):
+        for intent, ack in acks:
             if isinstance(ack, Acked):
                 acked.add(intent.message_id)
             else:
                 _note_failure(refused, str(intent.queue), ack)
+        left = len(intents) - len(acks)  # later intents of a key whose publish failed
+        if left and refused:
+            refused[0].count += left
         return acked
+
+    def _refuse_unordered(self, intents: list[StoredIntent]) -> None:
+        """A keyed intent for a stream without the ordered subjects stops the relay in
+        one line, before anything of the batch is published."""
+        for i in intents:
+            if i.ordering_key is not None and str(i.queue) not in self._ordered:
+                raise ConfigurationError(provision.missing_ordered(str(i.queue)))
 
     async def _ensure(self, broker: Broker, queues: set[str]) -> None:
         for queue in sorted(queues - self._ready):
@@ -205,28 +206,49 @@ class JetStreamTarget:
             self._ready.add(queue)
             if found.banded:
                 self._banded.add(queue)
+            if found.ordered:
+                self._ordered.add(queue)
 
-    async def _publish_all(self, broker: Broker, intents: list[StoredIntent]) -> list[Outcome]:
-        now_ms = int(time.time() * 1000)
-        banded = self._banded
-        messages = [
-            (
-                names.subject(str(i.queue), int(i.priority or 0) if i.queue in banded else 0),
-                str(i.payload).encode(),
-                codec.job_headers(
-                    i.message_id,
-                    str(i.job_name),
-                    i.max_attempts,
-                    int(i.available_at or 0),
-                    now_ms,
-                    trace_context=i.trace_context,
-                ),
-            )
-            for i in intents
-        ]
+    async def _publish_all(
+        self, broker: Broker, rounds: list[list[StoredIntent]]
+    ) -> list[tuple[StoredIntent, Outcome]]:
+        """Publish the rounds one after another, each once the one before is acknowledged;
+        a key whose message was refused publishes nothing after it (its later intents are
+        left out of the outcomes: they stay pending)."""
         if self._publisher is None:
             self._publisher = BatchPublisher(broker.nc)
-        return await self._publisher.publish(messages, self.settings.publish_timeout)
+        out: list[tuple[StoredIntent, Outcome]] = []
+        stopped: set[str] = set()  # keys with a refused message
+        for intents in rounds:
+            intents = [
+                i for i in intents if i.ordering_key is None or i.ordering_key not in stopped
+            ]
+            if not intents:
+                continue
+            now_ms = int(time.time() * 1000)
+            messages = [self._message(i, now_ms) for i in intents]
+            acks = await self._publisher.publish(messages, self.settings.publish_timeout)
+            for intent, ack in zip(intents, acks, strict=True):
+                out.append((intent, ack))
+                if intent.ordering_key is not None and not isinstance(ack, Acked):
+                    stopped.add(intent.ordering_key)
+        return out
+
+    def _message(self, i: StoredIntent, now_ms: int) -> tuple[str, bytes, dict[str, str]]:
+        queue = str(i.queue)
+        if i.ordering_key is not None:  # a key's order wins over its priority
+            subject = names.ordered_subject(queue, names.partition(str(i.ordering_key)))
+        else:
+            subject = names.subject(queue, int(i.priority or 0) if queue in self._banded else 0)
+        headers = codec.job_headers(
+            i.message_id,
+            str(i.job_name),
+            i.max_attempts,
+            int(i.available_at or 0),
+            now_ms,
+            trace_context=i.trace_context,
+        )
+        return subject, str(i.payload).encode(), headers
 
     def _drop(self) -> None:
         with self._lock:
@@ -239,6 +261,7 @@ class JetStreamTarget:
         self._publisher = None
         self._ready.clear()
         self._banded.clear()
+        self._ordered.clear()
 
     def close(self) -> None:
         self._drop()
@@ -256,6 +279,23 @@ def refuse_workflows(intents: list[StoredIntent]) -> None:
             "only (their nodes become due in a database transaction that a JetStream ack "
             "is not); relay it without --target nats://"
         )
+
+
+def _rounds(intents: list[StoredIntent]) -> list[list[StoredIntent]]:
+    """The batch as publishing rounds: round n holds every key's n-th intent (id order),
+    and the first round every keyless one too, so keyless rows go out at once."""
+    rounds: list[list[StoredIntent]] = [[]]
+    seen: dict[str, int] = {}
+    for i in intents:
+        if i.ordering_key is None:
+            rounds[0].append(i)
+            continue
+        n = seen.get(i.ordering_key, 0)
+        seen[i.ordering_key] = n + 1
+        if n == len(rounds):
+            rounds.append([])
+        rounds[n].append(i)
+    return rounds
 
 
 def _note_failure(refused: list[_Refusal], queue: str, outcome: PublishRefused) -> None:

@@ -3,7 +3,11 @@ processes, two relay processes, 20 keys x 30 jobs recorded in interleaved transa
 handlers failing at random and snoozing now and then, one worker SIGKILLed mid-run and
 replaced. The check reads the start/end ledger the handlers write: per key, the starts
 follow commit order and no two runs of a key overlap (a killed run ends when its
-process died)."""
+process died).
+
+The same runs on JetStream (PostgreSQL and MariaDB, whose relays keep three batches in
+flight): one relay process with ``--in-flight 3`` to the suite's own nats-server, three
+``outbox worker --broker`` processes, the same keys, failures, snoozes and SIGKILLs."""
 
 from __future__ import annotations
 
@@ -23,7 +27,11 @@ import pytest
 
 from outbox import Job, record
 from outbox.db.connection import Connection
+from outbox.jetstream import names
+from tests.fixtures import databases as backends
 from tests.fixtures.workers import ROOT, count, wait_until
+from tests.nats import support
+from tests.nats.servers import NatsServer
 
 TIMEOUT = 300
 KEYS, PER_KEY = 20, 30
@@ -81,12 +89,12 @@ def spawn(db_url: str, ledger: Ledger) -> Iterator[Any]:
         p.wait(TIMEOUT)
 
 
-def _worker(spawn: Any) -> subprocess.Popen[bytes]:
-    return spawn("worker", "default", "--app", "tests.fixtures.apps.ordering:registry",
-                 "--concurrency", "4", "--lease", "2", "--sleep", "0.05")  # fmt: skip
+def _worker(spawn: Any, queue: str = "default", *extra: str) -> subprocess.Popen[bytes]:
+    return spawn("worker", queue, "--app", "tests.fixtures.apps.ordering:registry",
+                 "--concurrency", "4", "--lease", "2", "--sleep", "0.05", *extra)  # fmt: skip
 
 
-def _produce(app_conn: Any, rng: random.Random) -> dict[str, list[int]]:
+def _produce(app_conn: Any, rng: random.Random, queue: str = "default") -> dict[str, list[int]]:
     """Every key's jobs, 1-5 of several keys per transaction, interleaved; the order of
     each key's seqs is its commit order (one producer commits one after the other)."""
     left = {f"order:{k}": list(range(PER_KEY)) for k in range(KEYS)}
@@ -102,7 +110,8 @@ def _produce(app_conn: Any, rng: random.Random) -> dict[str, list[int]]:
                 del left[key]
         for key, seq in batch:
             payload = {"key": key, "seq": seq, "hang": hang.get(key) == seq}
-            record(app_conn, f"{key}:{seq}", Job("o.step", payload, ordering_key=key))
+            job = Job("o.step", payload, queue=queue, ordering_key=key)
+            record(app_conn, f"{key}:{seq}", job)
         app_conn.commit()
         for key, seq in batch:
             committed[key].append(seq)
@@ -142,13 +151,55 @@ def test_three_workers_run_each_key_one_at_a_time_in_commit_order_through_a_sigk
     relays = [spawn("relay", "--watch", "--poll-interval", "0.05", "--batch-size", "20")
               for _ in range(2)]  # fmt: skip
     committed = _produce(app_conn, rng)
+    killed = _run_to_the_end(ledger, workers, lambda: _worker(spawn))
+    _stop(workers, relays)
+    _check(ledger, committed, killed)
+    assert count(conn, "outbox_jobs") == 0 and count(conn, "outbox_messages") == 0
+    assert count(conn, "outbox_failed_jobs") == 0
+    assert count(conn, "outbox_ordering_keys") == 0
+
+
+@pytest.fixture(scope="module")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    server = NatsServer(tmp_path_factory.mktemp("nats"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [b for b in backends.BACKENDS if b != "sqlite"])
+def test_on_jetstream_three_workers_run_each_key_in_commit_order_with_three_batches_in_flight(
+    app_conn: Any, conn: Connection, spawn: Any, ledger: Ledger, nats_server: NatsServer
+) -> None:
+    rng = random.Random(28)
+    url, queue = nats_server.url, support.queue_name("ord")
+    broker = ("--broker", url)
+    relays = [spawn("relay", "--watch", "--poll-interval", "0.05", "--batch-size", "20",
+                    "--target", url, "--in-flight", "3")]  # fmt: skip
+    committed = _produce(app_conn, rng, queue)
+    wait_until(lambda: support.stream_count(url, names.stream(queue)) >= 0, TIMEOUT, "the stream")
+    workers = [_worker(spawn, queue, *broker) for _ in range(3)]
+    killed = _run_to_the_end(ledger, workers, lambda: _worker(spawn, queue, *broker))
+    _stop(workers, relays)
+    _check(ledger, committed, killed)
+    assert count(conn, "outbox_messages") == 0
+    assert support.stream_count(url, names.stream(queue)) == 0
+    assert support.stream_count(url, names.dead_stream(queue)) == 0
+
+
+def _run_to_the_end(
+    ledger: Ledger, workers: list[subprocess.Popen[bytes]], new: Any
+) -> dict[int, float]:
+    """Every job run to its end: one worker SIGKILLed a third of the way in, and each that
+    holds a hanging job; each replaced. When each was killed, by pid."""
     total = KEYS * PER_KEY
     wait_until(lambda: ledger.done() >= total // 3, TIMEOUT, "a third of the jobs to end")
     victim = workers.pop(0)  # SIGKILLed mid-run, whatever it holds
     victim.send_signal(signal.SIGKILL)
     victim.wait(TIMEOUT)
     killed = {victim.pid: time.time()}
-    workers.append(_worker(spawn))
+    workers.append(new())
     # A hanging job (its first attempt sleeps 60 s) is ended by SIGKILLing its worker.
     while ledger.done() < total:
         for w in list(workers):
@@ -157,20 +208,20 @@ def test_three_workers_run_each_key_one_at_a_time_in_commit_order_through_a_sigk
                 w.wait(TIMEOUT)
                 killed[w.pid] = time.time()
                 workers.remove(w)
-                workers.append(_worker(spawn))
+                workers.append(new())
         time.sleep(0.5)
         assert time.time() - min(killed.values()) < TIMEOUT, "the run did not finish"
+    assert len(killed) >= 2  # the one killed mid-run, and those that held a hanging job
+    return killed
+
+
+def _stop(workers: list[subprocess.Popen[bytes]], relays: list[subprocess.Popen[bytes]]) -> None:
     for w in workers:  # a SIGTERM before its handlers are set would kill it outright
         wait_until(lambda w=w: '"worker.started"' in w.stderr_path.read_text(encoding="utf-8"),
                    TIMEOUT, "a replacement worker to start")  # fmt: skip
     for p in [*workers, *relays]:
         p.send_signal(signal.SIGTERM)
-    assert [p.wait(TIMEOUT) for p in [*workers, *relays]] == [0] * (len(workers) + 2)
-    assert len(killed) >= 2  # the one killed mid-run, and those that held a hanging job
-    _check(ledger, committed, killed)
-    assert count(conn, "outbox_jobs") == 0 and count(conn, "outbox_messages") == 0
-    assert count(conn, "outbox_failed_jobs") == 0
-    assert count(conn, "outbox_ordering_keys") == 0
+    assert [p.wait(TIMEOUT) for p in [*workers, *relays]] == [0] * (len(workers) + len(relays))
 
 
 def _holds_a_hang(ledger: Ledger, pid: int | None, killed: dict[int, float]) -> bool:
