@@ -155,16 +155,31 @@ def check_priority(value: object) -> int:
 
 
 def normalise(job: Job) -> NormalJob:
-    """Validate ``job`` and return it with its payload as canonical JSON text."""
+    """Validate ``job`` and return it with its payload as canonical JSON text.
+
+    The usual values (a remembered name, no ``max_attempts``, priority 0, no ordering
+    key) skip the check functions' calls; anything else goes through them.
+    """
     if not isinstance(job, Job):
         raise InvalidJob(f"expected an outbox.Job (got {type(job).__name__})")
+    name, queue, attempts, priority = job.name, job.queue, job.max_attempts, job.priority
+    if type(name) is not str or name not in _known_names:
+        check_name(name, "job name")
+    if type(queue) is not str or queue not in _known_names:
+        check_name(queue, "queue name")
+    payload_json = canonical_json(job.payload)  # the checks run in the order they always did
+    if attempts is not None:
+        check_max_attempts(attempts)
+    if priority != 0 or type(priority) is not int:
+        check_priority(priority)
+    key = job.ordering_key
     return NormalJob(
-        check_name(job.name, "job name"),
-        check_name(job.queue, "queue name"),
-        canonical_json(job.payload),
-        check_max_attempts(job.max_attempts),
-        check_priority(job.priority),
-        ordering_digest(job.ordering_key),
+        name,
+        queue,
+        payload_json,
+        attempts,
+        priority,
+        None if key is None else ordering_digest(key),
     )
 
 
