@@ -70,8 +70,8 @@ def plan(ctx: Ctx) -> Plan:
     url = servers.fresh(ctx.backend, "outbox_bench_record")
     n = ctx.size(3_000, 1_000)
     p = Plan(cases=cases(url, n) + today_cases(url, n))
-    r = {k: f"{NAME}: {c.name}" for k, c in zip(w_record.MODES, p.cases, strict=True)}
-    later = p.cases[len(w_record.MODES) :]
+    now, later = p.cases[: len(w_record.MODES)], p.cases[len(w_record.MODES) :]
+    r = {k: f"{NAME}: {c.name}" for k, c in zip(w_record.MODES, now, strict=True)}
     was = {k: f"{NAME}: {c.name}" for k, c in zip(TODAY, later, strict=True)}
     bound = TXN_BOUND.get(ctx.backend, 1.15)
     p.targets = [
