@@ -15,12 +15,14 @@ from bench import oban_env, procs, servers, w_pgqueuer, w_procrastinate, w_recor
 from bench.core import Case, Target
 from bench.plan import PY, Ctx, Plan, rate
 from bench.procs import Spec
+from bench.s_tracing import snapshot
 from bench.s_worker import cli_defaults_case, worker_case
 from bench.w_outbox import missing
 
 NAME = "peers"
 DEFAULTS = "drain: `outbox worker` with the CLI defaults (no tuning flags), 1 proc"
 SINGLES = 3_000  # enqueue-one-at-a-time samples: a few seconds for every system
+TODAY = "today's code"  # our producers' cases timed again with the merge base's package
 _tag = itertools.count()
 
 
@@ -144,13 +146,15 @@ def _ours(ctx: Ctx, n: int) -> list[Case]:
         ("record_batch_1000", "list1000: outbox record_many() x1000 per txn", many),
         ("push_batch_1000", "list1000: outbox push_many() x1000 per txn", many),
     ]
-    for mode, label, m in modes:
+    today = snapshot()  # the same producers with the outbox package at the merge base
+    again = [(x, today) for x in modes if x[0] != "record_batch"]
+    for (mode, label, m), src in [(x, "") for x in modes] + again:
         out.append(
             _enqueue(
-                f"enqueue {label}",
+                f"enqueue {label}" + (f" ({TODAY})" if src else ""),
                 Spec(
                     "bench.w_record:producer",
-                    {"url": rec_url, "n": m, "mode": mode, "tag": f"p{next(_tag)}"},
+                    {"url": rec_url, "n": m, "mode": mode, "tag": f"p{next(_tag)}", "src": src},
                     PY,
                 ),
                 before=lambda: w_record.prepare(rec_url),
@@ -183,8 +187,8 @@ def plan(ctx: Ctx) -> Plan:
 def _targets(cases: list[Case]) -> list[Target]:
     names = [f"{NAME}: {c.name}" for c in cases]
 
-    def pick(*words: str) -> list[str]:
-        return [x for x in names if all(w in x for w in words)]
+    def pick(*words: str, today: bool = False) -> list[str]:
+        return [x for x in names if all(w in x for w in words) and (TODAY in x) == today]
 
     peers_drain_1 = [x for x in pick("drain:", "1 proc") if "outbox" not in x]
     tuned_1 = [x for x in pick("outbox worker", "1 proc") if x != f"{NAME}: {DEFAULTS}"]
@@ -254,6 +258,20 @@ def _targets(cases: list[Case]) -> list[Target]:
             ">=",
             1.2,
         ),
+    ]
+    ts += [
+        Target(
+            f"{TODAY}: {what} vs pgqueuer (no target; before this change)",
+            pick(f"enqueue {mode}: outbox {call}", today=True),
+            pick(f"enqueue {mode}: pgqueuer"),
+            ">=",
+            float("inf"),
+        )
+        for what, mode, call in (
+            ("single record()+COMMIT", "single", "record()"),
+            ("record_many of 1,000", "list1000", "record_many()"),
+            ("push_many of 1,000", "list1000", "push_many()"),
+        )
     ]
     single = pick("enqueue single: outbox")
     if single:

@@ -7,15 +7,18 @@ import itertools
 from bench import procs, servers, w_record
 from bench.core import Case, Target
 from bench.plan import Ctx, Plan, rate
+from bench.s_tracing import snapshot
 
 NAME = "record"
 _tag = itertools.count()
 
 
-def _case(url: str, label: str, mode: str, n: int) -> Case:
+def _case(url: str, label: str, mode: str, n: int, src: str = "") -> Case:
     def measure() -> float:
         w_record.prepare(url)
-        o = procs.run_one("bench.w_record:producer", url=url, n=n, mode=mode, tag=f"r{next(_tag)}")
+        o = procs.run_one(
+            "bench.w_record:producer", url=url, n=n, mode=mode, tag=f"r{next(_tag)}", src=src
+        )
         return rate(o.total(), o.elapsed_s)
 
     unit = "txn/s" if mode not in w_record.PER_CALL else "intents/s"
@@ -30,6 +33,8 @@ def cases(
     labels = {
         "plain": "plain txn: business row + same bytes into plain table",
         "byhand": "by-hand txn: business row + record()'s row by hand (diagnostic)",
+        "onerow": "one-row sketch txn: business row + intent holding its key, one INSERT "
+        "(diagnostic)",
         "record": "record() txn: business row + record(), NOTIFY off",
         "record_notify": "record() txn: business row + record(), NOTIFY on",
         "raw_single": "raw single INSERT+COMMIT",
@@ -43,6 +48,20 @@ def cases(
     ]
 
 
+# The modes timed a second time with the outbox package at the merge base with main
+# (``bench.s_tracing.snapshot``): before and after of the producer's Python, one run.
+TODAY = ("record", "record_single", "record_batch_1000", "push_batch_1000")
+TODAY_PREFIX = "today's code: "
+
+
+def today_cases(url: str, n: int, modes: tuple[str, ...] = TODAY) -> list[Case]:
+    src = snapshot()
+    return [
+        _case(url, TODAY_PREFIX + c.name, m, n * (5 if m in w_record.PER_CALL else 1), src)
+        for m, c in zip(modes, cases(url, n, modes=modes), strict=True)
+    ]
+
+
 # Issue 30's bound for the record() transaction against the plain one, per backend.
 TXN_BOUND = {"postgresql": 1.15, "mysql": 1.40, "mariadb": 1.40, "sqlite": 1.30}
 
@@ -50,8 +69,10 @@ TXN_BOUND = {"postgresql": 1.15, "mysql": 1.40, "mariadb": 1.40, "sqlite": 1.30}
 def plan(ctx: Ctx) -> Plan:
     url = servers.fresh(ctx.backend, "outbox_bench_record")
     n = ctx.size(3_000, 1_000)
-    p = Plan(cases=cases(url, n))
-    r = {k: f"{NAME}: {c.name}" for k, c in zip(w_record.MODES, p.cases, strict=True)}
+    p = Plan(cases=cases(url, n) + today_cases(url, n))
+    now, later = p.cases[: len(w_record.MODES)], p.cases[len(w_record.MODES) :]
+    r = {k: f"{NAME}: {c.name}" for k, c in zip(w_record.MODES, now, strict=True)}
+    was = {k: f"{NAME}: {c.name}" for k, c in zip(TODAY, later, strict=True)}
     bound = TXN_BOUND.get(ctx.backend, 1.15)
     p.targets = [
         Target(
@@ -65,6 +86,22 @@ def plan(ctx: Ctx) -> Plan:
         Target(
             "by-hand floor of the two-row design: by-hand txn time vs plain txn (no target)",
             r["byhand"],
+            [r["plain"]],
+            "<=",
+            float("inf"),
+            per_op_time=True,
+        ),
+        Target(
+            "one-row sketch: its txn time vs plain txn (no target; the floor of a one-row design)",
+            r["onerow"],
+            [r["plain"]],
+            "<=",
+            float("inf"),
+            per_op_time=True,
+        ),
+        Target(
+            "today's code: record() txn time vs plain txn (no target; before this change)",
+            was["record"],
             [r["plain"]],
             "<=",
             float("inf"),
@@ -85,5 +122,21 @@ def plan(ctx: Ctx) -> Plan:
             ">=",
             0.85,
         ),
+        Target(
+            "today's code: single record()+COMMIT vs raw INSERT+COMMIT (no target)",
+            was["record_single"],
+            [r["raw_single"]],
+            ">=",
+            float("inf"),
+        ),
+    ] + [
+        Target(
+            f"{m}: this code / today's code, throughput (no target)",
+            r[m],
+            [was[m]],
+            ">=",
+            float("inf"),
+        )
+        for m in TODAY
     ]
     return p

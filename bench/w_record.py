@@ -17,7 +17,6 @@ from typing import Any
 import orjson
 
 from bench.data import JOB_NAME, QUEUE, clear, connect, payload
-from outbox.db.dialect import dialect_named
 
 SERIAL = {
     "postgresql": "bigserial PRIMARY KEY",
@@ -27,6 +26,7 @@ SERIAL = {
 MODES = (
     "plain",
     "byhand",
+    "onerow",
     "record",
     "record_notify",
     "raw_single",
@@ -47,7 +47,7 @@ def prepare(url: str) -> None:
     # TRUNCATE, not DELETE: with autovacuum off (as on these machines) deleted rows
     # would pile up in our tables' indexes while the plain table starts fresh each time.
     clear(conn)
-    for table in ("bench_business", "bench_plain"):
+    for table in ("bench_business", "bench_plain", "bench_onerow"):
         conn.execute_sql(f"DROP TABLE IF EXISTS {table}")
     conn.execute_sql(
         f"CREATE TABLE bench_business (id {SERIAL[d]}, note_id BIGINT NOT NULL, "
@@ -58,7 +58,37 @@ def prepare(url: str) -> None:
         "idem_key VARCHAR(200) NOT NULL, job_name VARCHAR(200) NOT NULL, "
         "queue VARCHAR(200) NOT NULL, payload TEXT NOT NULL, created_at BIGINT NOT NULL)"
     )
+    for sql in _one_row_table(conn, d):
+        conn.execute_sql(sql)
     conn.close()
+
+
+def _one_row_table(conn: Any, dialect: str) -> list[str]:
+    """The one-row sketch's table: ``outbox_messages`` as it is (columns and indexes),
+    plus a unique index on ``key_digest``, which would hold the idempotency memory on
+    the intent itself instead of in ``outbox_keys``. Bench only; no product schema."""
+    unique = "CREATE UNIQUE INDEX bench_onerow_key ON bench_onerow (key_digest)"
+    if dialect == "postgresql":
+        return ["CREATE TABLE bench_onerow (LIKE outbox_messages INCLUDING ALL)", unique]
+    if dialect == "mysql":
+        return ["CREATE TABLE bench_onerow LIKE outbox_messages", unique]
+    rows = conn.execute_sql(
+        "SELECT type, name, sql FROM sqlite_master WHERE tbl_name = 'outbox_messages' "
+        "AND sql IS NOT NULL ORDER BY type DESC"
+    )
+    out = []
+    for kind, name, sql in rows:
+        sql = str(sql).replace("outbox_messages", "bench_onerow", 1 if kind == "table" else 2)
+        if kind == "index":
+            sql = sql.replace(str(name), "bench_onerow_" + str(name), 1)
+        out.append(sql)
+    return [*out, unique]
+
+
+def _now_ms(dialect: str) -> str:
+    from outbox.db.dialect import dialect_named
+
+    return dialect_named(dialect).now_ms
 
 
 def app_connect(url: str) -> tuple[Any, str]:
@@ -88,7 +118,7 @@ def app_connect(url: str) -> tuple[Any, str]:
 def _by_hand_sql(dialect: str, mark: str) -> list[str]:
     """record()'s rows written by hand (key row, then intent with ``keyed = 1``): the
     schema's cost without our Python work. One statement on PostgreSQL, as record()."""
-    now = dialect_named(dialect).now_ms
+    now = _now_ms(dialect)
     intent = (
         "outbox_messages (message_id, key_digest, fingerprint, job_name, queue, payload, "
         "max_attempts, available_at, state, created_at, keyed)"
@@ -115,8 +145,35 @@ def _by_hand_sql(dialect: str, mark: str) -> list[str]:
     ]
 
 
-def producer(url: str, n: int, mode: str, tag: str) -> Callable[[], dict[str, Any]]:
-    """``n`` producer transactions in ``mode``; the count is of intents written."""
+def _one_row_sql(dialect: str, mark: str) -> str:
+    """What a one-row design would send per ``record()``: the intent with its key on
+    the row, one INSERT against the unique ``key_digest``, no ``outbox_keys`` row."""
+    cols = (
+        "bench_onerow (message_id, key_digest, fingerprint, job_name, queue, payload, "
+        "max_attempts, available_at, state, created_at, keyed)"
+    )
+    values = (
+        f"VALUES ({mark}, {mark}, {mark}, {mark}, {mark}, {mark}, NULL, NULL, 'pending', "
+        f"{_now_ms(dialect)}, 1)"
+    )
+    if dialect == "mysql":
+        return f"INSERT INTO {cols} {values} ON DUPLICATE KEY UPDATE key_digest = key_digest"
+    returning = " RETURNING message_id" if dialect == "postgresql" else ""
+    return f"INSERT INTO {cols} {values} ON CONFLICT (key_digest) DO NOTHING{returning}"
+
+
+def producer(url: str, n: int, mode: str, tag: str, src: str = "") -> Callable[[], dict[str, Any]]:
+    """``n`` producer transactions in ``mode``; the count is of intents written.
+
+    ``src``, when given, is a folder holding another ``outbox`` package (a snapshot of
+    an earlier commit, ``bench.s_record.snapshot``), imported instead of this one so
+    both are timed in one run; the bench's own imports of outbox wait until here."""
+    if src:
+        import sys
+
+        sys.path.insert(0, src)
+        for name in [m for m in sys.modules if m == "outbox" or m.startswith("outbox.")]:
+            del sys.modules[name]
     from outbox import Job, push_many, record, record_many
     from outbox.config import configure
 
@@ -125,12 +182,13 @@ def producer(url: str, n: int, mode: str, tag: str) -> Callable[[], dict[str, An
     mark = "?" if d == "sqlite" else "%s"
     business = (
         f"INSERT INTO bench_business (note_id, title, updated_at) "
-        f"VALUES ({mark}, {mark}, {dialect_named(d).now_ms})"
+        f"VALUES ({mark}, {mark}, {_now_ms(d)})"
     )
     plain = (
         f"INSERT INTO bench_plain (message_id, idem_key, job_name, queue, payload, "
-        f"created_at) VALUES ({mark}, {mark}, {mark}, {mark}, {mark}, {dialect_named(d).now_ms})"
+        f"created_at) VALUES ({mark}, {mark}, {mark}, {mark}, {mark}, {_now_ms(d)})"
     )
+    one_row = _one_row_sql(d, mark)
 
     by_hand = _by_hand_sql(d, mark)
 
@@ -148,6 +206,12 @@ def producer(url: str, n: int, mode: str, tag: str) -> Callable[[], dict[str, An
             else:
                 cur.execute(by_hand[0], (digest, mid, digest))
                 cur.execute(by_hand[1], (mid, digest, digest, JOB_NAME, QUEUE, body))
+        elif mode == "onerow":
+            body = orjson.dumps(payload(i), option=orjson.OPT_SORT_KEYS).decode()
+            digest = hashlib.sha256(f"bench:{tag}:{i}".encode()).hexdigest()
+            cur.execute(one_row, (str(uuid.uuid4()), digest, digest, JOB_NAME, QUEUE, body))
+            if d == "postgresql":
+                cur.fetchall()
         else:
             record(conn, f"bench:{tag}:{i}", Job(JOB_NAME, payload(i), queue=QUEUE))
 
@@ -168,7 +232,7 @@ def producer(url: str, n: int, mode: str, tag: str) -> Callable[[], dict[str, An
     def work() -> dict[str, Any]:
         cur = conn.cursor()
         for t in range(n // per_txn):
-            if mode in ("plain", "byhand", "record", "record_notify"):
+            if mode in ("plain", "byhand", "onerow", "record", "record_notify"):
                 cur.execute(business, (t, f"note {t}"))
             if mode in PER_CALL:
                 batch(t * per_txn)

@@ -13,39 +13,59 @@ the last timestamp. Across processes ids order by millisecond only; the 62 rando
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 import uuid
 
 _COUNTER_MAX = 0xFFF
+_RAND_B_MASK = (1 << 62) - 1
+# Random bits are read from os.urandom 512 ids at a time (a system call per id was a
+# third of an id's cost) and handed out as 64-bit ints; a forked child drops what it
+# inherited (``_forget_random``), so parent and child never hand out the same bits.
+_RANDOM_WORDS = 512
 _lock = threading.Lock()
 _last_ms = -1
 _last_counter = 0
+_random: list[int] = []
 
 
-def _next_stamp() -> tuple[int, int]:
-    """The (millisecond, counter) pair for the next id, never repeating or going back."""
+def _forget_random() -> None:
+    global _lock
+    _random.clear()
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_random)
+
+
+def _word() -> int:
+    """64 fresh random bits; the caller holds ``_lock``."""
+    if not _random:
+        _random.extend(struct.unpack(f">{_RANDOM_WORDS}Q", os.urandom(8 * _RANDOM_WORDS)))
+    return _random.pop()
+
+
+def _next_stamp() -> tuple[int, int, int]:
+    """The (millisecond, counter, rand_b) of the next id: the first two never repeating
+    or going back, the last 62 random bits."""
     global _last_ms, _last_counter
     now = time.time_ns() // 1_000_000
     with _lock:
         if now > _last_ms:
-            _last_ms, _last_counter = now, int.from_bytes(os.urandom(2), "big") & 0x7FF
+            _last_ms, _last_counter = now, _word() & 0x7FF
         elif _last_counter < _COUNTER_MAX:
             _last_counter += 1
         else:  # 4096 ids in one millisecond: borrow the next one
             _last_ms, _last_counter = _last_ms + 1, 0
-        return _last_ms, _last_counter
+        return _last_ms, _last_counter, _word() & _RAND_B_MASK
 
 
 def new_message_id(version: int = 0x7) -> str:
     """A new time-ordered UUID string (version ``version``, 7 unless a workflow node's
     8): 48-bit millisecond timestamp, 12-bit counter, 62 random bits."""
-    ms, counter = _next_stamp()
-    value = (ms & ((1 << 48) - 1)) << 80
-    value |= version << 76
-    value |= counter << 64  # rand_a
-    value |= 0b10 << 62  # variant
-    value |= int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)  # rand_b
+    ms, counter, rand_b = _next_stamp()
+    value = (ms & 0xFFFFFFFFFFFF) << 80 | version << 76 | counter << 64 | 0b10 << 62 | rand_b
     h = f"{value:032x}"  # uuid.UUID(int=...) would check and convert again: 3x slower
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 

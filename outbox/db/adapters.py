@@ -19,9 +19,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from outbox.db.dialect import SQLITE, Dialect, dialect_named, on_server
 from outbox.db.sql import Statement
@@ -31,16 +30,15 @@ Row = tuple[Any, ...]
 _PYMYSQL_IN_TRANS = 1  # SERVER_STATUS_IN_TRANS
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """A caller's connection, ready to run our named statements."""
+class Target(NamedTuple):
+    """A caller's connection, ready to run our named statements (one per call: a
+    named tuple is built in half a dataclass's time)."""
 
     dialect: Dialect
     run: Callable[[Statement, Mapping[str, Any]], list[Row]]
 
 
-@dataclass(frozen=True, slots=True)
-class AsyncTarget:
+class AsyncTarget(NamedTuple):
     dialect: Dialect
     run: Callable[[Statement, Mapping[str, Any]], Awaitable[list[Row]]]
 
@@ -57,8 +55,19 @@ def _text(sql: str) -> Any:
 
 
 def adapt(conn: object) -> Target:
-    """Recognise a sync connection and check that a write would join a transaction."""
+    """Recognise a sync connection and check that a write would join a transaction.
+
+    The exact kinds whose check needs nothing but the connection (sqlite3, psycopg 3)
+    are remembered by type after the first call (``_by_type``): what was a chain of
+    module-name tests, imports and ``isinstance`` checks per ``record()`` is one dict
+    lookup. The transaction check itself runs on every call.
+    """
+    quick = _by_type.get(type(conn))
+    if quick is not None:
+        return quick(conn)
     if isinstance(conn, sqlite3.Connection):
+        if type(conn) is sqlite3.Connection:
+            _by_type[sqlite3.Connection] = _sqlite_target
         _check_dbapi(conn)
         return Target(SQLITE, _run_sqlite(conn))
     mod = _module(conn)
@@ -79,13 +88,31 @@ def adapt(conn: object) -> Target:
 
         return Target(dialect, run_sa)
     if mod.startswith("psycopg") and _is_psycopg(conn, is_async=False):
-        _check_dbapi(conn)
-        return Target(dialect_named("postgresql"), _run_dbapi(conn, psycopg_has_rows))
+        import psycopg
+
+        if type(conn) is psycopg.Connection:
+            _by_type[psycopg.Connection] = _psycopg_target
+        return _psycopg_target(conn)
     if mod.startswith("pymysql") and _is_pymysql(conn):
         _check_dbapi(conn)
         version = str(getattr(conn, "server_version", ""))
         return Target(on_server(dialect_named("mysql"), version), _run_dbapi(conn))
     raise UnsupportedConnection(_unsupported(conn))
+
+
+def _sqlite_target(conn: Any) -> Target:
+    _check_sqlite(conn)
+    return Target(SQLITE, _run_sqlite(conn))
+
+
+def _psycopg_target(conn: Any) -> Target:
+    _check_psycopg(conn)
+    return Target(_POSTGRESQL, _run_dbapi(conn, psycopg_has_rows))
+
+
+_POSTGRESQL = dialect_named("postgresql")
+# Exact connection types seen by ``adapt``, each with the check-and-wrap it needs.
+_by_type: dict[type, Callable[[Any], Target]] = {}
 
 
 async def adapt_async(conn: object) -> AsyncTarget:
@@ -290,21 +317,33 @@ def _check_dbapi(raw: Any) -> None:
         return
     mod = _module(raw)
     if mod.startswith("psycopg"):
-        from psycopg.pq import TransactionStatus
-
-        if raw.closed:
-            raise NoActiveTransaction("the psycopg connection is closed")
-        status = raw.info.transaction_status
-        if status == TransactionStatus.INERROR:
-            raise NoActiveTransaction(_FAILED)
-        if raw.autocommit and status == TransactionStatus.IDLE:
-            raise NoActiveTransaction(_AUTOCOMMIT)
+        _check_psycopg(raw)
         return
     if mod.startswith("pymysql"):
         if not raw.open:
             raise NoActiveTransaction("the PyMySQL connection is closed")
         if raw.get_autocommit() and not raw.server_status & _PYMYSQL_IN_TRANS:
             raise NoActiveTransaction(_AUTOCOMMIT)
+
+
+def _check_psycopg(raw: Any) -> None:
+    """psycopg 3, sync or async. The status is read from ``pgconn`` (psycopg's
+    documented libpq wrapper): ``info`` builds a ConnectionInfo object on every read."""
+    if raw.closed:
+        raise NoActiveTransaction("the psycopg connection is closed")
+    status = raw.pgconn.transaction_status
+    idle, failed = _psycopg_idle_failed()
+    if status == failed:
+        raise NoActiveTransaction(_FAILED)
+    if raw.autocommit and status == idle:
+        raise NoActiveTransaction(_AUTOCOMMIT)
+
+
+@cache
+def _psycopg_idle_failed() -> tuple[int, int]:
+    from psycopg.pq import TransactionStatus
+
+    return int(TransactionStatus.IDLE), int(TransactionStatus.INERROR)
 
 
 def _check_sqlite(raw: Any) -> None:
