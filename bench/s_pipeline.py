@@ -10,6 +10,12 @@ commit → handler start over every job committed in the window (see bench.w_pip
 Ours also splits that p99 into the relay's leg (commit → handoff) and the worker's
 (handoff → handler start), to say where a miss comes from.
 
+Two optional cases compare variants of ours in the same interleaved run:
+``BENCH_PIPELINE_BASELINE=DIR`` runs the relay and worker from another checkout (e.g. a
+snapshot of an earlier commit; the producers stay this tree's), and
+``BENCH_PIPELINE_ACK_AB=1`` a worker that sends every acknowledgement at once instead of
+holding it up to ``ACK_DELAY_S`` for the next claim (bench.w_pipeline sets it).
+
 Each sample starts from empty tables and fresh consumer processes, waits until a probe
 job has gone through (so start-up is not timed), runs the producers for a fixed time,
 gives the consumers up to DRAIN_S to catch up, then stops them with SIGTERM (SIGKILL
@@ -50,12 +56,16 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _spawn(args: list[str], log: Path, out: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), BENCH_PIPELINE_LOG=str(log))
+def _spawn(
+    args: list[str], log: Path, out: Path, root: Path = ROOT, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A consumer process running ``root``'s code (``bench.w_pipeline`` always this tree's)."""
+    path = str(root) if root == ROOT else f"{root}{os.pathsep}{ROOT}"
+    env = dict(os.environ, **(env or {}), PYTHONPATH=path, BENCH_PIPELINE_LOG=str(log))
     with out.open("ab") as sink:
         return subprocess.Popen(
             [sys.executable, *args],
-            cwd=ROOT,
+            cwd=root,
             env=env,
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -78,9 +88,12 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 class System:
     """One side of the comparison: how to prepare, start, probe and read its backlog."""
 
-    def __init__(self, kind: str, url: str) -> None:
-        self.kind, self.url = kind, url
-        self.work = servers.WORK / f"pipeline-{kind}"
+    def __init__(
+        self, kind: str, url: str, *, root: Path = ROOT, env: dict[str, str] | None = None,
+        tag: str = "",
+    ) -> None:
+        self.kind, self.url, self.root, self.env = kind, url, root, env or {}
+        self.work = servers.WORK / f"pipeline-{kind}{tag}"
         servers.WORK.mkdir(parents=True, exist_ok=True)  # a fresh clone has none yet
 
     def prepare(self) -> None:
@@ -103,8 +116,9 @@ class System:
             return [_spawn(["-m", "bench.w_pipeline", "pgqueuer", self.url], log, out)]
         cli = ["-m", "outbox", "--database-url", self.url]
         return [
-            _spawn([*cli, "relay", "--watch"], log, out),
-            _spawn([*cli, "worker", QUEUE, "--app", "bench.w_pipeline:APP"], log, out),
+            _spawn([*cli, "relay", "--watch"], log, out, self.root, self.env),
+            _spawn([*cli, "worker", QUEUE, "--app", "bench.w_pipeline:APP"], log, out,
+                   self.root, self.env),
         ]
 
     def probe(self) -> None:
@@ -238,7 +252,16 @@ def plan(ctx: Ctx) -> Plan:
     ours = System("outbox", servers.fresh("postgresql", "outbox_bench_pipeline"))
     connect(ours.url).close()
     theirs = System("pgqueuer", servers.fresh("postgresql", "pgqueuer_bench_pipeline"))
-    p = Plan(cases=[_case(ours, OURS, seconds, warm_s), _case(theirs, THEIRS, seconds, warm_s)])
+    cases = [_case(ours, OURS, seconds, warm_s)]
+    baseline = os.environ.get("BENCH_PIPELINE_BASELINE")
+    if baseline:  # the same database: samples run one at a time, each from empty tables
+        before = System("outbox", ours.url, root=Path(baseline).resolve(), tag="-baseline")
+        cases.append(_case(before, f"{OURS} @ {Path(baseline).name}", seconds, warm_s))
+    if os.environ.get("BENCH_PIPELINE_ACK_AB"):
+        at_once = System("outbox", ours.url, env={"BENCH_PIPELINE_ACK_DELAY_S": "0"},
+                         tag="-acks-at-once")
+        cases.append(_case(at_once, f"{OURS}, acks not held", seconds, warm_s))
+    p = Plan(cases=[*cases, _case(theirs, THEIRS, seconds, warm_s)])
     p.targets = [
         Target(
             "pipeline jobs/s >= 1.0x pgqueuer's (8 producers, 1 consumer)",

@@ -111,6 +111,8 @@ class Dispatcher:
                         self._release_if_paused(queue)
                     break
         (self.idle.set if not claimed and not self.held else self.idle.clear)()
+        if self.to_ack and self._clock() - self._ack_since >= ACK_DELAY_S:
+            self.flush_acks()  # due, and no claim carried them (a limit left no room)
         return claimed
 
     def _has_room(self, queue: str, cap: int, now: float) -> bool:
@@ -221,8 +223,15 @@ class Dispatcher:
             return False
         if self.at_max_jobs():
             return True
-        now = self._clock()  # no claim due now (else pending acks ride along with it)
-        return not any(self._has_room(q, cap, now) for q, cap in self._caps.items())
+        return not self._room_now()  # no claim due now (else pending acks ride along with it)
+
+    def _room_now(self) -> bool:
+        now = self._clock()
+        return any(self._has_room(q, cap, now) for q, cap in self._caps.items())
+
+    def _claim_due(self) -> bool:
+        """Does the loop's next step claim (a queue with room and not dry, not stopping)?"""
+        return not (self.halting() or self.at_max_jobs()) and self._room_now()
 
     def collect(self) -> None:
         get = self.results.get_nowait
@@ -233,10 +242,18 @@ class Dispatcher:
                 break
             self._handle(item)
         self.free_slots()
-        if self.to_ack and (
-            not self._claim_coming() or self._clock() - self._ack_since >= ACK_DELAY_S
-        ):
+        if self.to_ack and self._ack_alone():
             self.flush_acks()
+
+    def _ack_alone(self) -> bool:
+        """Send the pending acks on their own now? Not while a claim is due: a wake-up
+        (or a freed thread) makes the loop claim next, and the acks ride along with that
+        claim however long they waited; sent alone first, they would hold the connection
+        for a round trip just when the relay's batch is there to be claimed. Otherwise,
+        when no claim is coming, or after ``ACK_DELAY_S``."""
+        if self._claim_due():
+            return False
+        return not self._claim_coming() or self._clock() - self._ack_since >= ACK_DELAY_S
 
     def _handle(self, item: Any) -> None:
         if item is WAKE:
