@@ -8,7 +8,11 @@ Producers run flat out; the figure is the jobs the consumer started inside the
 producers' window per second (``committed/s`` beside it shows whether it kept up), and
 commit → handler start over every job committed in the window (see bench.w_pipeline).
 Ours also splits that p99 into the relay's leg (commit → handoff) and the worker's
-(handoff → handler start), to say where a miss comes from.
+(handoff → handler start), to say where a miss comes from. The handoff's time is the
+job's ``enqueued_at``: the relay statement's clock, read as that statement begins, so
+the "worker leg" also holds the rest of the relay's statement and its commit (11-20 ms
+at the median under this load, measured with a trace of the relay's batches; see
+docs/incoming/tail.md), not the worker's time alone.
 
 Two optional cases compare variants of ours in the same interleaved run:
 ``BENCH_PIPELINE_BASELINE=DIR`` runs the relay and worker from another checkout (e.g. a
