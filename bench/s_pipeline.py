@@ -14,11 +14,10 @@ the "worker leg" also holds the rest of the relay's statement and its commit (11
 at the median under this load, measured with a trace of the relay's batches; see
 docs/incoming/tail.md), not the worker's time alone.
 
-Two optional cases compare variants of ours in the same interleaved run:
+An optional case compares ours with an earlier version in the same interleaved run:
 ``BENCH_PIPELINE_BASELINE=DIR`` runs the relay and worker from another checkout (e.g. a
-snapshot of an earlier commit; the producers stay this tree's), and
-``BENCH_PIPELINE_ACK_AB=1`` a worker that sends every acknowledgement at once instead of
-holding it up to ``ACK_DELAY_S`` for the next claim (bench.w_pipeline sets it).
+snapshot of an earlier commit, ``git archive COMMIT | tar -x -C DIR``); the producers
+stay this tree's (the handler: the checkout's own bench.w_pipeline).
 
 Each sample starts from empty tables and fresh consumer processes, waits until a probe
 job has gone through (so start-up is not timed), runs the producers for a fixed time,
@@ -60,12 +59,10 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _spawn(
-    args: list[str], log: Path, out: Path, root: Path = ROOT, env: dict[str, str] | None = None
-) -> subprocess.Popen[bytes]:
-    """A consumer process running ``root``'s code (``bench.w_pipeline`` always this tree's)."""
+def _spawn(args: list[str], log: Path, out: Path, root: Path = ROOT) -> subprocess.Popen[bytes]:
+    """A consumer process running ``root``'s code."""
     path = str(root) if root == ROOT else f"{root}{os.pathsep}{ROOT}"
-    env = dict(os.environ, **(env or {}), PYTHONPATH=path, BENCH_PIPELINE_LOG=str(log))
+    env = dict(os.environ, PYTHONPATH=path, BENCH_PIPELINE_LOG=str(log))
     with out.open("ab") as sink:
         return subprocess.Popen(
             [sys.executable, *args],
@@ -92,11 +89,8 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 class System:
     """One side of the comparison: how to prepare, start, probe and read its backlog."""
 
-    def __init__(
-        self, kind: str, url: str, *, root: Path = ROOT, env: dict[str, str] | None = None,
-        tag: str = "",
-    ) -> None:
-        self.kind, self.url, self.root, self.env = kind, url, root, env or {}
+    def __init__(self, kind: str, url: str, *, root: Path = ROOT, tag: str = "") -> None:
+        self.kind, self.url, self.root = kind, url, root
         self.work = servers.WORK / f"pipeline-{kind}{tag}"
         servers.WORK.mkdir(parents=True, exist_ok=True)  # a fresh clone has none yet
 
@@ -120,9 +114,8 @@ class System:
             return [_spawn(["-m", "bench.w_pipeline", "pgqueuer", self.url], log, out)]
         cli = ["-m", "outbox", "--database-url", self.url]
         return [
-            _spawn([*cli, "relay", "--watch"], log, out, self.root, self.env),
-            _spawn([*cli, "worker", QUEUE, "--app", "bench.w_pipeline:APP"], log, out,
-                   self.root, self.env),
+            _spawn([*cli, "relay", "--watch"], log, out, self.root),
+            _spawn([*cli, "worker", QUEUE, "--app", "bench.w_pipeline:APP"], log, out, self.root),
         ]
 
     def probe(self) -> None:
@@ -261,10 +254,6 @@ def plan(ctx: Ctx) -> Plan:
     if baseline:  # the same database: samples run one at a time, each from empty tables
         before = System("outbox", ours.url, root=Path(baseline).resolve(), tag="-baseline")
         cases.append(_case(before, f"{OURS} @ {Path(baseline).name}", seconds, warm_s))
-    if os.environ.get("BENCH_PIPELINE_ACK_AB"):
-        at_once = System("outbox", ours.url, env={"BENCH_PIPELINE_ACK_DELAY_S": "0"},
-                         tag="-acks-at-once")
-        cases.append(_case(at_once, f"{OURS}, acks not held", seconds, warm_s))
     p = Plan(cases=[*cases, _case(theirs, THEIRS, seconds, warm_s)])
     p.targets = [
         Target(

@@ -115,12 +115,6 @@ async def pgqueuer_producer(
 def _build() -> Any:
     from outbox import Registry
 
-    hold = os.environ.get("BENCH_PIPELINE_ACK_DELAY_S")
-    if hold is not None:  # bench.s_pipeline's A/B of the worker's ack hold (this process)
-        from outbox.queue import dispatch
-
-        dispatch.ACK_DELAY_S = float(hold)
-
     reg = Registry()
 
     @reg.job(JOB_NAME)

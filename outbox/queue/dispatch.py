@@ -4,8 +4,9 @@
 that runs on the dispatcher thread between the loop's timers: it claims for every queue
 with room (``prefetch`` says how far ahead, ``gate`` admits limited jobs), hands the
 jobs to the handler ``pools``, collects their outcomes, asks the ``policy`` what follows
-each and has the ``settle`` module write it; acknowledgements wait (at most
-``ACK_DELAY_S``) to ride along with the next claim. It reads time through the worker's
+each and has the ``settle`` module write it; acknowledgements ride along with the
+claim when one is due now, and go on their own at once otherwise (they are not held
+for a claim that may come: see ``_ack_alone``). It reads time through the worker's
 clock only, and knows of stopping only what the worker tells it (``halting``).
 """
 
@@ -32,7 +33,6 @@ from outbox.queue.settle import Settler
 from outbox.queue.throughput import FLUSH_EVERY_S, SUCCEEDED
 
 WAKE = object()
-ACK_DELAY_S = 0.05
 
 
 class Dispatcher:
@@ -64,10 +64,8 @@ class Dispatcher:
         self.pools: Pools | None = None
         self.held = Held(self._caps, clock)
         self.to_ack: list[ClaimedJob] = []
-        self._ack_since = 0.0
         self.dry: dict[str, float] = {}  # per queue: claim again at (by the clock)
         self.stop_deadline: float | None = None
-        self.listening = False  # NOTIFY wakes this worker (set by the worker's listener)
         self.tally_due = 0.0  # when the chart's counts are next written (throughput.py)
         self._gate = Gate(registry, config.queue_limits)
         self._gating = self._gate.active  # False: claimed jobs never see the gate
@@ -111,8 +109,7 @@ class Dispatcher:
                         self._release_if_paused(queue)
                     break
         (self.idle.set if not claimed and not self.held else self.idle.clear)()
-        if self.to_ack and self._clock() - self._ack_since >= ACK_DELAY_S:
-            self.flush_acks()  # due, and no claim carried them (a limit left no room)
+        self.flush_acks()  # what no claim carried (a limit left no room): at once
         return claimed
 
     def _has_room(self, queue: str, cap: int, now: float) -> bool:
@@ -177,20 +174,6 @@ class Dispatcher:
                 self._forget(job)
             self.db.release_unknown(unknown)
 
-    def _claim_coming(self) -> bool:
-        """Will a claim be due soon (a queue not dry, no limit reached, not stopping)?
-        Then finished jobs wait for it, up to ``ACK_DELAY_S``, instead of a lone ack.
-
-        A worker that listens expects one even when its queues are dry: while work
-        flows, the next relay batch's NOTIFY brings a claim within milliseconds, and a
-        lone ack would hold the connection just when that claim should go out."""
-        if self.halting() or self.at_max_jobs():
-            return False
-        if self.listening:
-            return True
-        now = self._clock()
-        return any(self.dry.get(q, 0) <= now for q in self._caps)
-
     def at_max_jobs(self) -> bool:
         return self.config.max_jobs is not None and self.stats.claimed >= self.config.max_jobs
 
@@ -205,8 +188,6 @@ class Dispatcher:
             timeout = min(timeout, 0.1)  # timeouts and stalls are watched
         if self.stop_deadline is not None:
             timeout = min(timeout, self.stop_deadline - now)
-        if self.to_ack:
-            timeout = min(timeout, ACK_DELAY_S)
         self.wait_for_outcome(timeout)
 
     def wait_for_outcome(self, timeout: float) -> None:
@@ -248,12 +229,12 @@ class Dispatcher:
     def _ack_alone(self) -> bool:
         """Send the pending acks on their own now? Not while a claim is due: a wake-up
         (or a freed thread) makes the loop claim next, and the acks ride along with that
-        claim however long they waited; sent alone first, they would hold the connection
-        for a round trip just when the relay's batch is there to be claimed. Otherwise,
-        when no claim is coming, or after ``ACK_DELAY_S``."""
-        if self._claim_due():
-            return False
-        return not self._claim_coming() or self._clock() - self._ack_since >= ACK_DELAY_S
+        claim; sent alone first, they would hold the connection for a round trip just
+        when the relay's batch is there to be claimed. Otherwise at once: holding them
+        (up to 50 ms, for a claim that might come) made the claims that carried them
+        slower, and the pipeline's p99 with it (docs/incoming/tail.md has the A/B), and
+        an ack held while the session dies is lost and its job runs again."""
+        return not self._claim_due()
 
     def _handle(self, item: Any) -> None:
         if item is WAKE:
@@ -283,8 +264,6 @@ class Dispatcher:
             self.stats.succeeded += 1
             self.db.tally.add(SUCCEEDED, (job,))
         else:
-            if not self.to_ack:
-                self._ack_since = self._clock()
             self.to_ack.append(job)
         if job.ordering_key is not None:  # its key's next job may be due now: claim it
             self.dry.pop(job.queue, None)  # at once (the ack rides along and promotes it)

@@ -14,7 +14,6 @@ from outbox import Job, Registry
 from outbox.db.connection import Connection, Database
 from outbox.queue import push
 from outbox.queue.config import WorkerConfig
-from outbox.queue.dispatch import ACK_DELAY_S
 from outbox.queue.worker import Worker
 from tests.fixtures.databases import raw_connect
 from tests.fixtures.gaps import Gap, skip_gap
@@ -52,11 +51,11 @@ def _jobs(conn: Connection) -> dict[str, str | None]:
     return {str(name): holder for name, holder in rows}
 
 
-def test_a_wake_up_sends_acks_held_past_the_delay_with_its_claim_not_alone(
+def test_a_wake_up_sends_the_pending_acks_with_its_claim_not_alone(
     database: Database, db_url: str, conn: Connection
 ) -> None:
-    """The hold ran out just as a wake-up came: the next round trip is the claim, with
-    the acknowledgement in it, not a lone ack that the claim would wait behind."""
+    """A job finished and a wake-up came (however long ago): the next round trip is the
+    claim, with the acknowledgement in it, not a lone ack the claim would wait behind."""
     clock = FakeClock()
     registry = Registry()
     registry.job("t.first")(lambda payload, ctx: None)
@@ -65,11 +64,10 @@ def test_a_wake_up_sends_acks_held_past_the_delay_with_its_claim_not_alone(
     config = WorkerConfig(queues={Q: 1}, prefetch=1, listen=False)
     with Worker(database, registry, config, clock=clock) as worker:
         d = worker._d
-        d.listening = True  # as a LISTENing worker: a relay batch is always expected
         assert d.claim_round() == 1
-        d.wait_for_outcome(30.0)  # t.first ran; its ack waits for a claim to ride with
+        d.wait_for_outcome(30.0)  # t.first ran; its ack is pending
         assert [j.job_name for j in d.to_ack] == ["t.first"]
-        clock.advance(ACK_DELAY_S * 2)  # the hold is over
+        clock.advance(0.5)  # the queue is still dry (sleep is 1 s): only a wake-up claims
         _push(db_url, "t.second")
         worker.wake()  # the relay's NOTIFY
         d.collect()
@@ -79,11 +77,11 @@ def test_a_wake_up_sends_acks_held_past_the_delay_with_its_claim_not_alone(
         assert d.to_ack == []
 
 
-def test_acks_held_past_the_delay_go_alone_when_no_claim_is_due(
+def test_acks_go_alone_at_once_when_no_claim_is_due(
     database: Database, db_url: str, conn: Connection
 ) -> None:
     """The other side: the queue is dry and nothing woke the worker; the ack goes on
-    its own once the hold is over, instead of waiting for the next poll."""
+    its own at once, not held for a claim that may come (nor for the next poll)."""
     clock = FakeClock()
     registry = Registry()
     registry.job("t.first")(lambda payload, ctx: None)
@@ -91,14 +89,13 @@ def test_acks_held_past_the_delay_go_alone_when_no_claim_is_due(
     config = WorkerConfig(queues={Q: 1}, prefetch=1, listen=False, sleep=60.0)
     with Worker(database, registry, config, clock=clock) as worker:
         d = worker._d
-        d.listening = True
+        d.listening = True  # what 468faed's worker set when it LISTENed, and held acks for
         assert d.claim_round() == 1
         d.wait_for_outcome(30.0)
-        d.collect()
-        assert _jobs(conn) == {"t.first": worker.worker_id}  # held: a claim may come
-        clock.advance(ACK_DELAY_S * 2)
+        assert _jobs(conn) == {"t.first": worker.worker_id}
         d.collect()
         assert _jobs(conn) == {}
+        assert d.to_ack == []
 
 
 def test_the_relay_batch_commits_asynchronously_in_its_own_transaction_only(
