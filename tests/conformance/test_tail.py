@@ -81,7 +81,7 @@ def test_acks_go_alone_at_once_when_no_claim_is_due(
     database: Database, db_url: str, conn: Connection
 ) -> None:
     """The other side: the queue is dry and nothing woke the worker; the ack goes on
-    its own at once, not held for a claim that may come (nor for the next poll)."""
+    its own at once: a LISTENing worker no longer holds it for the next NOTIFY."""
     clock = FakeClock()
     registry = Registry()
     registry.job("t.first")(lambda payload, ctx: None)
