@@ -8,7 +8,16 @@ Producers run flat out; the figure is the jobs the consumer started inside the
 producers' window per second (``committed/s`` beside it shows whether it kept up), and
 commit → handler start over every job committed in the window (see bench.w_pipeline).
 Ours also splits that p99 into the relay's leg (commit → handoff) and the worker's
-(handoff → handler start), to say where a miss comes from.
+(handoff → handler start), to say where a miss comes from. The handoff's time is the
+job's ``enqueued_at``: the relay statement's clock, read as that statement begins, so
+the "worker leg" also holds the rest of the relay's statement and its commit (11-20 ms
+at the median under this load, measured with a trace of the relay's batches; see
+docs/incoming/tail.md), not the worker's time alone.
+
+An optional case compares ours with an earlier version in the same interleaved run:
+``BENCH_PIPELINE_BASELINE=DIR`` runs the relay and worker from another checkout (e.g. a
+snapshot of an earlier commit, ``git archive COMMIT | tar -x -C DIR``); the producers
+stay this tree's (the handler: the checkout's own bench.w_pipeline).
 
 Each sample starts from empty tables and fresh consumer processes, waits until a probe
 job has gone through (so start-up is not timed), runs the producers for a fixed time,
@@ -50,12 +59,14 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _spawn(args: list[str], log: Path, out: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), BENCH_PIPELINE_LOG=str(log))
+def _spawn(args: list[str], log: Path, out: Path, root: Path = ROOT) -> subprocess.Popen[bytes]:
+    """A consumer process running ``root``'s code."""
+    path = str(root) if root == ROOT else f"{root}{os.pathsep}{ROOT}"
+    env = dict(os.environ, PYTHONPATH=path, BENCH_PIPELINE_LOG=str(log))
     with out.open("ab") as sink:
         return subprocess.Popen(
             [sys.executable, *args],
-            cwd=ROOT,
+            cwd=root,
             env=env,
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -78,9 +89,9 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 class System:
     """One side of the comparison: how to prepare, start, probe and read its backlog."""
 
-    def __init__(self, kind: str, url: str) -> None:
-        self.kind, self.url = kind, url
-        self.work = servers.WORK / f"pipeline-{kind}"
+    def __init__(self, kind: str, url: str, *, root: Path = ROOT, tag: str = "") -> None:
+        self.kind, self.url, self.root = kind, url, root
+        self.work = servers.WORK / f"pipeline-{kind}{tag}"
         servers.WORK.mkdir(parents=True, exist_ok=True)  # a fresh clone has none yet
 
     def prepare(self) -> None:
@@ -103,8 +114,8 @@ class System:
             return [_spawn(["-m", "bench.w_pipeline", "pgqueuer", self.url], log, out)]
         cli = ["-m", "outbox", "--database-url", self.url]
         return [
-            _spawn([*cli, "relay", "--watch"], log, out),
-            _spawn([*cli, "worker", QUEUE, "--app", "bench.w_pipeline:APP"], log, out),
+            _spawn([*cli, "relay", "--watch"], log, out, self.root),
+            _spawn([*cli, "worker", QUEUE, "--app", "bench.w_pipeline:APP"], log, out, self.root),
         ]
 
     def probe(self) -> None:
@@ -238,7 +249,12 @@ def plan(ctx: Ctx) -> Plan:
     ours = System("outbox", servers.fresh("postgresql", "outbox_bench_pipeline"))
     connect(ours.url).close()
     theirs = System("pgqueuer", servers.fresh("postgresql", "pgqueuer_bench_pipeline"))
-    p = Plan(cases=[_case(ours, OURS, seconds, warm_s), _case(theirs, THEIRS, seconds, warm_s)])
+    cases = [_case(ours, OURS, seconds, warm_s)]
+    baseline = os.environ.get("BENCH_PIPELINE_BASELINE")
+    if baseline:  # the same database: samples run one at a time, each from empty tables
+        before = System("outbox", ours.url, root=Path(baseline).resolve(), tag="-baseline")
+        cases.append(_case(before, f"{OURS} @ {Path(baseline).name}", seconds, warm_s))
+    p = Plan(cases=[*cases, _case(theirs, THEIRS, seconds, warm_s)])
     p.targets = [
         Target(
             "pipeline jobs/s >= 1.0x pgqueuer's (8 producers, 1 consumer)",

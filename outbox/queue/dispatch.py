@@ -4,9 +4,11 @@
 that runs on the dispatcher thread between the loop's timers: it claims for every queue
 with room (``prefetch`` says how far ahead, ``gate`` admits limited jobs), hands the
 jobs to the handler ``pools``, collects their outcomes, asks the ``policy`` what follows
-each and has the ``settle`` module write it; acknowledgements wait (at most
-``ACK_DELAY_S``) to ride along with the next claim. It reads time through the worker's
-clock only, and knows of stopping only what the worker tells it (``halting``).
+each and has the ``settle`` module write it; acknowledgements ride along with the
+claim when one is due now, wait (at most ``ACK_DELAY_S``) for one while the queue is
+draining, and go on their own at once otherwise (``_ack_alone``). It reads time through
+the worker's clock only, and knows of stopping only what the worker tells it
+(``halting``).
 """
 
 from __future__ import annotations
@@ -67,7 +69,6 @@ class Dispatcher:
         self._ack_since = 0.0
         self.dry: dict[str, float] = {}  # per queue: claim again at (by the clock)
         self.stop_deadline: float | None = None
-        self.listening = False  # NOTIFY wakes this worker (set by the worker's listener)
         self.tally_due = 0.0  # when the chart's counts are next written (throughput.py)
         self._gate = Gate(registry, config.queue_limits)
         self._gating = self._gate.active  # False: claimed jobs never see the gate
@@ -111,6 +112,8 @@ class Dispatcher:
                         self._release_if_paused(queue)
                     break
         (self.idle.set if not claimed and not self.held else self.idle.clear)()
+        if self.to_ack and self._clock() - self._ack_since >= ACK_DELAY_S:
+            self.flush_acks()  # due, and no claim carried them (a limit left no room)
         return claimed
 
     def _has_room(self, queue: str, cap: int, now: float) -> bool:
@@ -176,16 +179,17 @@ class Dispatcher:
             self.db.release_unknown(unknown)
 
     def _claim_coming(self) -> bool:
-        """Will a claim be due soon (a queue not dry, no limit reached, not stopping)?
-        Then finished jobs wait for it, up to ``ACK_DELAY_S``, instead of a lone ack.
+        """Will a claim be due soon: a queue draining (not dry), no limit reached, not
+        stopping? Then finished jobs wait for it, up to ``ACK_DELAY_S``, instead of a
+        lone ack each: while a backlog drains, the next claim comes once half the
+        prefetch is free, and one round trip carries both.
 
-        A worker that listens expects one even when its queues are dry: while work
-        flows, the next relay batch's NOTIFY brings a claim within milliseconds, and a
-        lone ack would hold the connection just when that claim should go out."""
+        A dry queue expects no claim, even on a worker that LISTENs: holding acks for
+        the next relay batch's NOTIFY made that claim carry them (a claim with 51-200
+        acks took 25 ms at the median, against 6-8 ms), and the pipeline's p99 rose
+        with it (docs/incoming/tail.md has the A/B)."""
         if self.halting() or self.at_max_jobs():
             return False
-        if self.listening:
-            return True
         now = self._clock()
         return any(self.dry.get(q, 0) <= now for q in self._caps)
 
@@ -221,8 +225,15 @@ class Dispatcher:
             return False
         if self.at_max_jobs():
             return True
-        now = self._clock()  # no claim due now (else pending acks ride along with it)
-        return not any(self._has_room(q, cap, now) for q, cap in self._caps.items())
+        return not self._room_now()  # no claim due now (else pending acks ride along with it)
+
+    def _room_now(self) -> bool:
+        now = self._clock()
+        return any(self._has_room(q, cap, now) for q, cap in self._caps.items())
+
+    def _claim_due(self) -> bool:
+        """Does the loop's next step claim (a queue with room and not dry, not stopping)?"""
+        return not (self.halting() or self.at_max_jobs()) and self._room_now()
 
     def collect(self) -> None:
         get = self.results.get_nowait
@@ -233,10 +244,18 @@ class Dispatcher:
                 break
             self._handle(item)
         self.free_slots()
-        if self.to_ack and (
-            not self._claim_coming() or self._clock() - self._ack_since >= ACK_DELAY_S
-        ):
+        if self.to_ack and self._ack_alone():
             self.flush_acks()
+
+    def _ack_alone(self) -> bool:
+        """Send the pending acks on their own now? Not while a claim is due: a wake-up
+        (or a freed thread) makes the loop claim next, and the acks ride along with that
+        claim however long they waited; sent alone first, they would hold the connection
+        for a round trip just when the relay's batch is there to be claimed. Otherwise,
+        when no claim is coming (``_claim_coming``), or after ``ACK_DELAY_S``."""
+        if self._claim_due():
+            return False
+        return not self._claim_coming() or self._clock() - self._ack_since >= ACK_DELAY_S
 
     def _handle(self, item: Any) -> None:
         if item is WAKE:

@@ -11,8 +11,8 @@ Per queue, a worker holds at most ``cap + prefetch`` jobs: up to ``cap`` running
 to ``prefetch`` claimed ahead (adaptive by default: ``outbox.queue.prefetch``). It tops
 the queue up as soon as half the prefetch (at least one job) is free, before the
 handlers run dry, and the acknowledgements of jobs finished meanwhile ride along in that
-claim's round trip; an ack goes alone only when no claim is coming (queue dry and no
-LISTEN, limit reached, stopping) or after ``ACK_DELAY_S``.
+claim's round trip; an ack goes alone only when no claim is coming (queue dry, limit
+reached, stopping) or after ``ACK_DELAY_S``.
 Sync handlers run on ``cap`` threads per queue, async handlers as tasks on one
 event loop (at most ``cap`` at a time per queue).
 
@@ -195,7 +195,6 @@ class Worker:
     def _start_listener(self) -> Listener | None:
         if not (self.config.listen and self.database.dialect.supports_listen) or settings.pooler:
             return None
-        self._d.listening = True
         return Listener(self.database, JOBS_CHANNEL, self.wake, owner="worker")
 
     def _loop(self) -> None:

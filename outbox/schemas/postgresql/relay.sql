@@ -34,6 +34,12 @@ END;
 -- their key rows stay in outbox_keys), mark the others failed (with a reason code),
 -- and, when :notify is true and anything was handed off, NOTIFY idle workers
 -- (delivered at commit).
+-- The clock also sets synchronous_commit off for this batch's own transaction (as the
+-- worker's hot statements do, see queue_worker_session): the commit, and with it the
+-- workers' NOTIFY, no longer waits for the WAL to reach the disk (~4 ms a commit here,
+-- more behind the producers' flushes). A server crash can lose only the tail of the WAL,
+-- and then the whole batch: its intents are pending again and go out again (at least
+-- once). A handler's own synchronous commit flushes the WAL up to the batch first.
 -- The reasons are the intent_reason fragment's; a payload that is not JSON makes this
 -- statement fail and the relay verifies that batch in Python instead (relay_claim_rows).
 -- A queue row that already holds a claimed message_id is a double handoff: the unique
@@ -54,7 +60,7 @@ WITH claimed AS MATERIALIZED (
         {fragment:intent_reason} AS reason
     FROM claimed c
 ), clock AS MATERIALIZED (
-    SELECT {now_ms} AS now_ms
+    SELECT {now_ms} AS now_ms, set_config('synchronous_commit', 'off', true) AS async
 ), ins AS (
     INSERT INTO outbox_jobs
         (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
