@@ -31,13 +31,13 @@ from outbox.db.rows import (
     JobFence,
     OutboxHandoff,
     StoredIntent,
+    has_ordering_key,
 )
 from outbox.db.shared import (
     Outcome,
     SharedDriver,
     claim_params,
     claimed_jobs,
-    has_ordering_key,
     timed,
 )
 from outbox.db.url import postgresql_args

@@ -15,7 +15,15 @@ from typing import Any
 from outbox.db import workflows
 from outbox.db.caller import Plan
 from outbox.db.driver import Executor, Row
-from outbox.db.rows import Failure, JobDeadLetter, JobFence, KeptResult, QueuedState, StoredResult
+from outbox.db.rows import (
+    Failure,
+    JobDeadLetter,
+    JobFence,
+    KeptResult,
+    QueuedState,
+    StoredResult,
+    has_ordering_key,
+)
 from outbox.ids import is_node_id
 
 
@@ -39,7 +47,8 @@ def _int(v: Any) -> int | None:
 
 class ResultOps:
     conn: Executor
-    _move_to_dead: Callable[[Executor, str, dict[str, Any], Failure, bool], bool]
+    _move_to_dead: Callable[[Executor, str, dict[str, Any], Failure, bool, str | None], bool]
+    _ack_ordered_in_tx: Callable[[JobFence], set[int]]
 
     def result_ack(self, fence: JobFence, kept: Sequence[KeptResult]) -> set[int]:
         """``job_ack(fence)`` and, for each job it acknowledged, its result, in one
@@ -48,7 +57,10 @@ class ResultOps:
             return set()
 
         def both(c: Executor) -> set[int]:
-            acked = {int(r[0]) for r in c.execute("job_ack", fence.params())}
+            if has_ordering_key(fence):  # the keys' turns passed on, as job_ack does
+                acked = self._ack_ordered_in_tx(fence)
+            else:
+                acked = {int(r[0]) for r in c.execute("job_ack", fence.params())}
             for k in kept:
                 if k.job.id in acked:
                     _write(c, k)
@@ -61,7 +73,8 @@ class ResultOps:
         key = {"id": p.job.id, "holder": p.holder, "attempts": p.job.attempts}
 
         def both(c: Executor) -> bool:
-            if not self._move_to_dead(c, "job_dead_take", key, p.failure, p.hold_key):
+            okey = p.job.ordering_key  # locked before the job is taken (_move_to_dead)
+            if not self._move_to_dead(c, "job_dead_take", key, p.failure, p.hold_key, okey):
                 return False
             _write(c, kept)
             return True

@@ -69,6 +69,12 @@ class JobFence:
         }
 
 
+def has_ordering_key(fence: JobFence) -> bool:
+    """Has any job of ``fence`` an ordering key? (Keyless acknowledgements stay one
+    statement: they pay nothing for ordering.)"""
+    return any(j.ordering_key is not None for j in fence.jobs)
+
+
 @dataclass(frozen=True, slots=True)
 class JobRelease:
     """A failed attempt of ``job`` back to the queue after ``delay_ms``."""

@@ -52,6 +52,7 @@ from outbox.db.rows import (
     RetryRow,
     StoredIntent,
     ThroughputRow,
+    has_ordering_key,
 )
 from outbox.errors import DatabaseError
 from outbox.ids import is_node_id
@@ -668,12 +669,6 @@ class SharedDriver(LimitOps, ResultOps):
 
 def claim_params(p: JobClaim) -> dict[str, Any]:
     return {"queue": p.queue, "limit": p.limit, "worker": p.worker, "lease_ms": p.lease_ms}
-
-
-def has_ordering_key(fence: JobFence) -> bool:
-    """Has any job of ``fence`` an ordering key? (Keyless acknowledgements stay one
-    statement: they pay nothing for ordering.)"""
-    return any(j.ordering_key is not None for j in fence.jobs)
 
 
 def claimed_jobs(rows: Iterable[Row]) -> list[ClaimedJob]:

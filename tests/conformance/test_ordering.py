@@ -402,3 +402,30 @@ def test_the_reaper_gives_a_turn_no_one_passed_on(
     assert result.unstuck == 1
     assert _names(claim(conn, "default", 10, "w1", LEASE)) == [1]
     assert conn.driver.job_reap(lambda name, n: 3, 100).unstuck == 0
+
+
+keeping = Registry()
+KEPT: list[int] = []
+
+
+@keeping.job("o.keeps", keep_result=True)
+def _keeps(payload: dict[str, Any], ctx: Any) -> int:
+    KEPT.append(payload["n"])
+    return int(payload["n"])
+
+
+def test_a_job_that_keeps_its_result_passes_its_keys_turn_on(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    """The acknowledgement that writes a result (``result_ack``) passes the key's turn
+    as the plain one does: the next job of the key is claimable at once, not left to the
+    reaper's heal."""
+    KEPT.clear()
+    for n in range(3):
+        push(app_conn, Job("o.keeps", {"n": n}, ordering_key="order:kept"))
+    app_conn.commit()
+    with Worker(database, keeping, WorkerConfig(stop_when_empty=True)) as worker:
+        for _ in range(3):
+            worker.run_once()
+    assert KEPT == [0, 1, 2]
+    assert count(conn, "outbox_jobs") == 0 and count(conn, "outbox_ordering_keys") == 0
