@@ -260,10 +260,9 @@ def run_worker(
     require_client()
     from outbox.jetstream.worker import JetStreamWorker, refuse_sql_only, transactional_jobs
 
-    database = None
-    if transactional_jobs(registry):
-        database = cli.database()
-        refuse_sql_only(registry, config, database)
+    database = cli.database() if transactional_jobs(registry) else None
+    refuse_sql_only(registry, config, database)  # before any connection
+    if database is not None:
         with preflight.stop_on_signals() as stop:
             try:
                 preflight.ready(database, wait=True, stop=stop)

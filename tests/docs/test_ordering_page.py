@@ -2,8 +2,8 @@
 migrated SQLite database, handed off by a real ``Relay`` and run by a real ``Worker``
 with four threads, and the outcome checked: the order of the handler's starts and ends,
 the ``outbox status`` lines the page prints (the dead letter's id aside), the unblocking
-with ``outbox queue retry`` and ``forget``, the relay's one-line refusal of a
-``nats://`` target and a workflow's refusal of a keyed node. The Django block runs in
+with ``outbox queue retry`` and ``forget``, a broker worker's one-line refusal of a key
+held by a dead letter and a workflow's refusal of a keyed node. The Django block runs in
 ``tests/django/test_ordering.py``."""
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import re
 import sqlite3
+import sys
 import threading
+import types
 import time
 from pathlib import Path
 from typing import Any
@@ -163,16 +165,22 @@ def test_the_pages_digest_expression_gives_the_digest_it_says() -> None:
     assert digest.startswith(found[2]) and len(found[2]) == 12
 
 
-def test_a_nats_relay_refuses_to_start_with_the_pages_line(tmp_path: Path) -> None:
-    url, _ = _database(tmp_path)
-    _record(url)  # two pending intents with a key
-    args = ["--database-url", url, "relay", "--target", "nats://127.0.0.1:4222"]
+def test_a_broker_worker_refuses_a_held_key_with_the_pages_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The page's handler (``dead_letter_holds_key=True``) under ``outbox worker
+    --broker``: refused at start with the page's line and exit 1, before any connection
+    (the address below has no server)."""
+    app = types.ModuleType("ordering_page_app")
+    app.registry = _registry(_Crm())  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ordering_page_app", app)
+    args = ["worker", "orders", "--app", "ordering_page_app:registry",
+            "--broker", "nats://127.0.0.1:9"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1, result.output
-    page = _text_block("Where ordering keys are refused")
+    source = text(PAGE).split("### Settings the broker path refuses\n", 1)[1]
+    page = next(b.body for b in blocks_of(PAGE, source) if b.lang == "text")
     assert result.output == page, result.output
-    with sqlite3.connect(tmp_path / "app.db") as conn:
-        assert conn.execute("SELECT count(*) FROM outbox_messages").fetchone() == (2,)
 
 
 def test_a_workflows_node_cannot_have_an_ordering_key(tmp_path: Path) -> None:
