@@ -13,8 +13,8 @@ import re
 import sqlite3
 import sys
 import threading
-import types
 import time
+import types
 from pathlib import Path
 from typing import Any
 
