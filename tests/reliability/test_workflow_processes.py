@@ -22,6 +22,7 @@ from outbox import Job, Relay, Workflow, record
 from outbox.db.connection import Database
 from outbox.queue.admin import retry
 from outbox.workflows import WorkflowState, get
+from tests.fixtures.fault_harness import WORKER_READY
 from tests.fixtures.processes import wait_until
 from tests.fixtures.workers import ROOT
 
@@ -34,6 +35,15 @@ def _worker(url: str, ledger: Path, *args: str) -> subprocess.Popen[str]:
             "worker", "default", "--app", APP, "--sleep", "0.05", *args]
     return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def _wait_started(proc: subprocess.Popen[str]) -> None:
+    """Read the worker's log until it says it started (its first claim comes next)."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if WORKER_READY in line:
+            return
+    raise AssertionError(f"the worker exited before it started (exit {proc.wait()})")
 
 
 def _stop(procs: list[subprocess.Popen[str]]) -> None:
@@ -208,7 +218,8 @@ def test_parents_acknowledged_at_the_same_instant_make_their_join_due_exactly_on
     workers = [_worker(db_url, tmp_path, "--concurrency", "4") for _ in range(3)]
     graphs: dict[str, Workflow] = {}
     try:
-        time.sleep(1.5)  # every worker is up and polling
+        for w in workers:  # every worker is up and claiming (a fixed sleep lost to load)
+            _wait_started(w)
         for round_ in range(4):
             wf = Workflow(f"instant-{round_}")
             until = time.time() + 2.0
