@@ -273,13 +273,14 @@ async def _redrive(broker: Broker, d: codec.DeadLetter) -> None:
     )
     payload = str(body.get("payload", "null")).encode()
     await control.unmark_cancelled(broker.js, d.message_id)  # it runs again
-    priority = body.get("priority")
-    band = priority if isinstance(priority, int) and priority in names.BANDS else 0
-    if band and not await _banded(broker, d.queue):
-        band = 0  # a stream made before priorities: its one subject
-    await broker.js.publish(
-        names.subject(d.queue, band), payload, headers=headers, stream=names.stream(d.queue)
-    )
+    subject = body.get("subject")
+    if not (isinstance(subject, str) and subject in names.ordered_subjects(d.queue)):
+        priority = body.get("priority")  # a keyed job's partition wins (codec.dead_body)
+        band = priority if isinstance(priority, int) and priority in names.BANDS else 0
+        if band and not await _banded(broker, d.queue):
+            band = 0  # a stream made before priorities: its one subject
+        subject = names.subject(d.queue, band)
+    await broker.js.publish(subject, payload, headers=headers, stream=names.stream(d.queue))
     await broker.js.delete_msg(names.dead_stream(d.queue), d.seq)
 
 

@@ -43,6 +43,7 @@ import orjson
 
 from outbox import tracing
 from outbox.db.rows import ClaimedJob, Failure
+from outbox.jetstream import names
 from outbox.job import MAX_ATTEMPTS_LIMIT, NAME_PATTERN
 
 MSG_ID = "Nats-Msg-Id"
@@ -166,10 +167,14 @@ class DeadLetter:
     body: dict[str, Any]
 
 
-def dead_body(job: ClaimedJob, failure: Failure) -> bytes:
-    """The dead-letter record of ``job``."""
+def dead_body(job: ClaimedJob, failure: Failure, subject: str | None = None) -> bytes:
+    """The dead-letter record of ``job``; ``subject``, the one it was delivered on, is
+    kept for a job with an ordering key, so ``queue retry`` puts it back in its key's
+    partition (the key itself is not in the message)."""
+    ordered = subject is not None and subject.startswith(names.ORDERED_SUBJECT)
     return orjson.dumps(
         {
+            **({"subject": subject} if ordered else {}),
             "message_id": job.message_id,
             "queue": job.queue,
             "job_name": job.job_name,

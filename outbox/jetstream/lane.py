@@ -535,7 +535,7 @@ class Lane:
         elif action in (Action.DEAD, Action.CANCEL):
             w.stats.cancelled += action is Action.CANCEL
             failure = decision.failure or UNKNOWN_FAILURE
-            self._bury(msg, job.id, codec.dead_body(job, failure))
+            self._bury(msg, job.id, codec.dead_body(job, failure, msg.subject))
         # Action.LOST needs a transactional handler, which a broker worker refuses.
 
     async def _snooze_now(self, msg: Msg, job: ClaimedJob, n: int, due_ms: int) -> None:

@@ -26,8 +26,8 @@ from outbox.cli import main
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
 from outbox.errors import ConfigurationError, TargetRefused
-from outbox.jetstream import codec, names
-from outbox.jetstream.connect import parse_url
+from outbox.jetstream import admin, codec, names
+from outbox.jetstream.connect import Broker, parse_url
 from outbox.jetstream.worker import JetStreamWorker
 from outbox.job import ordering_digest
 from outbox.queue.config import WorkerConfig, WorkerStats
@@ -332,6 +332,16 @@ def test_a_dead_lettered_keyed_job_releases_its_key(
     assert [m for m, _, w in _lines(ledger) if w == "ran"] == [dead, after]
     assert support.stream_count(nats_url, names.dead_stream(queue)) == 1
     assert support.stream_count(nats_url, names.stream(queue)) == 0
+    with Broker(parse_url(nats_url)) as broker:  # re-driven: back in its key's partition
+        assert admin.retry(broker, dead) == 1
+
+    async def subjects(js: Any) -> list[str]:
+        info = await js.stream_info(names.stream(queue))
+        return [(await js.get_msg(names.stream(queue), seq)).subject
+                for seq in range(info.state.first_seq, info.state.last_seq + 1)]
+
+    part = names.partition(ordering_digest("order:d"))
+    assert run(nats_url, subjects) == [names.ordered_subject(queue, part)]
 
 
 def test_a_broker_worker_refuses_dead_letter_holds_key_in_one_line(nats_url: str) -> None:
