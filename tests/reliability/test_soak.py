@@ -151,7 +151,12 @@ def _earlier_rows() -> list[dict[str, str]]:
     """Rows of the report on disk, so runs of single scenarios add up to one table."""
     if not REPORT.exists():
         return []
-    table = [ln for ln in REPORT.read_text().splitlines() if ln.startswith("| ")]
+    table = []
+    for ln in REPORT.read_text().splitlines():  # the first table only (the soak's)
+        if ln.startswith("| "):
+            table.append(ln)
+        elif table and not ln.startswith("|"):
+            break
     if not table:
         return []
     head = [c.strip() for c in table[0].strip("|").split("|")]
@@ -186,7 +191,9 @@ def _record_row(row: dict[str, Any]) -> None:
     lines += ["| " + " | ".join(str(r.get(h, "")) for h in HEAD) + " |" for r in rows]
     total = sum(int(str(r["jobs"])) for r in rows)
     lines += ["", f"Total jobs: {total:,}.", ""]
-    REPORT.write_text("\n".join(lines))
+    rest = REPORT.read_text().split("\n## ", 1) if REPORT.exists() else []
+    tail = "\n## " + rest[1] if len(rest) == 2 else ""  # the sections after it (JetStream)
+    REPORT.write_text("\n".join(lines) + tail)
 
 
 @pytest.mark.parametrize("backend", backends.BACKENDS)
