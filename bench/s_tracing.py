@@ -11,6 +11,7 @@ is what tracing everything costs.
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,16 +41,27 @@ OFF = (("no-api", "no extra"), ("no-provider", "no provider"))
 
 
 def snapshot() -> str:
-    """The ``outbox`` package as it was where tracing branched from main, unpacked once."""
-    base = subprocess.run(
+    """"Today's code": the ``outbox`` package at ``OUTBOX_BENCH_BASE`` (a commit or tag),
+    by default where this branch left main, unpacked once.
+
+    On main itself the default is this very commit, so a run there compares the code
+    with itself: name the commit before the change (``OUTBOX_BENCH_BASE=c3579dc``)."""
+    ref = os.environ.get("OUTBOX_BENCH_BASE") or subprocess.run(
         ["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True, text=True,
         check=True,
     ).stdout.strip()
-    folder = servers.WORK / f"today-{base[:12]}"
+    base = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True,
+        text=True, check=False,
+    )
+    if base.returncode != 0:
+        raise SystemExit(f"bench: OUTBOX_BENCH_BASE={ref!r} is not a commit of this repository")
+    base_sha = base.stdout.strip()
+    folder = servers.WORK / f"today-{base_sha[:12]}"
     if not (folder / "outbox" / "__init__.py").exists():
         folder.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(
-            ["git", "archive", base, "outbox"], cwd=ROOT, capture_output=True, check=True
+            ["git", "archive", base_sha, "outbox"], cwd=ROOT, capture_output=True, check=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
     return str(folder)
