@@ -15,7 +15,8 @@ from outbox.db.rows import QueueCounts
 
 __all__ = [
     "STATUS_SCHEMA_VERSION",
-    "OutboxCounts", "QueueCounts", "Status", "pending_count", "queue_counts", "status"]
+    "OutboxCounts", "QueueCounts", "Status", "WorkflowCounts", "pending_count", "queue_counts",
+    "status"]
 
 # The version of the shape ``status --json`` prints; a change to it bumps this.
 STATUS_SCHEMA_VERSION = 1
@@ -68,12 +69,22 @@ HELD_LIMIT = 100
 
 
 @dataclass(frozen=True, slots=True)
+class WorkflowCounts:
+    """Workflows with a node not finished, and nodes waiting for a dependency: those
+    are in no queue count until they are due (``outbox.workflows``)."""
+
+    running: int = 0
+    waiting_nodes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """Counts by state, the oldest pending intent's age, and per-queue job counts."""
 
     outbox: OutboxCounts
     queues: dict[str, QueueCounts] = field(default_factory=dict)
     ordering: OrderingCounts = field(default_factory=OrderingCounts)
+    workflows: WorkflowCounts = field(default_factory=WorkflowCounts)
 
     @property
     def dead(self) -> int:
@@ -88,7 +99,9 @@ class Status:
         ``paused`` (true/false) per queue was added within version 1: a key added is
         not a change of shape for readers that ignore keys they do not know. So was
         ``ordering`` (jobs waiting for their ordering key's turn, keys dead letters
-        block), present only when a job waits or a key is blocked.
+        block), present only when a job waits or a key is blocked, and ``workflows``
+        (workflows not finished, their nodes waiting for a dependency), present only
+        when a workflow runs.
         """
         outbox = asdict(self.outbox)
         outbox["quarantined"] = self.outbox.failed
@@ -108,6 +121,8 @@ class Status:
                 "waiting_keys": o.waiting_keys,
                 "held_keys": [asdict(h) for h in o.held],
             }
+        if self.workflows.running:  # added within version 1, only when one runs
+            out["workflows"] = asdict(self.workflows)
         return out
 
 
@@ -130,12 +145,17 @@ def status(conn: Connection) -> Status:
         unknown_state=sum(n for s, n in by_state.items() if s not in _KNOWN_STATES),
         oldest_pending_age_s=age,
     )
-    return Status(counts, {q.queue: q for q in queue_counts(conn)}, ordering_counts(conn))
+    return Status(
+        counts,
+        {q.queue: q for q in queue_counts(conn)},
+        ordering_counts(conn),
+        WorkflowCounts(*conn.driver.workflow_counts()),
+    )
 
 
 def ordering_counts(conn: Connection) -> OrderingCounts:
     """Jobs waiting for their ordering key's turn, and the keys dead letters hold."""
-    _, waiting, keys = conn.driver.ordering_counts()
+    waiting, keys = conn.driver.ordering_counts()
     held = tuple(HeldKey(k[:12], m, j, q) for k, m, j, q in conn.driver.ordering_held(HELD_LIMIT))
     return OrderingCounts(waiting, keys, held)
 

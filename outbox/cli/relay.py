@@ -201,7 +201,8 @@ def status_command(
 
     Intents by state (pending, published, quarantined) and the oldest pending one's age;
     jobs per queue (ready, delayed, reserved, dead letters) and whether it is paused
-    (STATE "paused"; "paused": true in --json). Exits 3 when --max-pending,
+    (STATE "paused"; "paused": true in --json); while a workflow runs, its nodes waiting
+    for a dependency, which no queue counts until they are due. Exits 3 when --max-pending,
     --max-age, --max-failed or --max-dead is exceeded (for cron and health checks).
     --json prints one object whose shape is versioned by its "schema_version" key; it
     keeps the older keys "failed" (= "quarantined") and "dead" (= "dead_letters").
@@ -255,6 +256,12 @@ def _print_status(status: outbox_status.Status) -> None:
         right={1, 2, 3, 4},
     )
     _print_ordering(status.ordering)
+    if status.workflows.running:
+        w = status.workflows
+        click.echo("")
+        nodes = "node waits" if w.waiting_nodes == 1 else "nodes wait"
+        click.echo(f"workflows: {w.running} running, {w.waiting_nodes} {nodes} for a"
+                   " dependency (in no queue until due)")  # fmt: skip
 
 
 def _print_ordering(o: outbox_status.OrderingCounts) -> None:

@@ -273,9 +273,14 @@ class Driver(Protocol):
         ``(key digest, dead letter's message id, job name, queue)``, oldest first."""
         ...
 
-    def ordering_counts(self) -> tuple[int, int, int]:
-        """Pending intents with an ordering key; queued jobs waiting for their key's
-        turn, and the keys they wait on (``outbox.db.ordering``)."""
+    def ordering_counts(self) -> tuple[int, int]:
+        """Queued jobs waiting for their key's turn, and the keys they wait on
+        (``outbox.db.ordering``)."""
+        ...
+
+    def workflow_counts(self) -> tuple[int, int]:
+        """Workflows still running, and their nodes waiting for a dependency: rows no
+        queue count shows, since a node becomes a job only once it is due."""
         ...
 
     def outbox_backlog(self) -> tuple[int, int | None, int]:

@@ -437,11 +437,17 @@ class SharedDriver(LimitOps, ResultOps):
         rows = self._read("status", "ordering_held_keys", {"limit": limit})
         return [(str(k), str(m), str(j), str(q)) for k, m, j, q in rows]
 
-    def ordering_counts(self) -> tuple[int, int, int]:
-        def counts(c: Executor) -> tuple[int, int, int]:
-            (intents,) = c.execute("ordering_pending_count")[0]
+    def ordering_counts(self) -> tuple[int, int]:
+        def counts(c: Executor) -> tuple[int, int]:
             waiting, keys = c.execute("ordering_blocked_count")[0]
-            return int(intents or 0), int(waiting or 0), int(keys or 0)
+            return int(waiting or 0), int(keys or 0)
+
+        return self.conn.read(counts, operation="status")
+
+    def workflow_counts(self) -> tuple[int, int]:
+        def counts(c: Executor) -> tuple[int, int]:
+            running, waiting = c.execute("workflow_status_counts")[0]
+            return int(running or 0), int(waiting or 0)
 
         return self.conn.read(counts, operation="status")
 

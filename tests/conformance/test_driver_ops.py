@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from outbox import Job, record
+from outbox import Job, Workflow, record
 from outbox.db.connection import Connection
 from outbox.db.driver import CANCELLED, JOBS_CHANNEL, LEASE_EXPIRED, RELAY_CHANNEL, Driver
 from outbox.db.rows import (
@@ -571,11 +571,11 @@ def _keyed(conn: Connection, n: int, key: str = "order:1") -> list[str]:
 
 def test_ordering_counts_held_keys_and_heal(conn: Connection) -> None:
     d = conn.driver
-    assert d.ordering_counts() == (0, 0, 0)
+    assert d.ordering_counts() == (0, 0)
     _keyed(conn, 3)
     with conn.transaction():
         record(conn.raw, "k:ordered", Job("t.job", {}, queue="q", ordering_key="order:2"))
-    assert d.ordering_counts() == (1, 2, 1)  # one keyed intent; two jobs wait on one key
+    assert d.ordering_counts() == (2, 1)  # two jobs wait on one key (the intent is no job)
     (head,) = _claim(conn)
     assert d.job_dead_letter(JobDeadLetter(W, head, Failure("Boom", "boom", ""), hold_key=True))
     ((digest, mid, name, queue),) = d.ordering_held(10)
@@ -588,3 +588,19 @@ def test_ordering_counts_held_keys_and_heal(conn: Connection) -> None:
     assert d.ordering_held(10) == []
     assert d.ordering_heal(10) == 1  # the next job of the key gets its turn
     assert [orjson.loads(j.payload)["i"] for j in _claim(conn)] == [1]  # one turn, in order
+
+
+def test_workflow_counts_are_of_unfinished_workflows_and_their_waiting_nodes(
+    conn: Connection,
+) -> None:
+    d = conn.driver
+    assert d.workflow_counts() == (0, 0)
+    wf = Workflow("w")
+    root = wf.add(Job("t.job", {"n": 0}, queue="q"), name="root")
+    wf.add(Job("t.job", {"n": 1}, queue="q"), name="a", after=[root])
+    wf.add(Job("t.job", {"n": 2}, queue="q"), name="b", after=[root])
+    with conn.transaction():
+        record(conn.raw, "k:wf", wf)
+    assert d.workflow_counts() == (1, 2)  # the root is due, its two children wait
+    conn.execute_sql("UPDATE outbox_workflow_nodes SET state = 'succeeded'")
+    assert d.workflow_counts() == (0, 0)  # every node finished: nothing runs

@@ -16,6 +16,7 @@ from outbox.db.connection import Connection, Database
 from outbox.errors import IdempotencyConflict, InvalidKey
 from outbox.queue import JobContext, Worker, WorkerConfig
 from outbox.queue.admin import retry, retry_all
+from outbox.status import status
 from outbox.workflows import MAX_NODES, InvalidWorkflow, cancel, get, prune
 from tests.fixtures.factories import count_rows
 
@@ -103,6 +104,9 @@ def test_a_diamond_runs_in_dependency_order_with_results_passed_along(
 ) -> None:
     wf_id = _record(database, "order:42", _diamond())
     assert count_rows(conn, "outbox_messages") == 1  # only the root is an intent
+    counted = status(conn)
+    assert (counted.workflows.running, counted.workflows.waiting_nodes) == (1, 3)
+    assert counted.as_dict()["workflows"] == {"running": 1, "waiting_nodes": 3}
     assert count_rows(conn, "outbox_jobs") == 0
     shown = get(conn, wf_id)
     assert shown is not None
@@ -122,6 +126,7 @@ def test_a_diamond_runs_in_dependency_order_with_results_passed_along(
     assert all(n.state == "succeeded" and n.attempts == 1 for n in done.nodes)
     assert all(n.started_at is not None and n.finished_at is not None for n in done.nodes)
     assert done.node("d").after == ["b", "c"]
+    assert status(conn).workflows.running == 0 and "workflows" not in status(conn).as_dict()
 
 
 def test_fan_out_and_fan_in_of_a_hundred(database: Database, conn: Connection) -> None:

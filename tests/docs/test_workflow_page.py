@@ -29,7 +29,7 @@ from outbox.cli import main
 from outbox.db.migrate import migrate
 from outbox.errors import PermanentFailure
 from outbox.results import get as get_result
-from tests.docs.pages import blocks_of, code
+from tests.docs.pages import DOCS, blocks_of, code
 
 PAGE = "how-to/workflows.md"
 
@@ -208,6 +208,12 @@ def test_workflow_show_prints_what_the_page_shows(tmp_path: Path) -> None:
         raise AssertionError("ship must not run")
 
     workflow_id = _record_the_order(url, {})
+    status = CliRunner().invoke(main, ["--database-url", url, "status"], prog_name="outbox")
+    assert status.exit_code == 0, status.output
+    line = "workflows: 1 running, 1 node waits for a dependency (in no queue until due)"
+    assert line in status.output.splitlines() and f"`{line}`" in " ".join(
+        (DOCS / PAGE).read_text().split()
+    )  # the line as the page quotes it
     assert _run(database, registry, workflow_id).state == "failed"
 
     (block,) = [b for b in blocks_of(PAGE) if b.lang == "console"]

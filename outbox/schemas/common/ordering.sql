@@ -67,11 +67,6 @@ WHERE NOT EXISTS (
 ORDER BY k.created_at
 LIMIT :limit;
 
--- name: ordering_pending_count
--- Pending intents with an ordering key (the relay's nats target refuses to start with
--- any: it does not keep their order yet). Read through outbox_messages_ordering.
-SELECT count(*) FROM outbox_messages WHERE ordering_key IS NOT NULL AND state = 'pending';
-
 -- name: ordering_key_of_job
 -- A job's ordering key, read before a path that deletes the job locks the key's row
 -- (the reaper's dead letter): the key's row is locked before the job's, as everywhere.

@@ -191,3 +191,10 @@ DELETE FROM outbox_workflow_nodes WHERE workflow_id = :workflow_id;
 
 -- name: workflow_delete
 DELETE FROM outbox_workflows WHERE workflow_id = :workflow_id;
+
+-- name: workflow_status_counts
+-- `outbox status`: workflows with a node not finished, and the nodes waiting for a
+-- dependency (no queue count shows those: a node is a job only once it is due). A scan
+-- of the nodes, which prune keeps to the workflows still stored; status is not hot.
+SELECT count(DISTINCT workflow_id), count(CASE WHEN state = 'waiting' THEN 1 END)
+FROM outbox_workflow_nodes WHERE state IN ('waiting', 'due');
