@@ -131,6 +131,10 @@ def _cancel(message_id: str) -> Callable[[Dialect], Plan[Literal["dead", "flagge
     key = {"message_id": message_id}
 
     def plan(dialect: Dialect) -> Plan[Literal["dead", "flagged"] | None]:
+        # The key's row is locked before the job's, as on every path (a job entering the
+        # key locks in that order; the other order deadlocks on MariaDB).
+        keys = ordering.keys_of((yield ("queue_admin_job_key", key)))
+        yield from ordering.lock(keys)
         taken = yield ("job_cancel_take", key)
         if taken:
             mid, queue, job_name, payload, attempts, max_attempts, priority, okey = taken[0]
@@ -155,7 +159,7 @@ def _cancel(message_id: str) -> Callable[[Dialect], Plan[Literal["dead", "flagge
             if is_node_id(str(mid)):  # a workflow node: its dependents, in this transaction
                 yield from workflows.failed(str(mid))
             if okey is not None:  # a cancelled job releases its ordering key
-                yield from ordering.leave([str(okey)])
+                yield from ordering.leave([str(okey)], locked=str(okey) in keys)
             return "dead"
         yield ("job_cancel_flag", key)
         held = yield ("dashboard_job", key)

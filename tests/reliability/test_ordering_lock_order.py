@@ -1,10 +1,12 @@
-"""Dead-lettering a keyed job while a job of its key enters, in two real processes.
+"""Dead-lettering or cancelling a keyed job while a job of its key enters, in two real
+processes.
 
 ``ordering.enter`` locks the key's row, then reads the key's jobs with a locking read
 (MariaDB); the dead-letter path used to take (delete) the job first and lock the key's
 row after, so the two waited on each other in a circle and MariaDB killed one: measured,
 385 of 1,500 pushes refused as deadlock victims. Now every path locks the key's row
-first (``outbox.db.shared._move_to_dead``), and no push is refused. On PostgreSQL the
+first (``outbox.db.shared._move_to_dead``, ``outbox.queue.control``'s cancel), and no
+push is refused. On PostgreSQL the
 read does not lock, so this shows the race cannot happen there. SQLite has one writer.
 """
 
@@ -24,9 +26,10 @@ N = 600
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("leaving", ["dead", "cancel"])
 @pytest.mark.parametrize("backend", [b for b in backends.BACKENDS if b != "sqlite"])
-def test_a_dead_letter_and_an_entering_job_of_its_key_never_deadlock(
-    conn: Connection, db_url: str
+def test_a_job_leaving_and_an_entering_job_of_its_key_never_deadlock(
+    conn: Connection, db_url: str, leaving: str
 ) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-m", "tests.reliability.ordering_race"]
@@ -38,9 +41,9 @@ def test_a_dead_letter_and_an_entering_job_of_its_key_never_deadlock(
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
-        for role in ("enter", "dead")
+        for role in ("enter", leaving)
     ]
     outs = [p.communicate(timeout=300)[0].decode().strip() for p in procs]
-    assert outs == ["enter errors 0", "dead errors 0"]
+    assert outs == ["enter errors 0", f"{leaving} errors 0"]
     assert count(conn, "outbox_failed_jobs") == N and count(conn, "outbox_jobs") == 0
     assert count(conn, "outbox_ordering_keys") == 0
