@@ -67,7 +67,7 @@ def show_command(cli: CliContext, workflow_id: str, as_json: bool) -> None:
     """Each node of workflow ID: state, attempts, times (UTC) and, for a dead node, the
     exception's class. Exit 1 when there is no such workflow."""
     with cli.connect() as conn:
-        found = workflows.read(conn, workflow_id)
+        found = workflows.get(conn, workflow_id)
     if found is None:
         raise OutboxError(f"no workflow {workflow_id} (never recorded, or pruned)")
     if as_json:

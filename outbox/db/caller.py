@@ -207,7 +207,7 @@ async def run_async(plan: Plan[T], target: AsyncTarget, operation: str) -> T:
         return value
 
 
-def drive(plan: Plan[Any], c: Executor) -> Any:
+def drive(plan: Plan[T], c: Executor) -> T:
     """Run ``plan`` on one of our connections, inside the transaction it has open."""
     try:
         name, params = next(plan)
@@ -215,4 +215,5 @@ def drive(plan: Plan[Any], c: Executor) -> Any:
             rows: list[Row] = c.execute(name, params)
             name, params = plan.send(rows)
     except StopIteration as done:
-        return done.value
+        value: T = done.value
+        return value

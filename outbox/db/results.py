@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from outbox.db import workflows
-from outbox.db.caller import Plan
+from outbox.db.caller import Plan, drive
 from outbox.db.driver import Executor, Row
 from outbox.db.rows import (
     Failure,
@@ -38,7 +38,7 @@ def kept_plan(kept: KeptResult) -> Plan[None]:
 
 
 def _write(c: Executor, kept: KeptResult) -> None:
-    workflows.on(c, kept_plan(kept))
+    drive(kept_plan(kept), c)
 
 
 def _int(v: Any) -> int | None:

@@ -294,7 +294,7 @@ class SharedDriver(LimitOps, ResultOps):
             },
         )
         if is_node_id(str(message_id)):  # a workflow node: its dependents, in this transaction
-            workflows.on(c, workflows.failed(str(message_id)))
+            drive(workflows.failed(str(message_id)), c)
         if okey is not None and not hold_key:  # releases its key (outbox.db.ordering)
             drive(ordering.leave([str(okey)], locked=str(okey) == known_key), c)
         return True
@@ -568,7 +568,7 @@ class SharedDriver(LimitOps, ResultOps):
             c.execute_count("queue_admin_failed_delete", {"ids": ids})
             for node_id in nodes:
                 if node_id in ids:
-                    workflows.on(c, workflows.requeued(node_id))
+                    drive(workflows.requeued(node_id), c)
             return inserted
 
         return self._transact("queue retry", requeue)

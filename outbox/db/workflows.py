@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from outbox.db.caller import Plan, T, drive
+from outbox.db.caller import Plan, drive
 from outbox.db.driver import Executor, Row
 
 STOP = "stop"
@@ -97,12 +97,6 @@ def requeued(node_id: str) -> Plan[None]:
                 yield ("workflow_node_count_up", child)
 
 
-def on(c: Executor, plan: Plan[T]) -> T:
-    """Drive ``plan`` on one of our connections, inside its open transaction."""
-    result: T = drive(plan, c)
-    return result
-
-
 def skipped_of(c: Executor, node_ids: list[str]) -> list[str]:
     """Those of ``node_ids`` that are skipped nodes (``queue retry`` leaves their dead
     letters: they come back when the failed node they wait for is retried)."""
@@ -124,7 +118,7 @@ def parent_results(database: Any, node_id: str) -> list[tuple[str, str, str, str
     """``parents_plan`` on a connection of ``database`` (a ``Database``) of its own."""
     with database.connect() as conn:
         rows: list[tuple[str, str, str, str | None]] = conn.read(
-            lambda c: on(c, parents_plan(node_id)), operation="workflow results"
+            lambda c: drive(parents_plan(node_id), c), operation="workflow results"
         )
     return rows
 

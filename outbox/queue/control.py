@@ -92,8 +92,7 @@ def call(
         return run(plan(caller.dialect), caller, operation)
     with _connected(target) as conn:
         run_ours = conn.read if reads else conn.transact
-        result: T = run_ours(lambda c: drive(plan(c.dialect), c), operation=operation)
-        return result
+        return run_ours(lambda c: drive(plan(c.dialect), c), operation=operation)
 
 
 def _wake(dialect: Dialect) -> Plan[None]:

@@ -52,7 +52,6 @@ from outbox.workflows.state import (
     cancel,
     get,
     prune,
-    read,
     recent,
 )
 
@@ -74,7 +73,6 @@ __all__ = [
     "get",
     "graph_fingerprint",
     "prune",
-    "read",
     "recent",
     "record_workflow",
     "record_workflow_async",

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from outbox.db import workflows as steps
-from outbox.db.caller import Plan
+from outbox.db.caller import Plan, drive
 from outbox.db.connection import Connection
 from outbox.db.dialect import Dialect
 from outbox.db.driver import Row
@@ -83,11 +83,6 @@ def _node(r: Row, after: list[str]) -> NodeState:
     )
 
 
-def read(conn: Connection, workflow_id: str) -> WorkflowState | None:
-    """``get`` on one of our connections."""
-    return get(conn, workflow_id)
-
-
 def _shaped(shown: tuple[list[Row], list[Row], list[Row]]) -> WorkflowState | None:
     head, rows, edges = shown
     if not head:
@@ -139,7 +134,7 @@ class WorkflowSummary:
 
 def recent(conn: Connection, limit: int = 100) -> list[WorkflowSummary]:
     """The newest ``limit`` workflows, newest first."""
-    rows = conn.read(lambda c: steps.on(c, steps.list_plan(limit)), operation="workflows")
+    rows = conn.read(lambda c: drive(steps.list_plan(limit), c), operation="workflows")
     out = []
     for wf_id, name, stored, count, created, finished in rows:
         state = "cancelled" if stored == "cancelled" else (
@@ -195,7 +190,7 @@ def prune(conn: Connection, age_ms: int, *, batch: int = PRUNE_BATCH) -> int:
     """Delete at most ``batch`` finished workflows (no node waiting or due) recorded more
     than ``age_ms`` ago, with their nodes and edges; how many went."""
     deleted: int = conn.transact(
-        lambda c: steps.on(c, steps.prune_plan(age_ms, batch)), operation="prune"
+        lambda c: drive(steps.prune_plan(age_ms, batch), c), operation="prune"
     )
     if deleted:
         log.info("prune.workflows", deleted=deleted)

@@ -503,6 +503,7 @@ def test_a_leaf_acknowledged_releases_no_children_and_a_parent_does(
     """A leaf's acknowledgement runs no release statements (it has none to release); its
     parent's does, and makes the child due: the shortcut keys on the real edges."""
     from outbox.db import workflows as steps
+    from outbox.db.caller import drive
 
     wf = Workflow("order:7:leaf")
     root = wf.add(_j("wf.step", "root"), name="root")
@@ -519,7 +520,7 @@ def test_a_leaf_acknowledged_releases_no_children_and_a_parent_does(
 
         def settle(t: Any) -> None:
             counting = _Counting(t)
-            steps.on(counting, steps.succeeded(node_id))  # type: ignore[arg-type]
+            drive(steps.succeeded(node_id), counting)  # type: ignore[arg-type]
             seen[name] = counting.names
 
         conn.transact(settle, operation="test")
