@@ -7,7 +7,6 @@ trip comes next, with an injected clock, and when a notification is delivered.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from outbox import Job, Registry
@@ -15,25 +14,12 @@ from outbox.db.connection import Connection, Database
 from outbox.queue import push
 from outbox.queue.config import WorkerConfig
 from outbox.queue.worker import Worker
+from tests.fixtures.clock import FakeClock
 from tests.fixtures.databases import raw_connect
 from tests.fixtures.gaps import Gap, skip_gap
 from tests.fixtures.relays import record_many
 
 Q = "tail"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self.now
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.now += seconds
 
 
 def _push(db_url: str, name: str) -> None:
@@ -89,7 +75,6 @@ def test_acks_go_alone_at_once_when_no_claim_is_due(
     config = WorkerConfig(queues={Q: 1}, prefetch=1, listen=False, sleep=60.0)
     with Worker(database, registry, config, clock=clock) as worker:
         d = worker._d
-        d.listening = True  # what 468faed's worker set when it LISTENed, and held acks for
         assert d.claim_round() == 1
         d.wait_for_outcome(30.0)
         assert _jobs(conn) == {"t.first": worker.worker_id}
@@ -104,7 +89,7 @@ def test_the_relay_batch_commits_asynchronously_in_its_own_transaction_only(
     """The batch's commit does not wait for the disk (the NOTIFY to the workers goes
     at commit); the session keeps the server's setting."""
     if database.dialect.name != "postgresql":
-        skip_gap(Gap.LISTEN_NOTIFY)
+        skip_gap(Gap.SYNCHRONOUS_COMMIT)
     record_many(db_url, ["a1", "a2"])
     with database.connect() as relay:
         assert relay.execute_sql("SHOW synchronous_commit") == [("on",)]

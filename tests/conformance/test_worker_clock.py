@@ -12,23 +12,10 @@ from outbox.db.connection import Database
 from outbox.queue import push
 from outbox.queue.config import WorkerConfig
 from outbox.queue.worker import Worker
+from tests.fixtures.clock import FakeClock
 from tests.fixtures.databases import raw_connect
 
 Q = "clocked"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self.now
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.now += seconds
 
 
 def test_run_once_waits_for_handlers_by_the_injected_clock(
