@@ -9,9 +9,11 @@ crash leaves and what the duplicate window absorbs is unchanged; only the order 
 batches across lanes is not fixed. This needs row locks (``FOR UPDATE SKIP LOCKED``) so
 that batches claim disjoint rows; ``Relay.in_flight`` is 1 on SQLite.
 
-A lane stops at an empty batch (``until_short``: at any short one), when ``stop`` is
-set, when ``limit`` intents have been claimed, or when another lane failed; the first
-failure is raised once every lane has finished its batch in flight.
+A lane pauses after a batch that moved nothing (``outbox.relay.pauses.Deferred``: its
+rows wait for another lane's batch). It stops at an empty batch (``until_short``: at
+any short one), when ``stop`` is set, when ``limit`` intents have been claimed, or when
+another lane failed; the first failure is raised once every lane has finished its batch
+in flight.
 """
 
 from __future__ import annotations
@@ -21,14 +23,18 @@ from collections.abc import Callable
 
 from outbox.db.connection import LazyConnection
 from outbox.db.rows import HandoffResult
+from outbox.relay.pauses import Deferred
 from outbox.relay.totals import RunTotals
 
 Once = Callable[[LazyConnection, int], HandoffResult]
 
 
 class InFlight:
-    def __init__(self, conns: list[LazyConnection], once: Once, batch_size: int) -> None:
+    def __init__(
+        self, conns: list[LazyConnection], once: Once, batch_size: int, deferred_max: float
+    ) -> None:
         self.conns, self.once, self.batch_size = conns, once, batch_size
+        self.deferred_max = deferred_max
         self._lock = threading.Lock()
         self._halt = threading.Event()
         self._failures: list[BaseException] = []
@@ -47,6 +53,7 @@ class InFlight:
         done = [totals]
 
         def lane(conn: LazyConnection) -> None:
+            deferred = Deferred(self.deferred_max)
             while not self._halt.is_set() and not (stop is not None and stop.is_set()):
                 with self._lock:
                     size = self.batch_size
@@ -69,6 +76,9 @@ class InFlight:
                             progress(batch)
                 if batch.claimed == 0 or (until_short and batch.claimed < size):
                     return
+                pause = deferred.after(batch)
+                if pause:
+                    (stop.wait if stop is not None else self._halt.wait)(pause)
 
         threads = [
             threading.Thread(target=lane, args=(c,), name=f"outbox-relay-lane-{i}", daemon=True)

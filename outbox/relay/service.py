@@ -38,6 +38,7 @@ from outbox.hooks import NO_HOOKS, Hooks
 from outbox.log import get_logger
 from outbox.relay.inflight import InFlight
 from outbox.relay.listen import ListenWaiter, PollWaiter, Waiter
+from outbox.relay.pauses import Backoff, Deferred
 from outbox.relay.target import SqlQueueTarget, Target
 from outbox.relay.totals import RunTotals
 
@@ -151,6 +152,7 @@ class Relay:
                 RunTotals(), limit=limit, progress=progress, until_short=False
             )
         totals = RunTotals()
+        deferred = Deferred(self.config.poll_interval)
         while limit is None or totals.claimed < limit:
             left = self.config.batch_size if limit is None else limit - totals.claimed
             batch = self.run_once(min(self.config.batch_size, left))
@@ -159,6 +161,7 @@ class Relay:
             totals = totals.add(batch)
             if progress is not None:
                 progress(batch)
+            time.sleep(deferred.after(batch))
         return totals
 
     def watch(
@@ -170,10 +173,11 @@ class Relay:
         """Relay until ``stop`` is set; the batch in flight always finishes first."""
         waiter = self._waiter()
         totals = RunTotals()
-        idle = _Backoff(self.config.poll_interval, self.config.max_poll_interval)
+        idle = Backoff(self.config.poll_interval, self.config.max_poll_interval)
         database = Reconnect(self.config.poll_interval, self.config.reconnect_max)
-        failing = _Backoff(self.config.poll_interval, self.config.reconnect_max)
-        refusing = _Backoff(self.config.poll_interval, self.config.max_poll_interval)
+        failing = Backoff(self.config.poll_interval, self.config.reconnect_max)
+        refusing = Backoff(self.config.poll_interval, self.config.max_poll_interval)
+        deferred = Deferred(self.config.poll_interval)
         quiet = _RateLimitedLog()
         log.info("relay.watch", listen=isinstance(waiter, ListenWaiter))
         try:
@@ -202,6 +206,10 @@ class Relay:
                     totals = totals.add(batch)
                     if progress is not None:
                         progress(batch)
+                pause = deferred.after(batch)
+                if pause:
+                    waiter.wait(stop, pause)
+                    continue
                 if batch.claimed >= self.config.batch_size:
                     idle.reset()
                     if self.in_flight > 1:  # a backlog: keep several batches in flight
@@ -231,7 +239,10 @@ class Relay:
     ) -> RunTotals:
         while len(self._more_conns) < self.in_flight - 1:
             self._more_conns.append(LazyConnection(self.database))
-        batches = InFlight([self._conn, *self._more_conns], self._once, self.config.batch_size)
+        batches = InFlight(
+            [self._conn, *self._more_conns], self._once, self.config.batch_size,
+            self.config.poll_interval,
+        )
         return batches.drain(
             totals, limit=limit, progress=progress, until_short=until_short, stop=stop
         )
@@ -248,21 +259,6 @@ class Relay:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class _Backoff:
-    """Waits that double from ``low`` up to ``high``; ``reset`` goes back to ``low``."""
-
-    def __init__(self, low: float, high: float) -> None:
-        self.low, self.high, self._next = low, high, low
-
-    def next(self) -> float:
-        value, self._next = self._next, min(self._next * 2, self.high)
-        return value
-
-    def reset(self) -> float:
-        self._next = self.low
-        return self.low
 
 
 class _RateLimitedLog:

@@ -10,6 +10,7 @@ The racing half (worker processes, SIGKILLs, a start/end ledger) is in
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from typing import Any
 
@@ -33,7 +34,10 @@ from outbox.job import BLOCKED_OFFSET_MS, NormalJob, fingerprint, normalise
 from outbox.queue import Worker, WorkerConfig
 from outbox.queue.backoff import Backoff
 from outbox.relay import Relay, RelayConfig
+from outbox.relay.target import SqlQueueTarget
 from outbox.status import status
+from tests.fixtures.databases import raw_connect
+from tests.fixtures.gaps import Gap, skip_gap
 from tests.fixtures.queue_ops import Failure, ack, claim, dead_letter, now_ms, release
 from tests.fixtures.workers import count
 
@@ -429,3 +433,47 @@ def test_a_job_that_keeps_its_result_passes_its_keys_turn_on(
             worker.run_once()
     assert KEPT == [0, 1, 2]
     assert count(conn, "outbox_jobs") == 0 and count(conn, "outbox_ordering_keys") == 0
+
+
+class _TwoLanes(SqlQueueTarget):
+    in_flight = 2  # the lanes a broker target asks for (outbox.relay.inflight), on SQL
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_a_drain_whose_rows_wait_for_another_batch_pauses_instead_of_spinning(
+    database: Database, conn: Connection, app_conn: Any, db_url: str, lanes: int
+) -> None:
+    """Another batch (a lane, a relay) holds a key's older intent: every later intent of
+    the key is deferred, batch after batch, until it commits. The drain, and each of its
+    lanes, pauses between such batches (outbox.relay.pauses.Deferred); they used to claim
+    them again at once, a busy loop on the database for as long as the other batch took."""
+    if database.dialect.name == "sqlite":
+        skip_gap(Gap.SQLITE_ONE_WRITER)
+    if database.dialect.name == "mysql":
+        skip_gap(Gap.MARIADB_MOVE_WAITS)
+    record_many(app_conn, [(f"k:{n}", Job("o.run", {"n": n}, ordering_key="order:h"))
+                           for n in range(3)])  # fmt: skip
+    app_conn.commit()
+    holder = raw_connect(db_url)
+    batches: list[int] = []
+    try:
+        cur = holder.cursor()
+        cur.execute("SELECT id FROM outbox_messages ORDER BY id LIMIT 1 FOR UPDATE")
+        target = _TwoLanes() if lanes == 2 else SqlQueueTarget()
+        with Relay(database, target=target) as relay:
+            drain = threading.Thread(target=relay.run, kwargs={
+                "progress": lambda b: batches.append(b.handed_off)})  # fmt: skip
+            drain.start()
+            time.sleep(1.0)
+            held = list(batches)
+            holder.rollback()
+            drain.join(30)
+        assert not drain.is_alive()
+    finally:
+        holder.rollback()
+        holder.close()
+    assert held and set(held) == {0}  # deferred while the first intent was held
+    assert len(held) <= 12 * lanes  # pauses of 10 ms doubling to the poll interval: ~7 in 1 s
+    assert sum(batches) == 3
+    jobs = claim(conn, "default", 10, "w1", LEASE)
+    assert _names(jobs) == [0]  # in order: the first in its turn, the others wait
