@@ -125,7 +125,7 @@ def _one(p: JobPush) -> Plan[str]:
 
 def _many(p: JobsPush) -> Plan[list[str]]:
     """``jobs_push``, the keyed jobs entering their keys' lines in the given order."""
-    keys = [r[7] for r in p.rows]
+    keys = [r[ORDERING_KEY] for r in p.rows]
     if all(k is None for k in keys):
         return (yield from jobs_push(p))
     waits = yield from ordering.enter(keys)
@@ -136,6 +136,10 @@ def _many(p: JobsPush) -> Plan[list[str]]:
 
 def _push(rows: list[tuple[Any, ...]], listens: bool) -> JobsPush:
     return JobsPush(rows, bool(listens and settings.notify))
+
+
+# Where a row of ``_batch`` holds the ordering key (the trace context is just before it).
+ORDERING_KEY = 8
 
 
 def _batch(jobs: Iterable[Job], delay: object, priority: int | None) -> list[tuple[Any, ...]]:

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 
 from outbox import (
     Job,
@@ -39,6 +40,7 @@ from outbox.status import status
 from tests.fixtures.databases import raw_connect
 from tests.fixtures.gaps import Gap, skip_gap
 from tests.fixtures.queue_ops import Failure, ack, claim, dead_letter, now_ms, release
+from tests.fixtures.tracing import spans  # noqa: F401  (the fixture)
 from tests.fixtures.workers import count
 
 TABLES = ("outbox_keys", "outbox_messages", "outbox_jobs", "outbox_ordering_keys")
@@ -477,3 +479,33 @@ def test_a_drain_whose_rows_wait_for_another_batch_pauses_instead_of_spinning(
     assert sum(batches) == 3
     jobs = claim(conn, "default", 10, "w1", LEASE)
     assert _names(jobs) == [0]  # in order: the first in its turn, the others wait
+
+
+def test_push_many_enters_each_keys_line_in_the_given_order(
+    conn: Connection, app_conn: Any
+) -> None:
+    push_many(app_conn, [Job("o.run", {"n": n}, ordering_key=f"order:{k}")
+                         for n, k in ((0, "a"), (1, "a"), (2, "b"), (3, "a"))]
+              + [Job("o.run", {"n": 4})])  # fmt: skip
+    app_conn.commit()
+    assert count(conn, "outbox_ordering_keys") == 2
+    jobs = claim(conn, "default", 10, "w1", LEASE)
+    assert sorted(_names(jobs)) == [0, 2, 4]  # each key's first, and the keyless one
+    for expected in ([1], [3]):
+        ack(conn, "w1", jobs)
+        jobs = claim(conn, "default", 10, "w1", LEASE)
+        assert _names(jobs) == expected
+    ack(conn, "w1", jobs)
+    assert count(conn, "outbox_ordering_keys") == 0
+
+
+def test_push_many_under_a_span_leaves_keyless_jobs_out_of_any_line(
+    conn: Connection, app_conn: Any, spans: Any  # noqa: F811
+) -> None:
+    """The batch's trace context is no ordering key: with a span active, keyless jobs
+    are all claimable at once and no key row is written."""
+    with trace.get_tracer("test").start_as_current_span("request"):
+        push_many(app_conn, [Job("o.run", {"n": n}) for n in range(3)])
+    app_conn.commit()
+    assert count(conn, "outbox_ordering_keys") == 0
+    assert sorted(_names(claim(conn, "default", 10, "w1", LEASE))) == [0, 1, 2]
