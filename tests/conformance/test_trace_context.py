@@ -70,12 +70,15 @@ def test_the_relay_carries_the_context_into_the_queue_and_links_its_batch(
     with tracer.start_as_current_span("request") as request:
         traced = record(app_conn, "t:1", Job("t.job", {"s": SECRET}))
     untraced = record(app_conn, "t:2", Job("t.job", 2))
+    with tracer.start_as_current_span("keyed request") as keyed_request:
+        keyed = record(app_conn, "t:3", Job("t.job", 3, ordering_key="order:t"))
     app_conn.commit()
 
     with Relay(database, RelayConfig(verify_in_python=in_python)) as relay:
         result = relay.run_once()
-    assert result.handed_off == 2
-    assert _stored(conn, "outbox_jobs") == {traced: _traceparent(request), untraced: None}
+    assert result.handed_off == 3
+    assert _stored(conn, "outbox_jobs") == {
+        traced: _traceparent(request), untraced: None, keyed: _traceparent(keyed_request)}
 
     (batch,) = [s for s in spans.get_finished_spans() if s.name == "send"]
     assert batch.kind is trace.SpanKind.PRODUCER
@@ -83,8 +86,10 @@ def test_the_relay_carries_the_context_into_the_queue_and_links_its_batch(
     attrs = dict(batch.attributes or {})
     assert attrs["messaging.system"] == "outbox"
     assert attrs["messaging.operation.type"] == "send"
-    assert attrs["messaging.batch.message_count"] == 2
-    assert [li.context.span_id for li in batch.links] == [request.get_span_context().span_id]
+    assert attrs["messaging.batch.message_count"] == 3
+    assert sorted(li.context.span_id for li in batch.links) == sorted(
+        s.get_span_context().span_id for s in (request, keyed_request)
+    )  # a keyed intent's request too (it moves after the batch's statement on PostgreSQL)
 
 
 def test_each_attempt_is_a_consumer_span_under_the_recorded_one_and_a_failure_names_its_class(

@@ -44,9 +44,9 @@ END;
 -- statement fail and the relay verifies that batch in Python instead (relay_claim_rows).
 -- A queue row that already holds a claimed message_id is a double handoff: the unique
 -- index fails the statement on purpose.
--- Valid rows with an ordering key stay here, locked: the last two columns list their ids
--- and keys, and the relay hands them off in the same transaction, in order, through
--- outbox.db.ordering (a keyless batch returns two NULLs and pays nothing more).
+-- Valid rows with an ordering key stay here, locked: the last three columns list their
+-- ids, keys and trace contexts, and the relay hands them off in the same transaction, in
+-- order, through outbox.db.ordering (a keyless batch returns NULLs and pays nothing more).
 WITH claimed AS MATERIALIZED (
     SELECT ctid AS row_ctid, id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
         priority, trace_context, ordering_key
@@ -99,6 +99,8 @@ SELECT
     (SELECT array_agg(id ORDER BY id) FROM checked
      WHERE reason IS NULL AND ordering_key IS NOT NULL),
     (SELECT array_agg(ordering_key ORDER BY id) FROM checked
+     WHERE reason IS NULL AND ordering_key IS NOT NULL),
+    (SELECT array_agg(trace_context ORDER BY id) FROM checked
      WHERE reason IS NULL AND ordering_key IS NOT NULL);
 
 -- name: relay_claim_checked
