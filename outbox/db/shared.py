@@ -481,8 +481,10 @@ class SharedDriver(LimitOps, ResultOps):
         rows = self.conn.execute("retry_lookup", {"message_id": message_id})
         if not rows:
             return None
-        row_id, mid, state, *columns = rows[0]
-        return RetryRow(str(state), StoredIntent(row_id, str(mid), *columns))
+        row_id, mid, state, fp, name, queue, payload, max_attempts, at, priority, key = rows[0]
+        intent = StoredIntent(row_id, str(mid), fp, name, queue, payload, max_attempts, at,
+                              priority, ordering_key=key)  # fmt: skip
+        return RetryRow(str(state), intent)
 
     def outbox_requeue_in_tx(self, row_id: int) -> int:
         return self.conn.execute_count("retry_requeue", {"id": row_id})

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from outbox import Job, record
 from outbox import status as outbox_status
 from outbox.db.connection import Connection, Database
 from outbox.errors import InvalidMessageId, MessageNotFound, RetryRefused
@@ -242,3 +245,28 @@ def test_retry_accepts_a_message_id_in_upper_case_on_every_backend(
     set_column(conn, mid, "payload", original)
     assert admin.retry(conn, mid.upper()) == "requeued"
     assert outbox_rows(conn)[mid] == ("pending", None, False)
+
+
+def test_retry_of_a_keyed_intent_reverifies_it_with_its_ordering_key(
+    database: Database, app_conn: Any, conn: Connection
+) -> None:
+    """The key is sealed in the fingerprint: a retry that re-verified the intent without
+    it refused every keyed intent, and --accept-current resealed it keyless, so the
+    relay quarantined it again."""
+    repaired = record(app_conn, "rk:1", Job("t.job", {"n": 1}, ordering_key="order:r"))
+    edited = record(app_conn, "rk:2", Job("t.job", {"n": 2}, ordering_key="order:r"))
+    app_conn.commit()
+    [(original,)] = conn.execute_sql(
+        "SELECT payload FROM outbox_messages WHERE message_id = %s"
+        if database.dialect.name != "sqlite" else
+        "SELECT payload FROM outbox_messages WHERE message_id = ?", (repaired,))  # fmt: skip
+    set_column(conn, repaired, "payload", "{broken")
+    set_column(conn, edited, "payload", '{"n": 3}')
+    _run(database)
+    assert outbox_rows(conn)[repaired][:2] == ("failed", "invalid_json")
+    assert outbox_rows(conn)[edited][:2] == ("failed", "fingerprint_mismatch")
+    set_column(conn, repaired, "payload", original)
+    assert admin.retry(conn, repaired) == "requeued"
+    assert admin.retry(conn, edited, accept_current=True) == "accepted"
+    _run(database)
+    assert queued_ids(conn) == [repaired, edited]  # both verified, in order
