@@ -14,7 +14,8 @@ import pytest
 from outbox import Job, Registry, Relay, Workflow, record
 from outbox.db.connection import Connection, Database
 from outbox.errors import IdempotencyConflict, InvalidKey
-from outbox.queue import JobContext, Worker, WorkerConfig
+from outbox.queue import JobContext, Worker, WorkerConfig, push
+from outbox.queue import admin as queue_admin
 from outbox.queue.admin import retry, retry_all
 from outbox.status import status
 from outbox.workflows import MAX_NODES, InvalidWorkflow, cancel, get, prune
@@ -258,6 +259,32 @@ def test_retry_all_requeues_the_failed_node_and_not_its_skipped_dependents(
     _run(database)
     shown = get(conn, wf_id)
     assert shown is not None and shown.state == "succeeded"
+
+
+def test_retry_all_reaches_every_dead_letter_past_skipped_nodes(
+    database: Database, conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A skipped node is left in the dead letters by every batch of `retry --all` (it
+    comes back with its failed node): it must not take a place in the batch, or a batch
+    short of it reads as the last one (here batches of 2, one of them the skipped node:
+    the three plain dead letters after it were never retried)."""
+    monkeypatch.setattr(queue_admin, "RETRY_BATCH", 2)
+    wf = Workflow("retry-past")
+    a = wf.add(_j("wf.flaky", "a"), name="a")
+    wf.add(_j("wf.step", "b"), name="b", after=[a])
+    wf_id = _record(database, "retry:past", wf)
+    _run(database)
+    with database.connect() as c, c.transaction():
+        for n in ("o1", "o2", "o3"):
+            push(c.raw, Job("wf.flaky", {"n": n}))
+    _run(database)
+    assert count_rows(conn, "outbox_failed_jobs") == 5
+    FLAKY["fail"] = False
+    assert retry_all(conn) == 4  # a and the three plain ones; b comes back with a
+    _run(database)
+    shown = get(conn, wf_id)
+    assert shown is not None and shown.state == "succeeded"
+    assert count_rows(conn, "outbox_failed_jobs") == 0
 
 
 def _node(conn: Connection, wf_id: str, name: str) -> str:

@@ -13,8 +13,13 @@ FROM outbox_failed_jobs
 WHERE message_id = :message_id;
 
 -- name: queue_admin_failed_ids
--- The next dead letters to retry, oldest first.
-SELECT message_id FROM outbox_failed_jobs ORDER BY id LIMIT :limit;
+-- The next dead letters to retry, oldest first. A skipped workflow node is not one of
+-- them: it comes back with the failed node it waits for, or never (a cancelled
+-- workflow's), and left in the list it would fill every batch of `retry --all`.
+SELECT f.message_id FROM outbox_failed_jobs f
+WHERE NOT EXISTS (
+    SELECT 1 FROM outbox_workflow_nodes n WHERE n.node_id = f.message_id AND n.state = 'skipped')
+ORDER BY f.id LIMIT :limit;
 
 -- name: queue_admin_remove
 -- Remove one job from the queue (a worker holding it then loses its lease).
