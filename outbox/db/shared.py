@@ -582,27 +582,39 @@ class SharedDriver(LimitOps, ResultOps):
 
     def job_remove(self, message_id: str) -> int:
         key = {"message_id": message_id}
+        nodes = [message_id] if is_node_id(message_id) else []
         return self._releasing_keys(
-            "queue remove", ("queue_admin_job_key", key), ("queue_admin_remove", key)
+            "queue remove", ("queue_admin_job_key", key), ("queue_admin_remove", key),
+            lambda c: nodes,
         )
 
     def queue_clear(self, queue: str | None) -> int:
         key = {"queue": queue}
         return self._releasing_keys(
-            "queue clear", ("queue_admin_clear_keys", key), ("queue_admin_clear", key)
+            "queue clear", ("queue_admin_clear_keys", key), ("queue_admin_clear", key),
+            lambda c: [str(r[0]) for r in c.execute("queue_admin_clear_nodes", key)],
         )
 
     def _releasing_keys(
-        self, operation: str, keys_of: tuple[str, Any], delete: tuple[str, Any]
+        self,
+        operation: str,
+        keys_of: tuple[str, Any],
+        delete: tuple[str, Any],
+        nodes_of: Callable[[Executor], list[str]] | None = None,
     ) -> int:
         """An operator's delete of rows that may hold ordering keys: lock the keys (read by
-        ``keys_of``) first, delete, then pass each key's turn on, in one transaction."""
+        ``keys_of``) first, delete, then pass each key's turn on, in one transaction. A
+        workflow node among the jobs deleted (``nodes_of``) ends as failed, as a dead
+        letter's would: its workflow no longer waits for it."""
 
         def run(c: Executor) -> int:
             keys = ordering.keys_of(c.execute(*keys_of))
+            nodes = nodes_of(c) if nodes_of is not None else []
             drive(ordering.lock(keys), c)
             deleted = c.execute_count(*delete)
             drive(ordering.leave(keys, locked=True), c)
+            for node_id in nodes:
+                drive(workflows.failed(node_id), c)
             return deleted
 
         return self._transact(operation, run)

@@ -167,7 +167,7 @@ def test_a_failing_middle_node_dead_letters_its_dependents_without_running_them(
         "c": ("skipped", "DependencyFailed"), "e": ("skipped", "DependencyFailed"),
         "side": ("succeeded", None),
     }
-    assert count_rows(conn, "outbox_failed_jobs", "exception_class = 'DependencyFailed'") == 2
+    assert count_rows(conn, "outbox_failed_jobs", "exception_class = 'DependencyFailed'") == 3
     assert count_rows(conn, "outbox_failed_jobs", "attempts = 0") == 2
 
 
@@ -435,6 +435,29 @@ def test_cancelling_a_workflow_cancels_every_node_not_finished(
     assert cancel(conn, other) == 1
     assert count_rows(conn, "outbox_messages") == 0
     assert cancel(conn, "01890000-0000-8000-8000-000000000000") is None
+
+
+@pytest.mark.parametrize("how", ["remove", "clear"])
+def test_an_operator_removing_a_nodes_job_ends_the_node_as_failed(
+    database: Database, conn: Connection, how: str
+) -> None:
+    """`outbox queue remove` / `clear` of a due node's job: the node fails, as a dead
+    letter would make it, and its dependents are skipped; the workflow used to stay
+    running for ever, its node due with no job."""
+    wf_id = _record(database, f"{how}:1", _diamond())
+    with Relay(database) as relay:
+        relay.run_once()
+    root = _node(conn, wf_id, "a")
+    if how == "remove":
+        assert queue_admin.remove(conn, root) == 1
+    else:
+        assert queue_admin.clear(conn) == 1
+    shown = get(conn, wf_id)
+    assert shown is not None and shown.state == "failed"
+    assert {n.name: n.state for n in shown.nodes} == {
+        "a": "dead", "b": "skipped", "c": "skipped", "d": "skipped"}
+    assert count_rows(conn, "outbox_failed_jobs", "exception_class = 'DependencyFailed'") == 3
+    assert status(conn).workflows.running == 0
 
 
 def test_prune_drops_finished_workflows_only(database: Database, conn: Connection) -> None:

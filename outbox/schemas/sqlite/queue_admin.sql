@@ -36,3 +36,10 @@ ORDER BY id;
 -- The ordering keys of the jobs queue_admin_clear is about to remove: their turns pass on.
 SELECT DISTINCT ordering_key FROM outbox_jobs
 WHERE reserved_by IS NULL AND (:queue IS NULL OR queue = :queue) AND ordering_key IS NOT NULL;
+
+-- name: queue_admin_clear_nodes
+-- The workflow nodes among the jobs queue_admin_clear is about to remove: each ends as
+-- failed, in the same transaction, so its workflow does not wait for it for ever.
+SELECT n.node_id FROM outbox_workflow_nodes n
+JOIN outbox_jobs j ON j.message_id = n.node_id
+WHERE n.state = 'due' AND j.reserved_by IS NULL AND (:queue IS NULL OR j.queue = :queue);
