@@ -441,7 +441,7 @@ class Driver(Protocol):
         ...
 
     def result_job_state(self, message_id: str) -> QueuedState | None:
-        """A job still in the queue (waiting or held)."""
+        """A job still in the queue (waiting or held), or still a pending intent."""
         ...
 
     def result_prune(self, batch: int) -> int:

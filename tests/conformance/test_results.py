@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from outbox import Job, Registry
+from outbox import Job, Registry, Relay, record
 from outbox.db.connection import Connection, Database
 from outbox.errors import ConfigurationError
 from outbox.queue import JobContext, Worker, WorkerConfig, push
@@ -86,6 +86,25 @@ def test_a_success_keeps_its_return_value_written_by_the_ack(
     assert first.enqueued_at is not None and first.enqueued_at <= first.finished_at
     assert first.started_at <= first.finished_at and len(first.worker_ids) == 1
     assert count_rows(conn, "outbox_jobs") == 0
+
+
+def test_a_recorded_job_reads_as_ready_before_the_relay_hands_it_off(
+    database: Database, conn: Connection
+) -> None:
+    """record() enqueues into the outbox: its job is known (READY, attempt 0) from the
+    commit on, not only once the relay has moved it (Django's get_result raised)."""
+    with database.connect() as c:
+        mid = c.transact(lambda t: record(t.raw, "res:1", Job("r.add", {"a": 1, "b": 1})),
+                         operation="test")  # fmt: skip
+    pending = get(conn, mid)
+    assert pending is not None
+    assert (pending.status, pending.attempts, pending.payload) == (READY, 0, {"a": 1, "b": 1})
+    assert pending.enqueued_at is not None and pending.worker_ids == []
+    with Relay(database) as relay:
+        relay.run_once()
+    _drain(database)
+    done = get(conn, mid)
+    assert done is not None and (done.status, done.return_value["sum"]) == (SUCCESSFUL, 2)
 
 
 def test_a_failure_keeps_class_and_trace_never_the_message(

@@ -117,6 +117,7 @@ def test_an_idempotency_key_records_one_intent_per_key(outbox_on: str, conn: Con
             ids.append(tasks.send.enqueue("b@example.com").id)
     assert ids[0] == ids[1]
     assert count_rows(conn, "outbox_messages") == 1 and count_rows(conn, "outbox_jobs") == 0
+    assert tasks.send.get_result(ids[0]).status == TaskResultStatus.READY  # not yet relayed
     with idempotent("receipt:43"), pytest.raises(ValueError, match="names one job"):
         tasks.send.enqueue("c@example.com")
         tasks.send.enqueue("d@example.com")

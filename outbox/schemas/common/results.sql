@@ -23,6 +23,11 @@ SELECT message_id, queue, job_name, status, payload, return_value, attempts, enq
 FROM outbox_job_results WHERE message_id = :message_id;
 
 -- name: result_job_state
--- A job not finished yet, as the queue holds it: held (running) or waiting.
+-- A job not finished yet, as the queue holds it: held (running) or waiting; or, not yet
+-- handed off, as a pending intent (record() enqueues into the outbox, not the queue).
+-- The relay moves a row from one table to the other in one transaction: one is found.
 SELECT message_id, queue, job_name, payload, attempts, created_at, reserved_at, reserved_by
-FROM outbox_jobs WHERE message_id = :message_id;
+FROM outbox_jobs WHERE message_id = :message_id
+UNION ALL
+SELECT message_id, queue, job_name, payload, 0, created_at, NULL, NULL
+FROM outbox_messages WHERE message_id = :message_id AND state = 'pending';
