@@ -22,6 +22,7 @@ from outbox.cli.context import CliContext, pass_cli
 from outbox.cli.params import MESSAGE_ID, MESSAGE_ID_OR_ALL, QUEUE_NAME, Seconds
 from outbox.cli.serving import metrics_options
 from outbox.db.connection import Connection
+from outbox.db.rows import job_state, own_due_ms
 from outbox.errors import MessageNotFound
 from outbox.hooks import NO_HOOKS
 from outbox.job import NAME_PATTERN
@@ -269,8 +270,9 @@ TRIES_NOTE = (
 def jobs_command(cli: CliContext, limit: int, queue_name: str | None, broker: str | None) -> None:
     """List up to LIMIT (default 50) jobs in the queue, oldest first; no payloads.
 
-    STATE is ready (due), delayed (due later) or reserved (a worker holds it until
-    LEASE_ENDS). PRIORITY runs from 0 (most urgent) to 9. Times are UTC.
+    STATE is ready (due), delayed (due later), waiting (for its ordering key's turn; DUE
+    is its own due time) or reserved (a worker holds it until LEASE_ENDS). PRIORITY runs
+    from 0 (most urgent) to 9. Times are UTC.
     """
     if (url := cli_broker.broker_url(broker, "--broker")) is not None:
         cli_broker.queue_admin().jobs(url, queue_name, limit)
@@ -280,7 +282,7 @@ def jobs_command(cli: CliContext, limit: int, queue_name: str | None, broker: st
         now = conn.driver.clock_now()
     cells = []
     for r in rows:
-        state = "reserved" if r.reserved_by else ("ready" if r.available_at <= now else "delayed")
+        state = job_state(r.reserved_by, r.available_at, now)
         cells.append(
             [
                 r.message_id,
@@ -289,7 +291,7 @@ def jobs_command(cli: CliContext, limit: int, queue_name: str | None, broker: st
                 state,
                 r.priority,
                 f"{r.attempts}/{r.max_attempts or tables.NONE}",
-                tables.utc(r.available_at),
+                tables.utc(own_due_ms(r.available_at)),
                 tables.utc(r.lease_expires_at if r.reserved_by else None),
                 r.last_error or tables.NONE,
             ]

@@ -18,6 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from outbox.dashboard import auth
 from outbox.dashboard.backend import Backend
 from outbox.dashboard.store import COUNT_CAP
+from outbox.db.rows import job_state, own_due_ms
 from outbox.log import get_logger
 from outbox.queue.registry import Registry
 
@@ -97,8 +98,10 @@ class Dashboard:
             undefined=StrictUndefined,
         )
         self.env.filters.update(
-            ms_time=ms_time, duration=duration, number=number, count=count, tick=tick
+            ms_time=ms_time, duration=duration, number=number, count=count, tick=tick,
+            own_due=own_due_ms,
         )
+        self.env.globals.update(job_state=job_state)
 
     def viewer(self, request: Request) -> auth.Viewer:
         return auth.viewer(request, self.settings.token)

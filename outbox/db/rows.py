@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from outbox.job import BLOCKED_OFFSET_MS
+
 
 @dataclass(slots=True)
 class ClaimedJob:
@@ -448,3 +450,20 @@ class QueuedState:
     created_at: int
     reserved_at: int | None
     reserved_by: str | None
+
+
+def job_state(reserved_by: str | None, available_at: int, now_ms: int) -> str:
+    """A queued job's state in the words the CLI and the dashboard show: ``reserved`` (a
+    worker holds it), ``waiting`` (for its ordering key's turn), ``ready`` (due) or
+    ``delayed`` (due later)."""
+    if reserved_by:
+        return "reserved"
+    if available_at >= BLOCKED_OFFSET_MS:
+        return "waiting"
+    return "ready" if available_at <= now_ms else "delayed"
+
+
+def own_due_ms(available_at: int) -> int:
+    """A job's own due time: one waiting for its ordering key's turn carries it shifted
+    by ``BLOCKED_OFFSET_MS`` (past any real time; its turn shifts it back)."""
+    return available_at - BLOCKED_OFFSET_MS if available_at >= BLOCKED_OFFSET_MS else available_at

@@ -64,6 +64,19 @@ def test_jobs_and_stats_list_without_payloads(
     }
 
 
+def test_jobs_lists_a_job_waiting_for_its_ordering_key_with_its_own_due_time(
+    db_url: str, app_conn: Any
+) -> None:
+    first, second = _push(
+        app_conn, *[Job("t.noop", {"n": n}, ordering_key="order:1") for n in range(2)])
+    result = cli(db_url, "queue", "jobs")
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.stdout.splitlines()]
+    states = {r[0]: r[3] for r in rows if r and r[0] in (first, second)}
+    assert states == {first: "ready", second: "waiting"}
+    assert "9999" not in result.stdout and "+" not in result.stdout  # its own due time
+
+
 def test_failed_lists_classes_and_show_prints_one_message_and_trace(
     database: Database, db_url: str, app_conn: Any
 ) -> None:

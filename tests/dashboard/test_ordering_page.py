@@ -1,5 +1,6 @@
 """The dashboard's dead letters page lists the ordering keys dead letters block
-(``dead_letter_holds_key``), with the dead letter to retry or forget."""
+(``dead_letter_holds_key``), with the dead letter to retry or forget; the queue and job
+pages show a job waiting for its key's turn."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def test_dead_letters_page_lists_the_keys_they_block(tmp_path: Path) -> None:
         migrate(conn)
         app_conn = raw_connect(db_url)
         held = push(app_conn, Job("o.run", {"n": 0}, ordering_key="order:1"))
-        push(app_conn, Job("o.run", {"n": 1}, ordering_key="order:1"))
+        waiting = push(app_conn, Job("o.run", {"n": 1}, ordering_key="order:1"))
         app_conn.commit()
         app_conn.close()
         (job,) = conn.driver.job_claim(JobClaim("default", 10, "w1", 30_000))
@@ -45,6 +46,13 @@ def test_dead_letters_page_lists_the_keys_they_block(tmp_path: Path) -> None:
         assert page.status == 200
         assert "Blocked ordering keys" in page.body and held in page.body
         assert "1 jobs wait on 1 keys" in page.body
+        # A job waiting for its key's turn is listed with its own due time, not the
+        # shifted one (past the year 9999: the pages answered 400).
+        base = f"http://127.0.0.1:{server.config.port}"
+        for path in ("/queues/default?state=delayed", f"/jobs/{waiting}"):
+            shown = get(base + path, headers={**HTML, **bearer(TOKEN)})
+            assert shown.status == 200, (path, shown.body[:300])
+            assert waiting in shown.body and "waiting" in shown.body
     finally:
         server.should_exit = True
         thread.join(30)
