@@ -348,12 +348,16 @@ class Lane:
         return len(self.waiting) + self.looking + self.busy
 
     async def _wait_for_room(self) -> None:
+        """Until a fetch may be due: the open request's end, or at most ``sleep`` (a
+        lane that reached ``max_jobs`` through another lane's starts is told nothing)."""
         self.room.clear()
         if self._want() > 0 or self.ctx.stopping.is_set():
             return
-        left = self.puller.deadline - self.ctx.clock() if self.puller.open else None
+        wait = self.ctx.config.sleep
+        if self.puller.open:
+            wait = min(max(self.puller.deadline - self.ctx.clock(), 0.01), wait)
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(None if left is None else max(left, 0.01)):
+            async with asyncio.timeout(wait):
                 await self.room.wait()
 
     def _arrived(self, msg: Msg) -> None:

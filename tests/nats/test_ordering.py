@@ -12,7 +12,6 @@ start in one line. The many-process race is tests/reliability/test_ordering_proc
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,7 +33,7 @@ from outbox.cli import main
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
 from outbox.errors import BrokerError, ConfigurationError, TargetRefused
-from outbox.jetstream import admin, codec, names, provision, uncounted
+from outbox.jetstream import admin, codec, names, provision
 from outbox.jetstream.connect import Broker, parse_url
 from outbox.jetstream.worker import JetStreamWorker
 from outbox.job import ordering_digest
@@ -452,52 +451,3 @@ def test_an_ordered_consumer_letting_more_than_one_message_out_is_refused_in_one
     assert f"consumer {consumer} of stream {names.stream(queue)} has max_ack_pending=5" in message
     assert run(nats_url, pending) == 5  # left as it was
 
-
-def test_a_snooze_count_the_bucket_cannot_give_for_a_while_is_waited_for_not_counted(
-    sqlite_db: tuple[Database, str], nats_url: str, ledger: Path
-) -> None:
-    """A keyed max_attempts=1 job snoozes; its bucket is gone when it comes back and
-    returns a second later: the worker holds the job, reads the count, and runs it (on
-    the count missing, the snooze's delivery would have made it a dead letter)."""
-    db, url = sqlite_db
-    queue = support.queue_name()
-    plan = {"plan": ["snooze", "ok"], "s": 1.5}
-    job = Job("t.plan", plan, queue=queue, max_attempts=1, ordering_key="order:b4")
-    (first,) = _record(url, [("b0", job)])
-    with support.relay(db, nats_url) as relay:
-        relay.run()
-    prefix = f"{names.stream(queue)}."
-
-    async def counts(js: Any) -> dict[str, bytes]:
-        try:
-            kv = await js.key_value(uncounted.SNOOZES)
-            keys = [k for k in await kv.keys() if k.startswith(prefix)]
-        except Exception:  # no bucket (yet), or no keys
-            return {}
-        return {k: (await kv.get(k)).value or b"" for k in keys}
-
-    async def drop(js: Any) -> None:
-        await js.delete_stream(f"KV_{uncounted.SNOOZES}")
-
-    config = WorkerConfig(queues={queue: None}, sleep=0.1, lease=3.0)
-    worker = JetStreamWorker(parse_url(nats_url), app.registry, config)
-    with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(worker.run)
-        try:
-            wait_until(lambda: bool(run(nats_url, counts)), 20, "the snooze to be counted")
-            kept = run(nats_url, counts)
-            run(nats_url, drop)  # the redelivery (after 1.5 s) finds no bucket
-            time.sleep(2.0)
-
-            async def back(js: Any) -> None:
-                kv = await js.create_key_value(bucket=uncounted.SNOOZES, history=1)
-                for k, v in kept.items():
-                    await kv.put(k, v)
-
-            run(nats_url, back)
-            wait_until(lambda: len(_lines(ledger)) == 2, 20, "the snoozed job to run")
-        finally:
-            worker.stop()
-        stats = running.result(timeout=30)
-    assert _lines(ledger) == [(first, "1", "snooze"), (first, "1", "ok")]
-    assert stats.dead == 0 and stats.succeeded == 1
