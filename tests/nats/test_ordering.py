@@ -94,6 +94,13 @@ def _stream(url: str, queue: str) -> list[tuple[str, str]]:
     return run(url, read)
 
 
+def _dead_stream(url: str, queue: str) -> None:
+    async def make(js: Any) -> None:
+        await js.add_stream(name=names.dead_stream(queue), subjects=[names.dead_subject(queue)])
+
+    run(url, make)
+
+
 def _of(stream: list[tuple[str, str]], ids: list[str]) -> list[str]:
     """The message ids of ``ids`` in the order the stream holds them."""
     wanted = set(ids)
@@ -264,11 +271,7 @@ def test_under_require_a_stream_without_the_ordered_subjects_is_refused_in_one_l
     _, url = sqlite_db
     queue = support.queue_name()
     _old_stream(nats_url, queue)
-
-    async def dead(js: Any) -> None:  # require creates neither stream
-        await js.add_stream(name=names.dead_stream(queue), subjects=[names.dead_subject(queue)])
-
-    run(nats_url, dead)
+    _dead_stream(nats_url, queue)  # require creates neither stream
     support.record_jobs(url, queue, 2)
     _record(url, [("z0", _keyed(queue, "order:z", 1)[0])])
     argv = ["--database-url", url, "relay", "--target", nats_url, "--provisioning", "require"]
@@ -394,11 +397,7 @@ def test_a_worker_started_before_the_ordered_subjects_runs_keyed_jobs_once_they_
     db, url = sqlite_db
     queue = support.queue_name()
     _old_stream(nats_url, queue)
-
-    async def dead(js: Any) -> None:  # require creates neither stream
-        await js.add_stream(name=names.dead_stream(queue), subjects=[names.dead_subject(queue)])
-
-    run(nats_url, dead)
+    _dead_stream(nats_url, queue)  # require creates neither stream
     config = WorkerConfig(queues={queue: None}, sleep=0.1, lease=5.0, concurrency=2)
     worker = JetStreamWorker(parse_url(nats_url), app.registry, config)
     with ThreadPoolExecutor(1) as pool:
