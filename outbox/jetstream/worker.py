@@ -51,7 +51,8 @@ The lanes of a worker stop together: one that fails asks the others for a gracef
 (their fetched jobs NAKed, running ones given ``grace``) before its error is raised.
 
 Graceful stop (SIGTERM/SIGINT): no new fetches; fetched jobs that have not started are
-NAKed at once (unlike SQL, JetStream counts that delivery); running jobs get ``grace``
+NAKed at once, their delivery written down as one that spends no attempt (JetStream
+counts it; ``outbox.jetstream.uncounted``); running jobs get ``grace``
 seconds, after which the ack wait returns them. Transactional handlers run with an
 inbox in the database given (``outbox.jetstream.inbox``): their effects happen once.
 """
