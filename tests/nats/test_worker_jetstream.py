@@ -370,6 +370,12 @@ def _keys_of_distinct_partitions(n: int) -> list[str]:
     return list(keys.values())
 
 
+def _ours(counts: Counter[str], ids: list[str]) -> dict[str, int]:
+    """The counts of ``ids`` only: the thread of an earlier test's timed-out sync handler
+    (t.stuck) runs to its end and may write into this test's ledger."""
+    return {m: n for m, n in counts.items() if m in ids}
+
+
 def _hand_off(db: tuple[Database, str], nats_url: str, jobs: list[Job]) -> list[str]:
     database, url = db
     conn = raw_connect(url)
@@ -408,7 +414,7 @@ def test_jobs_released_at_a_graceful_stop_spend_no_attempt(
     assert stopped.released == 2 and stopped.succeeded == 1
     again = work(nats_url, queue, concurrency=4, lease=30.0)
     assert again.dead == 0 and again.succeeded == 2
-    assert runs(ledger, "ran") == {i: 1 for i in ids}
+    assert _ours(runs(ledger, "ran"), ids) == {i: 1 for i in ids}
     assert support.stream_count(nats_url, names.dead_stream(queue)) <= 0
 
 
@@ -427,7 +433,7 @@ def test_the_ordered_lane_fetches_no_more_than_its_slots_and_a_stop_costs_no_att
     assert stopped.released == 0 and stopped.succeeded == 1
     again = work(nats_url, queue, concurrency=4, lease=30.0)
     assert again.dead == 0 and again.succeeded == 2
-    assert runs(ledger, "ran") == {i: 1 for i in ids}
+    assert _ours(runs(ledger, "ran"), ids) == {i: 1 for i in ids}
 
 
 def test_a_queue_that_fails_stops_the_others_gracefully_before_the_error_is_raised(
