@@ -171,7 +171,7 @@ def dead_body(job: ClaimedJob, failure: Failure, subject: str | None = None) -> 
     """The dead-letter record of ``job``; ``subject``, the one it was delivered on, is
     kept for a job with an ordering key, so ``queue retry`` puts it back in its key's
     partition (the key itself is not in the message)."""
-    ordered = subject is not None and subject.startswith(names.ORDERED_SUBJECT)
+    ordered = subject is not None and names.is_ordered(subject)
     return orjson.dumps(
         {
             **({"subject": subject} if ordered else {}),

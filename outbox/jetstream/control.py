@@ -45,12 +45,13 @@ def queue_of_key(key: str) -> str | None:
     return key[len(PAUSED) :].replace("=", ":")
 
 
-async def bucket(js: JetStreamContext) -> KeyValue:
-    """The control bucket, created when missing (by whichever command needs it first)."""
+async def bucket(js: JetStreamContext, name: str = BUCKET) -> KeyValue:
+    """A bucket of ours (the control bucket unless ``name`` says another), created when
+    missing by whichever command or worker needs it first."""
     try:
-        return await js.key_value(BUCKET)
+        return await js.key_value(name)
     except BucketNotFoundError:
-        return await js.create_key_value(bucket=BUCKET, history=1)
+        return await js.create_key_value(bucket=name, history=1)
 
 
 async def pause(js: JetStreamContext, queue: str) -> bool:

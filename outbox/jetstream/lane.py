@@ -14,7 +14,10 @@ semaphore, and a job costs no task of its own unless its handler is async::
 A snooze publishes the job again, due later, and terminates its message (the format is
 in ``outbox.jetstream.codec``): a NAK would spend an attempt, as JetStream counts every
 delivery. A keyed job's snooze must keep its place, so ``outbox.jetstream.ordered``'s
-lane overrides the hooks for it (``_snooze``, ``_snoozes``, ``_uncounted``).
+lane overrides the hooks for it (``_snooze``, ``_snoozes``). A NAK of a job that never
+started (a release, an early delivery) is written down first, so its redelivery spends no
+attempt (``outbox.jetstream.uncounted``); a lane never fetches past what it may start
+(its window, and ``max_jobs``), so a graceful stop releases only its prefetch.
 
 A sync handler past its ``timeout`` is failed as on SQL (``JobTimeout``,
 retried or dead-lettered) and its slot is freed at once; its thread runs the handler to
@@ -47,12 +50,14 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
 
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.hooks import NO_HOOKS, Hooks
-from outbox.jetstream import codec, names
+from outbox.jetstream import codec, names, uncounted
 from outbox.jetstream.inbox import InboxRunner
 from outbox.jetstream.pull import Puller
+from outbox.jetstream.uncounted import Counts
 from outbox.log import get_logger
 from outbox.queue.config import WorkerConfig, WorkerStats
 from outbox.queue.execute import JobTimeout, Kind, Outcome, Runner, SyncPool, failure_of
@@ -161,6 +166,10 @@ class Lane:
         self._ended_empty = False  # a held-open request found nothing
         self._linger = False  # the last no_wait request found nothing: hold the next open
         self._closed = False  # fetching is over: whatever still arrives is NAKed
+        self.kv: KeyValue | None = None  # the bucket of uncounted deliveries
+        self.counts: dict[int, Counts] = {}  # stream seq → its uncounted deliveries
+        self.looking = 0  # redelivered messages whose counts are being read
+        self._releasing: set[asyncio.Task[Any]] = set()
         # One puller per priority band (``names.consumer``), one request open at a time:
         # each fetch asks the most urgent band first and moves to the next only when a
         # band has nothing now (``_request_ended``).
@@ -184,9 +193,9 @@ class Lane:
         return names.consumer(index)
 
     def _uncounted(self, seq: int) -> int:
-        """Deliveries of message ``seq`` that spent no attempt, beyond the early one
-        (``outbox.jetstream.ordered``'s snoozes); none here: a snooze is a new message."""
-        return 0
+        """Deliveries of message ``seq`` that spent no attempt: its releases and early
+        deliveries, and a keyed job's snoozes (``outbox.jetstream.uncounted``)."""
+        return self.counts.get(seq, Counts()).uncounted
 
     def _snoozes(self, msg: Msg) -> int:
         """How often the job of ``msg`` was snoozed (here: its message's header)."""
@@ -196,7 +205,14 @@ class Lane:
         self._spawn(self._snooze_now(msg, job, n, due_ms))
 
     def _ended(self, seq: int) -> None:
-        """Message ``seq`` left the stream (acked or terminated)."""
+        """Message ``seq`` left the stream (acked or terminated): its counts go too."""
+        if self.counts.pop(seq, None) is not None and self.kv is not None:
+            self._spawn(self._forget(seq))
+
+    async def _forget(self, seq: int) -> None:
+        assert self.kv is not None
+        with contextlib.suppress(Exception):  # a leftover count is harmless
+            await self.kv.purge(uncounted.key(self.queue, seq))
 
     # -- fetching -----------------------------------------------------------------
 
@@ -224,27 +240,43 @@ class Lane:
         enough (refill by half windows while every slot has work, not per job)."""
         if self.puller.busy(self.ctx.clock()) or self.paused():
             return 0
-        held = len(self.waiting) + self.busy
-        want = self.window - held
-        if self.ctx.config.max_jobs is not None:
-            want = min(want, self.ctx.config.max_jobs - self.ctx.started)
+        held = self._held()
+        want = min(self.window - held, self._jobs_left())
         if held >= self.cap and want < max(1, self.window // 2):
             return 0
         return max(0, want)
+
+    def _jobs_left(self) -> int:
+        """How many more messages this worker may still start (``max_jobs``) beyond the
+        ones this lane holds: fetching more would only release them at the limit."""
+        left = self.ctx.config.max_jobs
+        if left is None:
+            return self.window
+        return left - self.ctx.started - (self._held() - self.busy)
+
+    async def _open(self) -> None:
+        """Before the first fetch: the bucket of uncounted deliveries, every puller's inbox."""
+        self.kv = await uncounted.bucket(self.js)
+        for puller in self.pullers:
+            await puller.start()
+
+    async def _fetch_failed(self, error: str) -> None:
+        """A pull request failed or was refused: say so, pause ``sleep`` (stop ends the
+        pause), then ask again (every lane's one decision on it)."""
+        log.warning("worker.fetch_failed", queue=self.queue, error=error)
+        await self.ctx.pause(self.ctx.config.sleep)
 
     async def run(self) -> None:
         """Fetch until stopped, done, or (``stop_when_empty``) nothing is left."""
         w, config = self.ctx, self.ctx.config
         wait = min(config.sleep, 0.25) if config.stop_when_empty else config.sleep
-        for puller in self.pullers:
-            await puller.start()
+        await self._open()
         beat = asyncio.create_task(self._beat())
         try:
             while not w.stopping.is_set() and not w.done():
                 if self.puller.failed:
-                    log.warning("worker.fetch_failed", queue=self.queue, error=self.puller.failed)
-                    self.puller.failed = ""
-                    await w.pause(config.sleep)
+                    failed, self.puller.failed = self.puller.failed, ""
+                    await self._fetch_failed(failed)
                     continue
                 if config.stop_when_empty and self.paused():
                     break  # nothing is claimable from a paused queue
@@ -258,8 +290,7 @@ class Lane:
                 try:
                     await self.puller.request(want, wait, no_wait=not self._linger)
                 except Exception as exc:  # the connection is reconnecting: wait, try again
-                    log.warning("worker.fetch_failed", queue=self.queue, error=type(exc).__name__)
-                    await w.pause(config.sleep)
+                    await self._fetch_failed(type(exc).__name__)
             await self._finish()
         finally:
             await self._close(beat)
@@ -267,25 +298,40 @@ class Lane:
     async def run_round(self) -> None:
         """One round (``JetStreamWorker.run_once``): one request for what is deliverable
         now, then run and settle all of it; the acks are out when it returns."""
-        await self.puller.start()
+        await self._open()
         beat = asyncio.create_task(self._beat())
         try:
-            want = self._want()
-            if want > 0:
-                await self.puller.request(want, 0.0, no_wait=True)
-                while self.puller.busy(self.ctx.clock()):  # until its last message or status
-                    self.room.clear()
-                    await self.room.wait()
-            while self.waiting or self.busy or self.tasks:
-                if self.busy:
-                    await self.idle.wait()
-                elif self.tasks:
-                    await asyncio.wait(set(self.tasks))
-                else:
-                    await asyncio.sleep(0)
+            await self._ask_round()
+            await self._round_settled()
         finally:
             self.cancel()  # only a round's timeout leaves async handlers running
             await self._close(beat)
+
+    async def _ask_round(self) -> None:
+        """A round's requests: one for what the window takes, of the first band."""
+        want = self._want()
+        if want > 0:
+            await self.puller.request(want, 0.0, no_wait=True)
+
+    async def _round_settled(self) -> None:
+        """Until every request of the round has ended (its last message or status, or its
+        deadline), then until what it fetched has run and settled."""
+        while True:
+            now = self.ctx.clock()
+            open_ = [p for p in self.pullers if p.busy(now)]
+            if not open_:
+                break
+            self.room.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(max(p.deadline for p in open_) - now, 0.01)):
+                    await self.room.wait()
+        while self.waiting or self.busy or self.tasks or self.looking:
+            if self.busy:
+                await self.idle.wait()
+            elif self.tasks:
+                await asyncio.wait(set(self.tasks))
+            else:
+                await asyncio.sleep(0)
 
     async def _close(self, beat: asyncio.Task[None]) -> None:
         """The last acks out; the threads, the ticker and the subscription ended."""
@@ -298,20 +344,55 @@ class Lane:
                 await puller.stop()
 
     def _held(self) -> int:
-        return len(self.waiting) + self.busy
+        """Messages fetched and not settled: waiting (or being looked up) and running."""
+        return len(self.waiting) + self.looking + self.busy
 
     async def _wait_for_room(self) -> None:
+        """Until a fetch may be due: the open request's end, or at most ``sleep`` (a
+        lane that reached ``max_jobs`` through another lane's starts is told nothing)."""
         self.room.clear()
         if self._want() > 0 or self.ctx.stopping.is_set():
             return
-        left = self.puller.deadline - self.ctx.clock() if self.puller.open else None
+        wait = self.ctx.config.sleep
+        if self.puller.open:
+            wait = min(max(self.puller.deadline - self.ctx.clock(), 0.01), wait)
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(None if left is None else max(left, 0.01)):
+            async with asyncio.timeout(wait):
                 await self.room.wait()
 
     def _arrived(self, msg: Msg) -> None:
-        self.waiting.append(msg)
-        self._pump()
+        seq, delivered, _ = delivery_meta(msg)
+        if delivered > 1 and self.kv is not None:  # it may have been released: ask first
+            self.looking += 1
+            self._spawn(self._arrived_again(msg, seq))
+        else:
+            self._wait_for_slot(msg)
+
+    async def _arrived_again(self, msg: Msg, seq: int) -> None:
+        """A redelivery: read its uncounted deliveries before it may start."""
+        assert self.kv is not None
+        began = self.ctx.clock()
+        give_up_at = began + self.ctx.config.lease * 2 / 3
+        try:
+            counts, error = await uncounted.lookup(
+                self.kv, self.queue, seq, self.ctx.clock, give_up_at
+            )
+        finally:
+            self.looking -= 1
+        if error:  # counted as attempts: never more runs than allowed
+            log.warning("worker.count_lookup_failed", queue=self.queue, error=error)
+        if counts.uncounted:
+            self.counts[seq] = counts
+        if self.ctx.clock() - began > self.ctx.config.lease / 3:  # the beat did not see it
+            await _quietly(msg.in_progress())
+        self._wait_for_slot(msg)
+
+    def _wait_for_slot(self, msg: Msg) -> None:
+        if self._closed:
+            self._release(msg)
+        else:
+            self.waiting.append(msg)
+            self._pump()
 
     def _request_ended(self, band: int) -> None:
         if band != self.band:
@@ -342,8 +423,7 @@ class Lane:
         while self.waiting and self.busy < self.cap and not self.paused():
             msg = self._most_urgent()
             if self._closed or w.stopping.is_set() or w.done():
-                w.stats.released += 1
-                self._send(msg.nak)
+                self._release(msg)
             else:
                 w.started += 1
                 self._start(msg)
@@ -366,7 +446,7 @@ class Lane:
 
     def _start(self, msg: Msg) -> None:
         w, queue = self.ctx, self.queue
-        seq, delivered, sent_ms = delivery_meta(msg)
+        seq, delivered, _ = delivery_meta(msg)
         try:
             job = codec.decode_job(queue, seq, delivered, msg.headers, msg.data)
         except codec.ForeignMessage as exc:
@@ -376,11 +456,9 @@ class Lane:
             return
         now_ms = self.ctx.now_ms()
         if job.available_at > now_ms:
-            self._send(partial(msg.nak, delay=(job.available_at - now_ms) / 1000))
+            self._hand_back(msg, (job.available_at - now_ms) / 1000)
             return
         job.priority = names.band_of_subject(msg.subject)
-        if job.available_at > sent_ms + 1 and delivered > 1:
-            job.attempts -= 1  # the early delivery did not count
         job.attempts -= self._uncounted(seq)
         w.stats.claimed += 1
         handler = w.registry.get(job.job_name)
@@ -525,8 +603,7 @@ class Lane:
             self._send(msg.ack)
             self._ended(job.id)
         elif action is Action.RELEASE:  # taken by a thread after stop was asked
-            w.stats.released += 1
-            self._send(msg.nak)
+            self._release(msg)
         elif action is Action.RETRY:
             w.stats.retried += 1
             self._send(partial(msg.nak, delay=decision.delay_ms / 1000))
@@ -560,6 +637,31 @@ class Lane:
             return
         self.ctx.stats.snoozed += 1
         self._send(msg.term)
+
+    def _release(self, msg: Msg) -> None:
+        """Hand back a job that never started (stop, ``max_jobs``): NAKed, uncounted."""
+        self.ctx.stats.released += 1
+        self._hand_back(msg)
+
+    def _hand_back(self, msg: Msg, delay: float | None = None) -> None:
+        """NAK a message whose job did not run (after ``delay`` seconds, or at once),
+        its redelivery written down first as one that spends no attempt."""
+        if self.kv is None:
+            self._send(msg.nak if delay is None else partial(msg.nak, delay=delay))
+            return
+        task = self._spawn(self._hand_back_now(msg, delay))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    async def _hand_back_now(self, msg: Msg, delay: float | None) -> None:
+        assert self.kv is not None
+        seq = delivery_meta(msg)[0]
+        counts = self.counts.pop(seq, Counts()).released_once_more()
+        try:
+            await self.kv.put(uncounted.key(self.queue, seq), counts.encode())
+        except Exception as exc:  # the NAK goes out anyway, counted: sooner than the ack wait
+            log.warning("worker.release_count_failed", queue=self.queue, error=type(exc).__name__)
+        self._send(msg.nak if delay is None else partial(msg.nak, delay=delay))
 
     def _send(self, send: Send) -> None:
         """Queue an ack/NAK; one task writes the queue out (one socket write a burst)."""
@@ -616,8 +718,9 @@ class Lane:
         if self.ctx.stopping.is_set():  # a thread yet to take its job NAKs it
             self._pool_stopping.set()
         while self.waiting:
-            self.ctx.stats.released += 1
-            self._send(self.waiting.popleft().nak)
+            self._release(self.waiting.popleft())
+        if self._releasing:  # their NAKs out before the grace (a KV write each, bounded)
+            await asyncio.wait(set(self._releasing))
         if self.busy or self.tasks:
             deadline = self.ctx.config.grace
             with contextlib.suppress(TimeoutError):

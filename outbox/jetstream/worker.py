@@ -41,10 +41,18 @@ attempt; a keyed job is NAKed instead, keeping its place, its snoozes counted in
 (``SnoozeLimit``), as on SQL.
 
 A worker never creates a stream (the relay does, with the fleet's settings): it waits
-for a missing one, and refuses one set up wrongly.
+for a missing one, and refuses one set up wrongly. A stream made before ordering keys
+gets their subjects from the relay later (``outbox.jetstream.provision``): a worker that
+found it without them looks again every ``ORDERED_RECHECK_POLLS`` idle polls and starts
+the queue's ``OrderedLane`` when they appear. An ordered consumer that exists with
+another ``max_ack_pending`` than 1 is refused: the order rests on it.
+
+The lanes of a worker stop together: one that fails asks the others for a graceful stop
+(their fetched jobs NAKed, running ones given ``grace``) before its error is raised.
 
 Graceful stop (SIGTERM/SIGINT): no new fetches; fetched jobs that have not started are
-NAKed at once (unlike SQL, JetStream counts that delivery); running jobs get ``grace``
+NAKed at once, their delivery written down as one that spends no attempt (JetStream
+counts it; ``outbox.jetstream.uncounted``); running jobs get ``grace``
 seconds, after which the ack wait returns them. Transactional handlers run with an
 inbox in the database given (``outbox.jetstream.inbox``): their effects happen once.
 """
@@ -55,7 +63,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 from nats.aio.client import Client
@@ -81,6 +89,7 @@ from outbox.queue.registry import Registry
 log = get_logger("outbox.worker")
 _BACKSTOP_DELIVERIES = MAX_ATTEMPTS_LIMIT + 2
 STEP_TIMEOUT_S = 30.0
+ORDERED_RECHECK_POLLS = 10  # idle polls (``sleep`` each) between looks for ordered subjects
 
 
 def transactional_jobs(registry: Registry) -> list[str]:
@@ -250,7 +259,7 @@ class JetStreamWorker:
             await watch.start(js)  # the paused queues, read before the first fetch
             self.ctx.paused, self.ctx.cancel_marks = watch.paused, watch.cancelled
             log.info("worker.started", broker=self.url.shown, queues=list(caps))
-            await asyncio.gather(*(self._queue(nc, js, q, caps[q]) for q in caps))
+            await self._together([self._queue(nc, js, q, caps[q]) for q in caps])
         finally:
             await watch.stop()
             with contextlib.suppress(Exception):
@@ -301,12 +310,17 @@ class JetStreamWorker:
         bands = len(names.BANDS) if found.banded else 1
         for band in range(bands):
             await self._add_consumer(js, queue, names.consumer(band), names.subject(queue, band))
-        parts = names.ORDERED_PARTITIONS if found.ordered else 0
+        return bands, await self._ordered_consumers(js, queue, found.ordered)
+
+    async def _ordered_consumers(self, js: JetStreamContext, queue: str, ordered: bool) -> int:
+        """The consumers of the queue's ordered partitions, when its stream has their
+        subjects; how many (0 without)."""
+        parts = names.ORDERED_PARTITIONS if ordered else 0
         for part in range(parts):  # one message in flight each: one key at a time, in order
             await self._add_consumer(
                 js, queue, names.ordered_consumer(part), names.ordered_subject(queue, part), 1
             )
-        return bands, parts
+        return parts
 
     async def _add_consumer(
         self, js: JetStreamContext, queue: str, name: str, subject: str, in_flight: int = -1
@@ -322,17 +336,86 @@ class JetStreamWorker:
         try:
             await js.add_consumer(names.stream(queue), config)
         except APIError as exc:  # an existing consumer keeps its settings
+            if in_flight == 1:
+                await _refuse_unordered(js, queue, name)
             log.warning("worker.consumer_kept", queue=queue, error=exc.description or "")
 
     async def _queue(self, nc: Client, js: JetStreamContext, queue: str, cap: int) -> None:
         bands, parts = await self._consumers(js, queue)
-        lanes: list[Lane] = []
+        runs: list[Awaitable[None]] = []
+        ended = asyncio.Event()  # the keyless lane's run is over
         if bands:
-            lanes.append(Lane(self.ctx, nc, js, queue, cap, bands))
+            runs.append(self._run_lane(Lane(self.ctx, nc, js, queue, cap, bands), ended))
         if parts:
-            lanes.append(OrderedLane(self.ctx, nc, js, queue, cap, parts))
-        self._lanes.extend(lanes)
+            runs.append(self._run_lane(OrderedLane(self.ctx, nc, js, queue, cap, parts)))
+        elif bands:
+            log.info("worker.ordered_subjects_missing", queue=queue, stream=names.stream(queue))
+            runs.append(self._ordered_later(nc, js, queue, cap, ended))
+        await self._together(runs)
+
+    async def _run_lane(self, lane: Lane, ended: asyncio.Event | None = None) -> None:
+        self._lanes.append(lane)
         if self.ctx.stopping.is_set():
-            for lane in lanes:
-                lane.room.set()
-        await asyncio.gather(*(lane.run() for lane in lanes))
+            lane.room.set()
+        try:
+            await lane.run()
+        finally:
+            if ended is not None:
+                ended.set()
+
+    async def _ordered_later(
+        self, nc: Client, js: JetStreamContext, queue: str, cap: int, ended: asyncio.Event
+    ) -> None:
+        """A stream without the ordered subjects, under ``require``: look again every
+        ``ORDERED_RECHECK_POLLS`` polls (one stream lookup, not one per poll) while the
+        queue's keyless lane runs (until it has ``ended``), and run the ``OrderedLane``
+        once the relay has added them."""
+        every = self.config.sleep * ORDERED_RECHECK_POLLS
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(every):
+                    await ended.wait()
+            if ended.is_set() or self.ctx.stopping.is_set() or self.ctx.done():
+                return
+            try:
+                found = await provision.ensure(js, queue, provision.StreamSettings(), "require")
+            except BrokerError as exc:  # reconnecting, or the stream went: look again later
+                log.debug("worker.ordered_lookup_failed", queue=queue, error=str(exc))
+                continue
+            if found.ordered:
+                break
+        parts = await self._ordered_consumers(js, queue, True)
+        log.info("worker.ordered_lane_started", queue=queue, partitions=parts)
+        await self._run_lane(OrderedLane(self.ctx, nc, js, queue, cap, parts))
+
+    async def _together(self, runs: list[Awaitable[None]]) -> None:
+        """Run ``runs`` to their ends; the first that fails asks the rest for a graceful
+        stop (NAKs and ``grace``, as a signal would), and its error is raised once all
+        have ended."""
+        failed: list[BaseException] = []
+
+        async def one(run: Awaitable[None]) -> None:
+            try:
+                await run
+            except Exception as exc:
+                failed.append(exc)
+                self._stop()
+
+        await asyncio.gather(*(one(r) for r in runs))
+        if failed:
+            raise failed[0]
+
+
+async def _refuse_unordered(js: JetStreamContext, queue: str, name: str) -> None:
+    """An ordered partition's consumer that exists with other settings is kept, unless
+    it lets more than one message out at once: then a key's jobs could run together."""
+    stream = names.stream(queue)
+    try:
+        pending = (await js.consumer_info(stream, name)).config.max_ack_pending
+    except Exception as exc:
+        raise BrokerError(f"consumer {name} of stream {stream} could not be read") from exc
+    if pending != 1:
+        raise BrokerError(
+            f"consumer {name} of stream {stream} has max_ack_pending={pending}, which breaks "
+            f"ordering keys (it must be 1): delete it and the worker makes it anew"
+        )

@@ -19,20 +19,28 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
 
 from outbox import Job, Registry, record
 from outbox.cli import main
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
-from outbox.errors import ConfigurationError, TargetRefused
-from outbox.jetstream import admin, codec, names
+from outbox.errors import BrokerError, ConfigurationError, TargetRefused
+from outbox.jetstream import admin, codec, names, provision
 from outbox.jetstream.connect import Broker, parse_url
 from outbox.jetstream.worker import JetStreamWorker
 from outbox.job import ordering_digest
 from outbox.queue.config import WorkerConfig, WorkerStats
 from tests.fixtures import databases as backends
 from tests.fixtures.databases import raw_connect, sqlite_url
+from tests.fixtures.processes import wait_until
 from tests.nats import app, support
 from tests.nats.servers import run
 
@@ -84,6 +92,13 @@ def _stream(url: str, queue: str) -> list[tuple[str, str]]:
         return out
 
     return run(url, read)
+
+
+def _dead_stream(url: str, queue: str) -> None:
+    async def make(js: Any) -> None:
+        await js.add_stream(name=names.dead_stream(queue), subjects=[names.dead_subject(queue)])
+
+    run(url, make)
 
 
 def _of(stream: list[tuple[str, str]], ids: list[str]) -> list[str]:
@@ -256,11 +271,7 @@ def test_under_require_a_stream_without_the_ordered_subjects_is_refused_in_one_l
     _, url = sqlite_db
     queue = support.queue_name()
     _old_stream(nats_url, queue)
-
-    async def dead(js: Any) -> None:  # require creates neither stream
-        await js.add_stream(name=names.dead_stream(queue), subjects=[names.dead_subject(queue)])
-
-    run(nats_url, dead)
+    _dead_stream(nats_url, queue)  # require creates neither stream
     support.record_jobs(url, queue, 2)
     _record(url, [("z0", _keyed(queue, "order:z", 1)[0])])
     argv = ["--database-url", url, "relay", "--target", nats_url, "--provisioning", "require"]
@@ -376,3 +387,66 @@ def test_run_once_takes_one_job_of_a_key_per_round_in_order(
     assert claimed == [3, 1, 1, 0]
     ran = [m for m, _, what in _lines(ledger) if what == "ran"]
     assert [m for m in ran if m in k] == k and sorted(ran[:3]) == sorted([k[0], *plain])
+
+
+def test_a_worker_started_before_the_ordered_subjects_runs_keyed_jobs_once_they_appear(
+    sqlite_db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    """The worker finds an old stream (no ordered subjects); the relay adds them and
+    hands off keyed jobs: the running worker starts its ordered lane and runs them."""
+    db, url = sqlite_db
+    queue = support.queue_name()
+    _old_stream(nats_url, queue)
+    _dead_stream(nats_url, queue)  # require creates neither stream
+    config = WorkerConfig(queues={queue: None}, sleep=0.1, lease=5.0, concurrency=2)
+    worker = JetStreamWorker(parse_url(nats_url), app.registry, config)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(worker.run)
+        try:
+            plain = support.record_jobs(url, queue, 1)
+            with support.relay(db, nats_url) as relay:  # the keyless lane is up and running
+                relay.run()
+            wait_until(lambda: len(_lines(ledger)) == 1, 30, "the keyless job to run")
+            z = _record(url, [(f"z{i}", j) for i, j in enumerate(_keyed(queue, "order:z", 2))])
+            with support.relay(db, nats_url) as relay:  # create: adds the ordered subjects
+                relay.run()
+            wait_until(lambda: len(_lines(ledger)) == 3, 30, "the keyed jobs to run")
+        finally:
+            worker.stop()
+        stats = running.result(timeout=30)
+    assert [m for m, _, _ in _lines(ledger)] == plain + z
+    assert stats.succeeded == 3 and stats.dead == 0
+
+
+def test_an_ordered_consumer_letting_more_than_one_message_out_is_refused_in_one_line(
+    nats_url: str,
+) -> None:
+    queue = support.queue_name()
+    consumer = names.ordered_consumer(0)
+
+    async def setup(js: Any) -> None:
+        await provision.ensure(js, queue, provision.StreamSettings(), "create")
+        await js.add_consumer(
+            names.stream(queue),
+            ConsumerConfig(
+                durable_name=consumer,
+                ack_policy=AckPolicy.EXPLICIT,
+                max_ack_pending=5,
+                max_waiting=7,  # not editable: the worker's settings cannot apply
+                filter_subject=names.ordered_subject(queue, 0),
+            ),
+        )
+
+    async def pending(js: Any) -> int:
+        return int((await js.consumer_info(names.stream(queue), consumer)).config.max_ack_pending)
+
+    run(nats_url, setup)
+    config = WorkerConfig(queues={queue: None}, sleep=0.1, stop_when_empty=True)
+    worker = JetStreamWorker(parse_url(nats_url), app.registry, config)
+    with ThreadPoolExecutor(1) as pool, pytest.raises(BrokerError) as err:
+        pool.submit(worker.run).result(timeout=30)
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"consumer {consumer} of stream {names.stream(queue)} has max_ack_pending=5" in message
+    assert run(nats_url, pending) == 5  # left as it was
+

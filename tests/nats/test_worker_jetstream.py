@@ -2,7 +2,8 @@
 letters and re-drive, foreign messages, a worker SIGKILLed mid-job, graceful and hard
 stops, the per-queue cap over sync and async handlers, in-progress acks as the lease
 (for jobs waiting for a slot too), snoozes and their cap, a sync handler's timeout, the
-refused transactional handler."""
+refused transactional handler; jobs handed back unstarted (a graceful stop) spend no
+attempt, and the lane of keyed jobs fetches no more than its free slots."""
 
 from __future__ import annotations
 
@@ -19,15 +20,17 @@ from typing import Any
 import orjson
 import pytest
 
+from outbox import Job, record
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
-from outbox.errors import ConfigurationError
+from outbox.errors import BrokerError, ConfigurationError
 from outbox.jetstream import admin, codec, names
 from outbox.jetstream.connect import Broker, parse_url
 from outbox.jetstream.worker import JetStreamWorker
+from outbox.job import ordering_digest
 from outbox.queue.config import WorkerConfig, WorkerStats
 from outbox.queue.control import MAX_SNOOZES, SNOOZE_LIMIT
-from tests.fixtures.databases import sqlite_url
+from tests.fixtures.databases import raw_connect, sqlite_url
 from tests.fixtures.fault_harness import cli_argv, spawn
 from tests.fixtures.processes import wait_until
 from tests.nats import app, support
@@ -355,3 +358,104 @@ def test_a_sync_handler_past_its_timeout_fails_the_attempt_and_frees_its_slot(
     assert dead.exception_class == "outbox.queue.execute.JobTimeout" and dead.attempts == 2
     # attempt 2 began while attempt 1's call (1.5 s) still ran: settled at the 0.3 s timeout
     assert steps(ledger, job_id)[:2] == [("1", "start"), ("2", "start")]
+
+
+def _keys_of_distinct_partitions(n: int) -> list[str]:
+    keys: dict[int, str] = {}
+    i = 0
+    while len(keys) < n:
+        part = names.partition(ordering_digest(f"order:{i}"))
+        keys.setdefault(part, f"order:{i}")
+        i += 1
+    return list(keys.values())
+
+
+def _ours(counts: Counter[str], ids: list[str]) -> dict[str, int]:
+    """The counts of ``ids`` only: the thread of an earlier test's timed-out sync handler
+    (t.stuck) runs to its end and may write into this test's ledger."""
+    return {m: n for m, n in counts.items() if m in ids}
+
+
+def _hand_off(db: tuple[Database, str], nats_url: str, jobs: list[Job]) -> list[str]:
+    database, url = db
+    conn = raw_connect(url)
+    try:
+        ids = [record(conn, f"r{i}", job) for i, job in enumerate(jobs)]
+        conn.commit()
+    finally:
+        conn.close()
+    with support.relay(database, nats_url) as relay:
+        relay.run()
+    return ids
+
+
+def _stopped_after_one_start(nats_url: str, queue: str, ledger: Path, **kw: Any) -> WorkerStats:
+    """A worker (one slot) stopped gracefully once its first job started."""
+    config = WorkerConfig(queues={queue: None}, sleep=0.2, lease=30.0, grace=10.0, **kw)
+    worker = JetStreamWorker(parse_url(nats_url), app.registry, config)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(worker.run)
+        wait_until(lambda: sum(runs(ledger, "start").values()) == 1, 30, "a job to start")
+        worker.stop()
+        return running.result(timeout=30)
+
+
+# -- jobs handed back unstarted: JetStream counts every delivery ---------------------
+
+
+def test_jobs_released_at_a_graceful_stop_spend_no_attempt(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    """max_attempts=1 jobs prefetched, then a graceful stop: the restart runs them."""
+    queue = support.queue_name()
+    jobs = [Job("t.slow", {"s": 1.0}, queue=queue, max_attempts=1) for _ in range(3)]
+    ids = _hand_off(db, nats_url, jobs)
+    stopped = _stopped_after_one_start(nats_url, queue, ledger, prefetch=2)
+    assert stopped.released == 2 and stopped.succeeded == 1
+    again = work(nats_url, queue, concurrency=4, lease=30.0)
+    assert again.dead == 0 and again.succeeded == 2
+    assert _ours(runs(ledger, "ran"), ids) == {i: 1 for i in ids}
+    assert support.stream_count(nats_url, names.dead_stream(queue)) <= 0
+
+
+def test_the_ordered_lane_fetches_no_more_than_its_slots_and_a_stop_costs_no_attempt(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    """Keyed max_attempts=1 jobs on three partitions, one slot: only the running one is
+    fetched, so a graceful stop releases nothing, and the restart runs all three."""
+    queue = support.queue_name()
+    jobs = [
+        Job("t.slow", {"s": 1.0}, queue=queue, max_attempts=1, ordering_key=key)
+        for key in _keys_of_distinct_partitions(3)
+    ]
+    ids = _hand_off(db, nats_url, jobs)
+    stopped = _stopped_after_one_start(nats_url, queue, ledger)
+    assert stopped.released == 0 and stopped.succeeded == 1
+    again = work(nats_url, queue, concurrency=4, lease=30.0)
+    assert again.dead == 0 and again.succeeded == 2
+    assert _ours(runs(ledger, "ran"), ids) == {i: 1 for i in ids}
+
+
+def test_a_queue_that_fails_stops_the_others_gracefully_before_the_error_is_raised(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    """Queue ``bad`` gets a stream set up wrongly while ``good``'s job runs: that job
+    runs to its end and is acked (the lanes stop together), then the worker raises."""
+    good, bad = support.queue_name(), support.queue_name()
+    [job_id] = handed_off(db, nats_url, good, 1, "t.slow", payload={"s": 1.5})
+    config = WorkerConfig(queues={good: None, bad: None}, sleep=0.1, lease=30.0, grace=10.0)
+    worker = JetStreamWorker(parse_url(nats_url), app.registry, config)
+
+    async def wrong(js: Any) -> None:  # limits, not workqueue: refused
+        await js.add_stream(name=names.dead_stream(bad), subjects=[names.dead_subject(bad)])
+        await js.add_stream(name=names.stream(bad), subjects=[names.subject(bad)])
+
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(worker.run)
+        wait_until(lambda: runs(ledger, "start")[job_id] == 1, 30, "the job to start")
+        run(nats_url, wrong)
+        with pytest.raises(BrokerError) as err:
+            running.result(timeout=30)
+    assert "setting retention" in str(err.value)
+    assert runs(ledger) == {job_id: 1} and worker.stats.succeeded == 1
+    assert support.stream_count(nats_url, names.stream(good)) == 0
