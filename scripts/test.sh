@@ -14,4 +14,8 @@ fi
 ./scripts/system-deps.sh  # mysqlclient's headers (Django's MySQL driver, in the dev extra)
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 ./scripts/services.sh
+# Compile each module once for the whole run, into the venv (the tree stays clean): many
+# tests start the real `outbox` in a fresh interpreter, and with bytecode off (as some
+# shells set PYTHONDONTWRITEBYTECODE) each of them compiled outbox's modules again.
+export PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX="$PWD/.venv/pycache"
 exec .venv/bin/python -m pytest -n "${OUTBOX_TEST_WORKERS:-4}" --dist loadgroup --durations=25 "$@"

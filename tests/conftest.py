@@ -17,6 +17,7 @@ import structlog
 from outbox.db.connection import Connection, Database
 from outbox.db.migrate import migrate
 from tests.fixtures import databases as backends
+from tests.fixtures import recycle
 from tests.fixtures.factories import Rows
 
 pytest_plugins = ["tests.fixtures.tiers", "tests.fixtures.private_servers"]
@@ -46,25 +47,38 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def _migrate(url: str) -> None:
+    with Database(url).connect() as c:
+        migrate(c)
+
+
 @pytest.fixture
-def db_url(backend: str, _servers: dict[str, Any], tmp_path: Path) -> Iterator[str]:
-    """An empty database, not yet migrated."""
+def db_url(
+    backend: str, _servers: dict[str, Any], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """An empty database, not yet migrated; migrated already when the test asks for
+    ``database`` too (then perhaps one an earlier test used, emptied: ``recycle``)."""
     if backend == "sqlite":
         yield backends.sqlite_url(tmp_path)
         return
     run = _servers[backend]
+    if recycle.REUSE and "database" in request.fixturenames:
+        url = run.migrated_url(_migrate)
+        yield url
+        run.give_back(url)
+        return
     url = run.new_url()
     yield url
     run.drop_url(url)
 
 
 @pytest.fixture
-def database(db_url: str) -> Database:
+def database(db_url: str, backend: str, _servers: dict[str, Any]) -> Database:
     """A migrated database."""
-    db = Database(db_url)
-    with db.connect() as c:
-        migrate(c)
-    return db
+    run = _servers.get(backend)
+    if run is None or not run.migrated(db_url):
+        _migrate(db_url)
+    return Database(db_url)
 
 
 @pytest.fixture

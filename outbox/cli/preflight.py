@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import queue
 import signal
 import threading
 from collections.abc import Iterator
@@ -161,15 +162,31 @@ def connect_failure(exc: DatabaseError) -> tuple[bool, str | int | None]:
 
 @contextmanager
 def stop_on_signals() -> Iterator[threading.Event]:
-    """An event set by SIGTERM/SIGINT while the block runs; the old handlers after."""
+    """An event set by SIGTERM/SIGINT while the block runs; the old handlers after.
+
+    The handler never calls ``stop.set()`` itself: a handler runs in the main thread,
+    between two bytecodes of whatever it was doing, and ``set()`` takes the event's lock,
+    which the main thread holds for a moment inside each ``stop.wait()``; landing there,
+    the handler waited for itself for ever (a relay deaf to SIGTERM). It puts the signal
+    on a ``SimpleQueue``, whose ``put`` is reentrant, and a thread sets the event.
+    """
     stop = threading.Event()
+    signals: queue.SimpleQueue[int | None] = queue.SimpleQueue()
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        signals.put(signum)
 
+    def relay_signals() -> None:
+        while signals.get() is not None:
+            stop.set()
+
+    setter = threading.Thread(target=relay_signals, name="outbox-stop-signals", daemon=True)
+    setter.start()
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield stop
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        signals.put(None)
+        setter.join()

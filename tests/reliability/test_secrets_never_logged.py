@@ -47,6 +47,9 @@ COMMANDS: list[list[str]] = [
 ]
 
 
+SEEDS = (("ok", "secret"), ("retry", "fail"), ("dead", "permanent"))
+
+
 def _forms(db_url: str) -> dict[str, str]:
     """The test database's URL with a password in each position a URL can hold one."""
     u = make_url(db_url)
@@ -63,11 +66,11 @@ def _leaks(text: str) -> list[str]:
     return [s for s in (*SECRETS, MARKER) if s in text]
 
 
-def _seed(db_url: str) -> dict[str, str]:
+def _seed(db_url: str, kinds: tuple[tuple[str, str], ...] = SEEDS, tag: str = "") -> dict[str, str]:
     app = raw_connect(db_url)
     ids = {
-        name: record(app, f"s:{name}", Job("harness.exec", {key: MARKER}, queue=QUEUE))
-        for name, key in (("ok", "secret"), ("retry", "fail"), ("dead", "permanent"))
+        name: record(app, f"s:{name}{tag}", Job("harness.exec", {key: MARKER}, queue=QUEUE))
+        for name, key in kinds
     }
     app.commit()
     app.close()
@@ -87,6 +90,8 @@ def test_no_password_or_payload_in_any_output(ledger_url: str) -> None:
     ids = _seed(ledger_url)
     outputs: dict[str, str] = {}
     for form, url in _forms(ledger_url).items():
+        if form != "userinfo":  # a dead letter of its own for this form's worker
+            _seed(ledger_url, (("dead", "permanent"),), tag=f":{form}")
         code, outputs[f"{form}: migrate"] = _cli(url, "migrate", fmt="console")
         assert code == 0, outputs[f"{form}: migrate"]
         code, outputs[f"{form}: relay"] = _cli(url, "relay")
@@ -100,9 +105,13 @@ def test_no_password_or_payload_in_any_output(ledger_url: str) -> None:
         )
         assert code == 0, err
         outputs[f"{form}: worker"] = out + err
-        # Every command once (first form); each form's own connect path via status.
+        assert "job.dead" in out + err, f"{form}: the worker met no failing job"
+        # Every command once (first form); each form's own connect path via status. The
+        # dead letter's second round (retry, dead again) is the same whatever the form.
         for args in COMMANDS if form == "userinfo" else [["status", "--json"]]:
             outputs[f"{form}: {' '.join(args)}"] = _cli(url, *args)[1]
+        if form != "userinfo":
+            continue
         outputs[f"{form}: queue retry"] = _cli(url, "queue", "retry", ids["dead"], "--yes")[1]
         # the requeued dead letter fails permanently again: dead-lettered once more
         code, out, err = finish(
