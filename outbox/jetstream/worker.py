@@ -102,7 +102,8 @@ def refuse_sql_only(registry: Registry, config: WorkerConfig, database: Database
 
     A transactional handler needs the database its inbox is in (``outbox.jetstream.inbox``);
     a dead letter that holds its ordering key cannot be kept (``outbox.jetstream.ordered``);
-    global concurrency and rate limits are held in the SQL queue's tables.
+    global concurrency and rate limits are held in the SQL queue's tables, and so are kept
+    results (``outbox.results``: written in the SQL acknowledgement's transaction).
     """
     names_ = transactional_jobs(registry)
     if names_ and database is None:
@@ -116,6 +117,13 @@ def refuse_sql_only(registry: Registry, config: WorkerConfig, database: Database
             f"job {held[0]} has dead_letter_holds_key=True, which a broker worker cannot keep "
             "(an unacked dead letter would block every key of its partition): drop it or run "
             "without --broker"
+        )
+    kept = sorted(n for n in registry if (h := registry.get(n)) and h.keep_result_ms)
+    if kept:
+        raise ConfigurationError(
+            f"job {kept[0]} keeps its result (keep_result), which the SQL queue's "
+            "acknowledgement writes: a broker worker would drop it (drop keep_result, for "
+            "Django tasks OPTIONS RESULT_TTL None, or run without --broker)"
         )
     limited = sorted(registry.limited)
     if limited:

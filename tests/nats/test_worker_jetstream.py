@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
-from outbox import Job, record
+from outbox import Job, Registry, record
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
 from outbox.errors import BrokerError, ConfigurationError
@@ -174,6 +174,16 @@ def test_transactional_handlers_are_refused_on_a_broker(nats_url: str) -> None:
     with pytest.raises(ConfigurationError) as err:
         JetStreamWorker(parse_url(nats_url), app.transactional, WorkerConfig())
     assert "t.tx is transactional" in str(err.value) and "broker" in str(err.value)
+
+
+def test_a_handler_that_keeps_its_result_is_refused_on_a_broker(nats_url: str) -> None:
+    """Its result would be dropped: only the SQL acknowledgement writes one."""
+    registry = Registry()
+    registry.job("t.kept", keep_result=True)(lambda payload, ctx: 1)
+    with pytest.raises(ConfigurationError) as err:
+        JetStreamWorker(parse_url(nats_url), registry, WorkerConfig())
+    message = str(err.value)
+    assert "\n" not in message and "job t.kept keeps its result" in message
 
 
 def test_global_limits_are_refused_on_a_broker(nats_url: str) -> None:
