@@ -34,7 +34,7 @@ from outbox.db import caller, ordering, workflows
 from outbox.db.adapters import Target, adapt
 from outbox.db.connection import Connection, Database
 from outbox.db.results import kept_plan
-from outbox.db.rows import ClaimedJob, KeptResult
+from outbox.db.rows import ClaimedJob, Failure, KeptResult
 from outbox.errors import ConfigurationError
 from outbox.ids import is_node_id
 from outbox.job import scheduler_keys
@@ -220,8 +220,9 @@ def _run_one(
     if decision.action is Action.ACK:
         _q(target, "testing_release_job")
         _q(target, "testing_done", {"id": job.id})
-        if is_node_id(job.message_id):  # the worker's own step (outbox.db.workflows)
-            _node_done(target, job, outcome, handler, now_ms)
+        _keep(target, job, handler, result=outcome.result)
+        if is_node_id(job.message_id):  # its dependents made due (outbox.db.workflows)
+            _q(target, "testing_workflow_due", {"node_id": job.message_id, "now_ms": now_ms})
         _pass_turn(target, job)
         return Ran(job.job_name, job.message_id, job.attempts, "done")
     _q(target, "testing_rollback_job")
@@ -252,6 +253,7 @@ def _run_one(
     }
     _q(target, "testing_dead", dead)
     _q(target, "testing_done", {"id": job.id})
+    _keep(target, job, handler, failure=failure)
     if is_node_id(job.message_id):
         caller.run(workflows.failed(job.message_id), target, "run_pending")
         _q(target, "testing_workflow_due", {"node_id": job.message_id, "now_ms": now_ms})
@@ -260,14 +262,20 @@ def _run_one(
     return Ran(job.job_name, job.message_id, job.attempts, "dead", error)
 
 
-def _node_done(
-    target: Target, job: ClaimedJob, outcome: Outcome, handler: Handler, now_ms: int
+def _keep(
+    target: Target,
+    job: ClaimedJob,
+    handler: Handler,
+    *,
+    result: str | None = None,
+    failure: Failure | None = None,
 ) -> None:
-    """A workflow node's result and its dependents made due, as the worker's ack does."""
-    keep = kept_ms(handler.keep_result_ms, job.message_id) or 0
-    kept = KeptResult(job, _WORKER_ID, keep, 0, outcome.result)
-    caller.run(kept_plan(kept), target, "run_pending")
-    _q(target, "testing_workflow_due", {"node_id": job.message_id, "now_ms": now_ms})
+    """The job's result, as the worker's acknowledgement or dead letter writes it, when
+    its handler keeps one (``keep_result``) or it is a workflow node (``kept_ms``)."""
+    keep = kept_ms(handler.keep_result_ms, job.message_id)
+    if keep:
+        kept = KeptResult(job, _WORKER_ID, keep, 0, result, failure)
+        caller.run(kept_plan(kept), target, "run_pending")
 
 
 def _pass_turn(target: Target, job: ClaimedJob) -> None:

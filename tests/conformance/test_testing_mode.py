@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 from sqlalchemy import create_engine, text
 
-from outbox import Job, PermanentFailure, Registry, record
+from outbox import Job, PermanentFailure, Registry, record, results
 from outbox.db.connection import Connection
 from outbox.errors import ConfigurationError, NoActiveTransaction
 from outbox.queue import push
@@ -142,6 +143,29 @@ def test_a_permanent_failure_dead_letters_at_once(app: App, app_conn: Any) -> No
         ("dead", "outbox.errors.PermanentFailure")
     ]
     assert [r.where for r in recorded(app_conn, "app.poison")] == ["dead"]
+
+
+def test_results_and_dead_letters_are_kept_as_the_worker_keeps_them(app_conn: Any) -> None:
+    """A handler that keeps its result gets it written, success or failure, and a dead
+    letter keeps the job's priority: run_pending settles as the worker does."""
+    registry = Registry()
+    registry.job("app.sum", keep_result=True)(lambda p, ctx: {"sum": p["a"] + p["b"]})
+
+    @registry.job("app.broken", keep_result=True, max_attempts=1)
+    def broken(payload: Any, ctx: Any) -> None:
+        raise LookupError("secret not found")
+
+    ok = push(app_conn, Job("app.sum", {"a": 1, "b": 2}))
+    bad = push(app_conn, Job("app.broken", {}, priority=7))
+    assert [r.outcome for r in run_pending(app_conn, registry).ran] == ["done", "dead"]
+    cur = app_conn.cursor()  # in the test's transaction, which run_pending wrote in
+    cur.execute("SELECT message_id, status, return_value, exception_class"
+                " FROM outbox_job_results")  # fmt: skip
+    kept = {str(m): (s, None if v is None else orjson.loads(v), c) for m, s, v, c in cur}
+    assert kept == {
+        ok: (results.SUCCESSFUL, {"sum": 3}, None), bad: (results.FAILED, None, "LookupError")}
+    cur.execute("SELECT priority FROM outbox_failed_jobs")
+    assert [int(r[0]) for r in cur.fetchall()] == [7]
 
 
 def test_a_transactional_handler_writes_in_the_tests_transaction_and_a_failure_rolls_back(

@@ -53,9 +53,9 @@ WHERE id = :id;
 -- First half of a dead letter (testing_done is the second), as the worker keeps it.
 INSERT INTO outbox_failed_jobs
     (message_id, queue, job_name, payload, attempts, max_attempts, exception_class,
-     exception_message, exception_trace, failed_at, ordering_key, ordering_held)
+     exception_message, exception_trace, priority, failed_at, ordering_key, ordering_held)
 SELECT message_id, queue, job_name, payload, :attempts, max_attempts, :exception_class,
-    :exception_message, :exception_trace, :now_ms, ordering_key,
+    :exception_message, :exception_trace, priority, :now_ms, ordering_key,
     CASE WHEN ordering_key IS NULL THEN 0 ELSE :hold_key END
 FROM outbox_jobs
 WHERE id = :id;
