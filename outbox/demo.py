@@ -112,7 +112,8 @@ def demo_registry(tally: Tally, queue: str = "default", run: str = "") -> Regist
 def _simulate(
     database: Database, registry: Registry, queue: str, run: str, intents: int, tally: Tally
 ) -> None:
-    engine = create_engine(database.url.set(drivername=_DRIVERS[database.dialect.name]))
+    url = database.url.set(drivername=_DRIVERS[database.dialect.name])
+    engine = create_engine(url.render_as_string(hide_password=False))
     _app.create_all(engine)
     for i in range(intents):
         try:

@@ -18,14 +18,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy.engine import URL, make_url
-
 from outbox.db.dialect import Dialect
 from outbox.db.driver import Backend, ConnectOptions, Driver, Row
 from outbox.db.drivers import backend_for, backend_of
 from outbox.db.errors import error_code, is_retryable, translate
 from outbox.db.sql import Statement, queries
-from outbox.db.url import describe, libpq_multi_host, scrub
+from outbox.db.url import URL, describe, libpq_multi_host, make_url, scrub
 from outbox.errors import ConfigurationError, DatabaseError, OutboxError
 from outbox.log import get_logger
 

@@ -22,8 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from sqlalchemy.engine import URL
-
 from outbox.db.dialect import Dialect
 from outbox.db.rows import (
     ClaimedJob,
@@ -53,6 +51,7 @@ from outbox.db.rows import (
     StoredIntent,
     ThroughputRow,
 )
+from outbox.db.url import URL
 
 if TYPE_CHECKING:
     from outbox.db.rows import KeptResult, QueuedState, StoredResult

@@ -11,14 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy.engine import URL
-
 from outbox.db.adapters import described
 from outbox.db.dialect import MYSQL
 from outbox.db.driver import Backend, ConnectOptions, Executor, Row
 from outbox.db.rows import ClaimedJob, JobClaim
 from outbox.db.shared import SharedDriver, claim_params, claimed_jobs
-from outbox.db.url import mysql_args
+from outbox.db.url import URL, mysql_args
 
 
 class MysqlDriver(SharedDriver):

@@ -17,8 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy.engine import URL
-
 from outbox.config import settings
 from outbox.db.adapters import psycopg_has_rows
 from outbox.db.dialect import POSTGRESQL
@@ -40,7 +38,7 @@ from outbox.db.shared import (
     claimed_jobs,
     timed,
 )
-from outbox.db.url import postgresql_args
+from outbox.db.url import URL, postgresql_args
 from outbox.errors import DatabaseError, OutboxError
 from outbox.log import get_logger
 

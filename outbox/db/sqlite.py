@@ -16,13 +16,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
-from sqlalchemy.engine import URL
 
 from outbox.db.adapters import described
 from outbox.db.dialect import SQLITE
 from outbox.db.driver import Backend, ConnectOptions
 from outbox.db.shared import SharedDriver
-from outbox.db.url import check_sqlite_query
+from outbox.db.url import URL, check_sqlite_query
 
 
 class SqliteDriver(SharedDriver):
