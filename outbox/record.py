@@ -8,6 +8,7 @@ is sent, so a bad key or job leaves the database untouched.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import islice
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from outbox.config import settings
@@ -23,7 +24,7 @@ from outbox.db.caller import (
 )
 from outbox.db.dialect import Dialect
 from outbox.errors import IdempotencyConflict, InvalidJob, InvalidKey, RetryTransaction
-from outbox.ids import new_message_id
+from outbox.ids import new_message_id, new_message_ids
 from outbox.job import Job, availability_ms, fingerprint, key_digest, normalise
 
 
@@ -37,6 +38,7 @@ class Recordable(Protocol):
     async def record_into_async(self, conn: Any, key: str, *, available_at: Any = 0) -> str: ...
 
 MAX_BATCH = 1_000
+_new_tuple = tuple.__new__
 
 
 def _untraced() -> str | None:
@@ -76,22 +78,32 @@ class Intent(NamedTuple):
 
     @classmethod
     def timed(
-        cls, key: str, job: Job, at_ms: int | None, trace_context: str | None = None
+        cls,
+        key: str,
+        job: Job,
+        at_ms: int | None,
+        trace_context: str | None = None,
+        message_id: str | None = None,
     ) -> Intent:
-        """``build`` with the availability already checked (shared by a whole batch)."""
+        """``build`` with the availability already checked (shared by a whole batch), and
+        the message id when the caller has picked it (``record_many`` picks a batch's at once)."""
         normal = normalise(job)
-        return cls(
-            new_message_id(),
-            key_digest(key),
-            fingerprint(normal, at_ms),
-            normal.name,
-            normal.queue,
-            normal.payload_json,
-            normal.max_attempts,
-            at_ms,
-            normal.priority,
-            trace_context,
-            normal.ordering_key,
+        name, queue, payload, attempts, priority, ordering_key = normal
+        return _new_tuple(  # the named tuple's own __new__ is a Python frame: 0.3 us an intent
+            cls,
+            (
+                message_id or new_message_id(),
+                key_digest(key),
+                fingerprint(normal, at_ms),
+                name,
+                queue,
+                payload,
+                attempts,
+                at_ms,
+                priority,
+                trace_context,
+                ordering_key,
+            ),
         )
 
     def params(self) -> dict[str, Any]:
@@ -189,14 +201,17 @@ def build_batch(items: Iterable[tuple[str, Job]], available_at: Any) -> list[Int
     """Every item validated, in order; an error names the failing item's index."""
     at_ms = availability_ms(available_at)
     trace_context = capture_trace()  # one caller, one span: the whole batch shares it
+    pairs = list(islice(items, MAX_BATCH + 1))
+    ids = new_message_ids(min(len(pairs), MAX_BATCH))
+    timed = Intent.timed
     intents: list[Intent] = []
-    for index, item in enumerate(items):
+    for index, item in enumerate(pairs):
         if index >= MAX_BATCH:
             raise InvalidJob(f"record_many takes at most {MAX_BATCH:,} items per call")
         if not isinstance(item, tuple) or len(item) != 2:
             raise InvalidJob(f"item {index}: expected a (key, Job) pair, got {type(item).__name__}")
         try:
-            intents.append(Intent.timed(item[0], item[1], at_ms, trace_context))
+            intents.append(timed(item[0], item[1], at_ms, trace_context, ids[index]))
         except (InvalidKey, InvalidJob) as exc:
             raise type(exc)(f"item {index}: {exc}") from None
     return intents

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
@@ -29,9 +29,9 @@ Step = tuple[str, Mapping[str, Any]]
 Plan = Generator[Step, list[Row], T]
 
 
-@dataclass(frozen=True, slots=True)
-class KeyHolder:
-    """The intent that holds an idempotency key: its message id and fingerprint."""
+class KeyHolder(NamedTuple):
+    """The intent that holds an idempotency key: its message id and fingerprint (a named
+    tuple: ``record_many`` reads up to 1,000 back, built through ``_holders``)."""
 
     message_id: str
     fingerprint: str
@@ -122,19 +122,26 @@ def intents_insert(
     else:
         yield ("record_many_insert", batch)
         yield ("record_many_insert_intents", batch)
-    held = {str(d): KeyHolder(str(m), str(fp)) for d, m, fp in rows}
+    held = _holders(rows)
     missing = [d for d in fingerprints if d not in held]
     if missing:
         found = yield ("record_many_lookup", {"key_digests": orjson.dumps(missing).decode()})
-        held.update({str(d): KeyHolder(str(m), str(fp)) for d, m, fp in found})
+        held.update(_holders(found))
     return held
+
+
+def _holders(rows: list[Row]) -> dict[str, KeyHolder]:
+    """``(key_digest, message_id, fingerprint)`` rows by key digest (``tuple.__new__``:
+    the named tuple's own ``__new__`` is a Python frame per row)."""
+    new = tuple.__new__
+    return {str(d): new(KeyHolder, (str(m), str(fp))) for d, m, fp in rows}
 
 
 def keys_held(key_digests: Sequence[str]) -> Plan[dict[str, KeyHolder]]:
     """The holders of those of ``key_digests`` that are recorded (``emit`` replays only
     the listeners its first emit recorded)."""
     rows = yield ("record_many_lookup", {"key_digests": orjson.dumps(list(key_digests)).decode()})
-    return {str(d): KeyHolder(str(m), str(fp)) for d, m, fp in rows}
+    return _holders(rows)
 
 
 def job_push(p: JobPush) -> Plan[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from itertools import islice
 from typing import Any
 
 from outbox.config import settings
@@ -20,7 +21,7 @@ from outbox.db import ordering
 from outbox.db.adapters import adapt, adapt_async
 from outbox.db.caller import JobPush, JobsPush, Plan, job_push, jobs_push, run, run_async
 from outbox.errors import InvalidJob
-from outbox.ids import new_message_id
+from outbox.ids import new_message_id, new_message_ids
 from outbox.job import Job, NormalJob, check_priority, normalise
 from outbox.tracing import capture
 
@@ -148,25 +149,27 @@ def _batch(jobs: Iterable[Job], delay: object, priority: int | None) -> list[tup
     ms = delay_ms(delay)
     chosen = None if priority is None else check_priority(priority)
     trace_context = capture()  # one caller, one span: the whole batch shares it
+    given = list(islice(jobs, MAX_BATCH + 1))
+    ids = new_message_ids(min(len(given), MAX_BATCH))
     rows: list[tuple[Any, ...]] = []
-    for index, job in enumerate(jobs):
+    for index, job in enumerate(given):
         if index >= MAX_BATCH:
             raise InvalidJob(f"push_many takes at most {MAX_BATCH:,} jobs per call")
         try:
-            normal = _normal(job, chosen)
+            name, queue, payload, attempts, job_priority, ordering_key = _normal(job, chosen)
         except InvalidJob as exc:
             raise InvalidJob(f"item {index}: {exc}") from None
         rows.append(
             (
-                new_message_id(),
-                normal.queue,
-                normal.name,
-                normal.payload_json,
-                normal.max_attempts,
+                ids[index],
+                queue,
+                name,
+                payload,
+                attempts,
                 ms,
-                normal.priority,
+                job_priority,
                 trace_context,
-                normal.ordering_key,
+                ordering_key,
             )
         )
     return rows
