@@ -167,7 +167,7 @@ def test_a_failing_middle_node_dead_letters_its_dependents_without_running_them(
         "c": ("skipped", "DependencyFailed"), "e": ("skipped", "DependencyFailed"),
         "side": ("succeeded", None),
     }
-    assert count_rows(conn, "outbox_failed_jobs", "exception_class = 'DependencyFailed'") == 3
+    assert count_rows(conn, "outbox_failed_jobs", "exception_class = 'DependencyFailed'") == 2
     assert count_rows(conn, "outbox_failed_jobs", "attempts = 0") == 2
 
 

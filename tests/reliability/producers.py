@@ -176,12 +176,16 @@ def produce(
     return stats
 
 
-def storm(url: str, hot_keys: int, transactions: int, per_tx: int, seed: int) -> dict[str, Any]:
+def storm(
+    url: str, hot_keys: int, transactions: int, per_tx: int, seed: int, start_at: float = 0.0
+) -> dict[str, Any]:
     """Transactions recording overlapping hot keys in random order, bumping hot counters.
 
     Built to deadlock: every abort the database confirms must reach the application as
     ``RetryTransaction`` (from ``record()``) or a retryable driver error (its own
-    UPDATE), and running the transaction again must succeed.
+    UPDATE), and running the transaction again must succeed. The storm's processes all
+    begin at ``start_at`` (UNIX seconds), connected: started one after another, each ran
+    its 40 transactions before the next was up, and on a quiet machine nothing overlapped.
     """
     from outbox.db.errors import is_retryable
 
@@ -194,6 +198,7 @@ def storm(url: str, hot_keys: int, transactions: int, per_tx: int, seed: int) ->
         conn.commit()
     ids: dict[str, str] = {}
     out: dict[str, Any] = {"committed": 0, "retried": 0, "errors": Counter(), "mismatch": []}
+    time.sleep(max(0.0, start_at - time.time()))
     for _ in range(transactions):
         keys = rng.sample(range(hot_keys), per_tx)
         while True:

@@ -4,6 +4,7 @@ and SQLite's single writer. The database's own rows are the truth the checks rea
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from tests.fixtures.databases import backend_of
@@ -66,6 +67,7 @@ def test_sqlite_four_writing_processes_never_surface_database_locked(
 def test_hot_key_deadlock_storm_retries_and_keeps_one_intent_per_key(ledger_url: str) -> None:
     hot = 8
     install_hot_rows(ledger_url, hot)
+    start_at = time.time() + 3.0  # every process connected and waiting by then
     procs = [
         spawn(
             role_argv(
@@ -80,6 +82,8 @@ def test_hot_key_deadlock_storm_retries_and_keeps_one_intent_per_key(ledger_url:
                 "3",
                 "--seed",
                 str(i),
+                "--start-at",
+                str(start_at),
             )
         )
         for i in range(5)
