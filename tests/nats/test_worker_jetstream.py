@@ -467,5 +467,6 @@ def test_a_queue_that_fails_stops_the_others_gracefully_before_the_error_is_rais
         with pytest.raises(BrokerError) as err:
             running.result(timeout=30)
     assert "setting retention" in str(err.value)
-    assert runs(ledger) == {job_id: 1} and worker.stats.succeeded == 1
+    # Its own job only: an earlier test's abandoned handler thread may still write here.
+    assert runs(ledger)[job_id] == 1 and worker.stats.succeeded == 1
     assert support.stream_count(nats_url, names.stream(good)) == 0
