@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from outbox.dashboard import auth
 from outbox.dashboard.backend import Backend
 from outbox.dashboard.store import COUNT_CAP
-from outbox.db.rows import job_state, own_due_ms
+from outbox.db.rows import job_state, own_due_ms, waits_for_turn
 from outbox.log import get_logger
 from outbox.queue.registry import Registry
 
@@ -101,7 +101,7 @@ class Dashboard:
             ms_time=ms_time, duration=duration, number=number, count=count, tick=tick,
             own_due=own_due_ms,
         )
-        self.env.globals.update(job_state=job_state)
+        self.env.globals.update(job_state=job_state, waits_for_turn=waits_for_turn)
 
     def viewer(self, request: Request) -> auth.Viewer:
         return auth.viewer(request, self.settings.token)

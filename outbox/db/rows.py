@@ -458,12 +458,17 @@ def job_state(reserved_by: str | None, available_at: int, now_ms: int) -> str:
     ``delayed`` (due later)."""
     if reserved_by:
         return "reserved"
-    if available_at >= BLOCKED_OFFSET_MS:
+    if waits_for_turn(available_at):
         return "waiting"
     return "ready" if available_at <= now_ms else "delayed"
 
 
+def waits_for_turn(available_at: int) -> bool:
+    """Does the job wait for its ordering key's turn? Its due time is then shifted by
+    ``BLOCKED_OFFSET_MS``, past any real time (its turn shifts it back)."""
+    return available_at >= BLOCKED_OFFSET_MS
+
+
 def own_due_ms(available_at: int) -> int:
-    """A job's own due time: one waiting for its ordering key's turn carries it shifted
-    by ``BLOCKED_OFFSET_MS`` (past any real time; its turn shifts it back)."""
-    return available_at - BLOCKED_OFFSET_MS if available_at >= BLOCKED_OFFSET_MS else available_at
+    """A job's own due time, without the shift of one waiting for its key's turn."""
+    return available_at - BLOCKED_OFFSET_MS if waits_for_turn(available_at) else available_at
