@@ -23,6 +23,7 @@ NAME = "peers"
 DEFAULTS = "drain: `outbox worker` with the CLI defaults (no tuning flags), 1 proc"
 SINGLES = 3_000  # enqueue-one-at-a-time samples: a few seconds for every system
 TODAY = "today's code"  # our producers' cases timed again with the merge base's package
+_TODAY_MODES = ("record_single", "record_batch_1000", "push_batch_1000")
 _tag = itertools.count()
 
 
@@ -144,10 +145,16 @@ def _ours(ctx: Ctx, n: int) -> list[Case]:
         ("record_single", "single: outbox record() + COMMIT", SINGLES),
         ("record_batch", "list: outbox record() x100 per txn", many),
         ("record_batch_1000", "list1000: outbox record_many() x1000 per txn", many),
+        ("byhand_single", "single: by hand, record()'s two rows + COMMIT (diagnostic)", SINGLES),
+        (
+            "byhand_batch_1000",
+            "list1000: by hand, record_many()'s statement on hand-built rows (diagnostic)",
+            many,
+        ),
         ("push_batch_1000", "list1000: outbox push_many() x1000 per txn", many),
     ]
     today = snapshot()  # the same producers with the outbox package at the merge base
-    again = [(x, today) for x in modes if x[0] != "record_batch"]
+    again = [(x, today) for x in modes if x[0] in _TODAY_MODES]
     for (mode, label, m), src in [(x, "") for x in modes] + again:
         out.append(
             _enqueue(
@@ -261,6 +268,23 @@ def _targets(cases: list[Case]) -> list[Target]:
     ]
     ts += [
         Target(
+            "by-hand floor: record()'s two rows by hand + COMMIT vs pgqueuer single (no target)",
+            pick("enqueue single: by hand"),
+            pick("enqueue single: pgqueuer"),
+            ">=",
+            float("inf"),
+        ),
+        Target(
+            "by-hand floor: record_many()'s statement on 1,000 hand-built rows vs pgqueuer "
+            "list of 1,000 (no target)",
+            pick("enqueue list1000: by hand"),
+            pick("enqueue list1000: pgqueuer"),
+            ">=",
+            float("inf"),
+        ),
+    ]
+    ts += [
+        Target(
             f"{TODAY}: {what} vs pgqueuer (no target; before this change)",
             pick(f"enqueue {mode}: outbox {call}", today=True),
             pick(f"enqueue {mode}: pgqueuer"),
@@ -279,7 +303,7 @@ def _targets(cases: list[Case]) -> list[Target]:
             Target(
                 "enqueue single: ours / best peer",
                 single,
-                [x for x in pick("enqueue single:") if "outbox" not in x],
+                [x for x in pick("enqueue single:") if "outbox" not in x and "by hand" not in x],
                 ">=",
                 1.0,
             )

@@ -38,9 +38,12 @@ def cases(
         "record": "record() txn: business row + record(), NOTIFY off",
         "record_notify": "record() txn: business row + record(), NOTIFY on",
         "raw_single": "raw single INSERT+COMMIT",
+        "byhand_single": "record()'s two rows by hand + COMMIT (diagnostic)",
         "record_single": "record() alone + COMMIT (single intents)",
         "record_batch": "record_many() of 100 per txn (batch recording)",
         "record_batch_1000": "record_many() of 1,000 per txn (batch recording)",
+        "byhand_batch_1000": "record_many()'s statement, 1,000 rows built by hand, per txn "
+        "(diagnostic)",
         "push_batch_1000": "push_many() of 1,000 per txn (keyless batch)",
     }
     return [
@@ -121,6 +124,22 @@ def plan(ctx: Ctx) -> Plan:
             [r["raw_single"]],
             ">=",
             0.85,
+        ),
+        Target(
+            "by-hand floor of a single intent: its two rows by hand + COMMIT vs raw "
+            "INSERT+COMMIT (no target)",
+            r["byhand_single"],
+            [r["raw_single"]],
+            ">=",
+            float("inf"),
+        ),
+        Target(
+            "record_many of 1,000 vs its own statement on rows built by hand (our Python's "
+            "share; no target)",
+            r["record_batch_1000"],
+            [r["byhand_batch_1000"]],
+            ">=",
+            float("inf"),
         ),
         Target(
             "today's code: single record()+COMMIT vs raw INSERT+COMMIT (no target)",

@@ -30,14 +30,24 @@ MODES = (
     "record",
     "record_notify",
     "raw_single",
+    "byhand_single",
     "record_single",
     "record_batch",
     "record_batch_1000",
+    "byhand_batch_1000",
     "push_batch_1000",
 )
 BATCH = 100
+# A by-hand batch row's columns after the payload: max_attempts, available_at,
+# priority, trace_context, ordering_key (record_many's row layout).
+_NULLS = (None, None, 0, None, None)
 # Calls that write many intents or jobs at once, and how many each.
-PER_CALL = {"record_batch": BATCH, "record_batch_1000": 1_000, "push_batch_1000": 1_000}
+PER_CALL = {
+    "record_batch": BATCH,
+    "record_batch_1000": 1_000,
+    "byhand_batch_1000": 1_000,
+    "push_batch_1000": 1_000,
+}
 
 
 def prepare(url: str) -> None:
@@ -196,7 +206,7 @@ def producer(url: str, n: int, mode: str, tag: str, src: str = "") -> Callable[[
         if mode in ("plain", "raw_single"):
             body = orjson.dumps(payload(i), option=orjson.OPT_SORT_KEYS).decode()
             cur.execute(plain, (str(uuid.uuid4()), f"bench:{tag}:{i}", JOB_NAME, QUEUE, body))
-        elif mode == "byhand":
+        elif mode in ("byhand", "byhand_single"):
             body = orjson.dumps(payload(i), option=orjson.OPT_SORT_KEYS).decode()
             digest = hashlib.sha256(f"bench:{tag}:{i}".encode()).hexdigest()
             mid = str(uuid.uuid4())
@@ -217,11 +227,31 @@ def producer(url: str, n: int, mode: str, tag: str, src: str = "") -> Callable[[
 
     per_txn = PER_CALL.get(mode, 1)
 
+    def by_hand_batch(span: range) -> None:
+        """``record_many``'s own statement(s), on rows built by hand as ``byhand`` builds
+        its one (a uuid4, one digest for key and fingerprint): the floor of the batch
+        call without outbox's Python (validation, digests, ids), driven as
+        ``record_many`` drives it."""
+        from outbox.db.adapters import adapt
+        from outbox.db.caller import IntentsInsert, intents_insert, run
+
+        rows = []
+        for i in span:
+            body = orjson.dumps(payload(i), option=orjson.OPT_SORT_KEYS).decode()
+            digest = hashlib.sha256(f"bench:{tag}:{i}".encode()).hexdigest()
+            rows.append((str(uuid.uuid4()), digest, digest, JOB_NAME, QUEUE, body, *_NULLS))
+        target = adapt(conn)
+        fingerprints = {r[1]: r[2] for r in rows}
+        run(intents_insert(IntentsInsert(rows, False), fingerprints, target.dialect), target, "")
+
     def batch(first: int) -> None:
         """Batch recording (``record_many``) or keyless pushing (``push_many``): one call
         of ``per_txn`` per transaction, the jobs built inside the timed loop as an
         application builds them."""
         span = range(first, first + per_txn)
+        if mode == "byhand_batch_1000":
+            by_hand_batch(span)
+            return
         if mode.startswith("push"):
             push_many(conn, [Job(JOB_NAME, payload(i), queue=QUEUE) for i in span])
             return
