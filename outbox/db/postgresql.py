@@ -47,6 +47,11 @@ log = get_logger("outbox.relay")
 _LISTEN = {RELAY_CHANNEL: "listen_relay", JOBS_CHANNEL: "listen_jobs"}
 
 
+def _int_array(values: list[int]) -> str:
+    """A PostgreSQL array literal of integers: ``[1, 22]`` → ``'{1,22}'``."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
 class _NeedsPythonVerify(OutboxError):
     """The one-statement batch met a payload its SQL cannot check; it was rolled back."""
 
@@ -65,9 +70,20 @@ class PostgresqlDriver(SharedDriver):
             return set(), self.job_claim(claim)
         if has_ordering_key(done):
             return super().job_ack_claim(done, claim)  # the keys' turns pass on first
-        rows = self._one("claim", "job_ack_claim", {**done.params(), **claim_params(claim)})
+        params = {**self._fence_params(done), **claim_params(claim)}
+        rows = self._one("claim", "job_ack_claim", params)
         acked = {int(r[0]) for r in rows if r[1] is None}
         return acked, claimed_jobs(r for r in rows if r[1] is not None)
+
+    def _fence_params(self, fence: JobFence) -> dict[str, Any]:
+        """The fence's ids and attempts as array literals (``{1,2,3}``), which the
+        statements CAST to bigint[] and integer[] as they would lists: psycopg dumps a
+        list element by element in Python (~0.8 µs each, two for every acknowledged
+        job), a str as it is."""
+        params = fence.params()
+        params["ids"] = _int_array(params["ids"])
+        params["attempts"] = _int_array(params["attempts"])
+        return params
 
     def _notify_jobs_in_tx(self) -> None:
         self.conn.execute("relay_notify")

@@ -49,6 +49,7 @@ class ResultOps:
     conn: Executor
     _move_to_dead: Callable[[Executor, str, dict[str, Any], Failure, bool, str | None], bool]
     _ack_ordered_in_tx: Callable[[JobFence], set[int]]
+    _fence_params: Callable[[JobFence], dict[str, Any]]
 
     def result_ack(self, fence: JobFence, kept: Sequence[KeptResult]) -> set[int]:
         """``job_ack(fence)`` and, for each job it acknowledged, its result, in one
@@ -60,7 +61,7 @@ class ResultOps:
             if has_ordering_key(fence):  # the keys' turns passed on, as job_ack does
                 acked = self._ack_ordered_in_tx(fence)
             else:
-                acked = {int(r[0]) for r in c.execute("job_ack", fence.params())}
+                acked = {int(r[0]) for r in c.execute("job_ack", self._fence_params(fence))}
             for k in kept:
                 if k.job.id in acked:
                     _write(c, k)

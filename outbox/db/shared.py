@@ -90,6 +90,11 @@ class SharedDriver(LimitOps, ResultOps):
     def _transact(self, operation: str, fn: Callable[[Executor], T]) -> T:
         return self.conn.transact(fn, operation=operation)
 
+    def _fence_params(self, fence: JobFence) -> dict[str, Any]:
+        """``fence.params()`` as this dialect's statements take them (PostgreSQL's
+        driver encodes the two lists its statements read)."""
+        return fence.params()
+
     # -- clock and session ------------------------------------------------------------
 
     def clock_now(self) -> int:
@@ -113,12 +118,12 @@ class SharedDriver(LimitOps, ResultOps):
             return set()
         if has_ordering_key(fence):
             return self._transact("ack", lambda c: self._ack_ordered_in_tx(fence))
-        return {int(r[0]) for r in self._one("ack", "job_ack", fence.params())}
+        return {int(r[0]) for r in self._one("ack", "job_ack", self._fence_params(fence))}
 
     def job_ack_claim(self, done: JobFence, claim: JobClaim) -> tuple[set[int], list[ClaimedJob]]:
         if not done.jobs:
             return set(), self.job_claim(claim)
-        params = {**done.params(), **claim_params(claim)}
+        params = {**self._fence_params(done), **claim_params(claim)}
         keyed = has_ordering_key(done)
 
         def both(c: Executor) -> tuple[set[int], list[Row]]:
@@ -137,7 +142,7 @@ class SharedDriver(LimitOps, ResultOps):
     def job_ack_in_tx(self, fence: JobFence) -> bool:
         if has_ordering_key(fence):
             return bool(self._ack_ordered_in_tx(fence))
-        return bool(self.conn.execute("job_ack", fence.params()))
+        return bool(self.conn.execute("job_ack", self._fence_params(fence)))
 
     def _ack_ordered_in_tx(self, fence: JobFence) -> set[int]:
         """The acknowledgement of jobs some of which have an ordering key: the keys'
@@ -145,7 +150,7 @@ class SharedDriver(LimitOps, ResultOps):
         delete, then each acknowledged key's turn passed on, in this one transaction."""
         keys = {j.id: j.ordering_key for j in fence.jobs if j.ordering_key is not None}
         drive(ordering.lock(keys.values()), self.conn)
-        acked = {int(r[0]) for r in self.conn.execute("job_ack", fence.params())}
+        acked = {int(r[0]) for r in self.conn.execute("job_ack", self._fence_params(fence))}
         left = (k for i, k in keys.items() if i in acked)
         drive(ordering.leave(left, locked=True), self.conn)
         return acked
@@ -153,7 +158,8 @@ class SharedDriver(LimitOps, ResultOps):
     def job_heartbeat(self, fence: JobFence, lease_ms: int) -> int:
         if not fence.jobs:
             return 0
-        return self._count("heartbeat", "job_heartbeat", {**fence.params(), "lease_ms": lease_ms})
+        params = {**self._fence_params(fence), "lease_ms": lease_ms}
+        return self._count("heartbeat", "job_heartbeat", params)
 
     def job_release(self, p: JobRelease) -> bool:
         params = {
@@ -168,7 +174,7 @@ class SharedDriver(LimitOps, ResultOps):
     def job_release_unspent(self, p: JobReleaseUnspent) -> int:
         if not p.fence.jobs:
             return 0
-        params = {**p.fence.params(), "delay_ms": p.delay_ms, "error": p.error}
+        params = {**self._fence_params(p.fence), "delay_ms": p.delay_ms, "error": p.error}
         return self._count("release", "job_release_unspent", params)
 
     def job_dead_letter(self, p: JobDeadLetter) -> bool:
@@ -204,7 +210,8 @@ class SharedDriver(LimitOps, ResultOps):
     def job_cancel_requested(self, fence: JobFence) -> set[int]:
         if not fence.jobs:
             return set()
-        return {int(r[0]) for r in self._read("heartbeat", "job_cancel_requested", fence.params())}
+        rows = self._read("heartbeat", "job_cancel_requested", self._fence_params(fence))
+        return {int(r[0]) for r in rows}
 
     def job_reap(
         self,

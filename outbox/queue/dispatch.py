@@ -20,7 +20,7 @@ from typing import Any
 
 from outbox.db.connection import Database
 from outbox.db.rows import ClaimedJob
-from outbox.hooks import Hooks
+from outbox.hooks import NO_HOOKS, Hooks
 from outbox.ids import is_node_id
 from outbox.queue.config import WorkerConfig, WorkerStats
 from outbox.queue.execute import JobTimeout, Kind, Outcome, failure_of
@@ -35,6 +35,9 @@ from outbox.queue.throughput import FLUSH_EVERY_S, SUCCEEDED
 
 WAKE = object()
 ACK_DELAY_S = 0.05
+# Read once, here: ``_settle`` compares every job's decision with them, and on Python
+# 3.11 each read of an enum member calls ``EnumType.__getattr__`` (~70 ns).
+_ACTION_ACK, _KIND_ACKED = Action.ACK, Kind.ACKED
 
 
 class Dispatcher:
@@ -54,6 +57,8 @@ class Dispatcher:
     ) -> None:
         self.database, self.registry, self.config = database, registry, config
         self.worker_id, self.hooks, self.stats, self._log = worker_id, hooks, stats, log
+        # NO_HOOKS hears nothing: then a settled job makes no call for it.
+        self._heard = hooks is not NO_HOOKS
         self._clock = clock
         self.halting = halting  # a stop was asked or begun: claim nothing more
         self.max_jobs_reached = max_jobs_reached
@@ -276,12 +281,13 @@ class Dispatcher:
         job = outcome.job
         cancelled = self.pools is not None and self.pools.cancelled(job)
         decision = self.db.decide(outcome, cancelled=cancelled)
-        self.hooks.job_settled(job, decision.action, decision.delay_ms, decision.error)
+        if self._heard:
+            self.hooks.job_settled(job, decision.action, decision.delay_ms, decision.error)
         if is_node_id(job.message_id):  # its ack or dead letter may make dependents due:
             self.dry.clear()  # claim at once (the ack rides along) instead of after --sleep
-        if decision.action is not Action.ACK:
+        if decision.action is not _ACTION_ACK:
             self.db.apply(outcome, decision)
-        elif outcome.kind is Kind.ACKED:  # in the handler's own commit
+        elif outcome.kind is _KIND_ACKED:  # in the handler's own commit
             self.stats.succeeded += 1
             self.db.tally.add(SUCCEEDED, (job,))
         else:

@@ -40,7 +40,14 @@ from outbox.errors import DatabaseError
 from outbox.queue.config import WorkerStats
 from outbox.queue.control import MAX_SNOOZES
 from outbox.queue.execute import Outcome
-from outbox.queue.policy import UNKNOWN_DELAY_MS, UNKNOWN_FAILURE, Action, Decision, decide
+from outbox.queue.policy import (
+    UNKNOWN_DELAY_MS,
+    UNKNOWN_FAILURE,
+    Action,
+    Decision,
+    decide,
+    decide_by_kind,
+)
 from outbox.queue.registry import Registry
 from outbox.queue.throughput import DEAD, RETRIED, SUCCEEDED, Tally
 from outbox.results import kept_ms
@@ -171,18 +178,22 @@ class Settler:
 
     def decide(self, outcome: Outcome, *, cancelled: bool = False, snoozes: int = 0) -> Decision:
         """``outbox.queue.policy.decide`` with this job's limit and handler. The database
-        applies the delays by its own clock, so no reading of a clock goes in."""
+        applies the delays by its own clock, so no reading of a clock goes in. The
+        policy's rows that need no handler are asked first (``decide_by_kind``): a
+        success looks nothing up."""
         job = outcome.job
-        handler = self.registry.get(job.job_name)
-        decision = decide(
-            outcome,
-            max_attempts=self.registry.max_attempts(job.job_name, job.max_attempts),
-            backoff=None if handler is None else handler.backoff,
-            now_ms=0,
-            cancelled=cancelled,
-            snoozes=snoozes,
-        )
-        if decision.action is Action.ACK and outcome.result is not None:
+        decision = decide_by_kind(outcome.kind, cancelled)
+        if decision is None:
+            handler = self.registry.get(job.job_name)
+            decision = decide(
+                outcome,
+                max_attempts=self.registry.max_attempts(job.job_name, job.max_attempts),
+                backoff=None if handler is None else handler.backoff,
+                now_ms=0,
+                cancelled=cancelled,
+                snoozes=snoozes,
+            )
+        if outcome.result is not None and decision.action is Action.ACK:
             self._kept[job.id] = outcome  # written by its acknowledgement
         return decision
 

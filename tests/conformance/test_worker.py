@@ -15,7 +15,9 @@ from structlog.testing import capture_logs
 
 from outbox import Job, PermanentFailure, Registry
 from outbox.db.connection import Connection, Database
+from outbox.db.rows import ClaimedJob
 from outbox.errors import ConfigurationError
+from outbox.hooks import NoHooks
 from outbox.queue import Backoff, JobContext, Worker, WorkerConfig, push
 from outbox.queue.worker import UNKNOWN_JOB
 from tests.fixtures import queue_ops as ops
@@ -91,6 +93,43 @@ def test_context_describes_the_job(database: Database, app_conn: Any) -> None:
     )
     assert ctx.enqueued_at.tzinfo is not None and ctx.connection is None
     assert ctx.log is not None
+
+
+class _Heard(NoHooks):
+    """Hooks that keep what they hear (a subclass of the do-nothing default, which the
+    worker skips only when it is ``NO_HOOKS`` itself)."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.settled: list[tuple[str, str, str | None]] = []
+
+    def job_started(self, job: ClaimedJob) -> None:
+        self.started.append(job.message_id)
+
+    def job_settled(self, job: ClaimedJob, action: str, delay_ms: int, error: str | None) -> None:
+        self.settled.append((job.message_id, action, error))
+
+
+def test_hooks_hear_every_job_start_and_settle(database: Database, app_conn: Any) -> None:
+    registry = Registry()
+
+    @registry.job("h.ok")
+    def ok(payload: Any, ctx: JobContext) -> None:
+        pass
+
+    @registry.job("h.bad")
+    def bad(payload: Any, ctx: JobContext) -> None:
+        raise PermanentFailure("no")
+
+    good, failed = _push(app_conn, Job("h.ok", {}), Job("h.bad", {}))
+    heard = _Heard()
+    with Worker(database, registry, WorkerConfig(), hooks=heard) as worker:
+        while worker.run_once():
+            pass
+    assert sorted(heard.started) == sorted([good, failed])
+    assert sorted(heard.settled) == sorted(
+        [(good, "ack", None), (failed, "dead", "outbox.errors.PermanentFailure")]
+    )
 
 
 def test_failing_job_retries_with_growing_delays_then_lands_in_dead_letters(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from outbox.queue.prefetch import FAST_WAIT_S, MAX_ADAPTIVE, STALL_FACTOR, START, Prefetch
+import pytest
+
+from outbox.queue.prefetch import _WEIGHT, FAST_WAIT_S, MAX_ADAPTIVE, STALL_FACTOR, START, Prefetch
 
 
 def test_quick_handlers_grow_the_prefetch_to_its_ceiling() -> None:
@@ -47,3 +49,17 @@ def test_a_fixed_prefetch_never_moves() -> None:
     p.observe(10.0)
     p.stalled()
     assert (p.value, p.adaptive) == (7, False)
+
+
+@pytest.mark.parametrize("cap", [1, 3, 64, MAX_ADAPTIVE, MAX_ADAPTIVE + 100])
+def test_observe_follows_the_rule_as_written_with_min_and_max(cap: int) -> None:
+    """``observe`` spells its bounds as comparisons (it runs for every job); the values
+    are the rule's: max(cap, min(MAX_ADAPTIVE, cap * max(run, FAST_WAIT_S) / max(run, 1e-6)))."""
+    p = Prefetch(cap=cap)
+    run_s: float | None = None
+    times = [0.0, 1e-9, 1e-6, 2e-6, 1e-5, 4e-4, 0.001, FAST_WAIT_S, 0.021, 0.5, 3.0, 0.0, 1e-7]
+    for ran_s in times + times[::-1]:
+        p.observe(ran_s)
+        run_s = ran_s if run_s is None else run_s + _WEIGHT * (ran_s - run_s)
+        fits = int(cap * max(run_s, FAST_WAIT_S) / max(run_s, 1e-6))
+        assert (p.run_s, p.value) == (run_s, max(cap, min(MAX_ADAPTIVE, fits)))

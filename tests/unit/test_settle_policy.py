@@ -23,6 +23,7 @@ from outbox.queue.policy import (
     Action,
     Decision,
     decide,
+    decide_by_kind,
     retry_delay_ms,
 )
 from tests.fixtures.workers import ROOT
@@ -118,6 +119,30 @@ def test_each_outcome_gets_its_decision(row: Row) -> None:
         snoozes=row.snoozes,
     )
     _same(got, row.expected)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_the_handler_free_rows_decide_alike_by_kind(row: Row) -> None:
+    """``decide_by_kind`` (what the worker asks before any handler lookup) answers
+    exactly the rows that need no handler, as ``decide`` does; the rest are None."""
+    got = decide_by_kind(row.outcome.kind, row.cancelled)
+    if row.expected.action in (Action.RETRY, Action.DEAD, Action.SNOOZE):
+        assert got is None
+    else:
+        assert got is not None
+        _same(got, row.expected)
+
+
+@pytest.mark.parametrize("cancelled", [False, True])
+@pytest.mark.parametrize("kind", list(Kind))
+def test_every_kind_is_decided_by_kind_or_left_to_decide(kind: Kind, cancelled: bool) -> None:
+    handler_free = decide_by_kind(kind, cancelled)
+    if handler_free is None:  # a snooze or a failure: the limit and backoff decide
+        assert kind in (Kind.FAILED, Kind.PERMANENT, Kind.SNOOZED) and not cancelled
+    else:
+        full = decide(Outcome(kind, job(), BOOM, snooze_s=1), max_attempts=3,
+                      backoff=STEADY, now_ms=NOW, cancelled=cancelled)
+        assert full is handler_free
 
 
 class RaisingBackoff(Backoff):
