@@ -63,7 +63,7 @@ WHERE id IN (
     SELECT id FROM outbox_jobs
     WHERE queue = %(queue)s AND reserved_by IS NULL
       AND available_at <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-    ORDER BY available_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED
+    ORDER BY priority, available_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED
 ) RETURNING id, job_name, payload
 """
 
