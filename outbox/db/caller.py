@@ -76,8 +76,8 @@ def intent_insert(p: IntentInsert, dialect: Dialect) -> Plan[KeyHolder | None]:
     One statement where the dialect can insert in a WITH clause (PostgreSQL). Where an
     insert returns rows (SQLite; MariaDB 10.5+, whose ON DUPLICATE KEY UPDATE returns
     the existing row, so a replay learns its holder in that one statement), the key row
-    first, then the intent only if that key row is its own. Elsewhere (MySQL 8) both,
-    then a lookup.
+    first, then, only if that key row is its own, the intent as plain values. Elsewhere
+    (MySQL 8) both, the intent guarded by its key row in SQL, then a lookup.
     """
     ours = KeyHolder(str(p.row["message_id"]), str(p.row["fingerprint"]))
     if dialect.supports_insert_cte:
@@ -87,7 +87,7 @@ def intent_insert(p: IntentInsert, dialect: Dialect) -> Plan[KeyHolder | None]:
     elif dialect.supports_returning:
         rows = yield ("record_insert_returning", p.row)
         if rows and str(rows[0][0]) == ours.message_id:
-            yield ("record_insert_intent", p.row)
+            yield ("record_insert_own_intent", p.row)
             return ours
         if rows:
             return KeyHolder(str(rows[0][0]), str(rows[0][1]))
