@@ -20,7 +20,7 @@ from typing import Any
 
 from outbox.db.connection import Database
 from outbox.db.rows import ClaimedJob
-from outbox.hooks import NO_HOOKS, Hooks
+from outbox.hooks import Hooks
 from outbox.ids import is_node_id
 from outbox.queue.config import WorkerConfig, WorkerStats
 from outbox.queue.execute import JobTimeout, Kind, Outcome, failure_of
@@ -57,8 +57,6 @@ class Dispatcher:
     ) -> None:
         self.database, self.registry, self.config = database, registry, config
         self.worker_id, self.hooks, self.stats, self._log = worker_id, hooks, stats, log
-        # NO_HOOKS hears nothing: then a settled job makes no call for it.
-        self._heard = hooks is not NO_HOOKS
         self._clock = clock
         self.halting = halting  # a stop was asked or begun: claim nothing more
         self.max_jobs_reached = max_jobs_reached
@@ -281,8 +279,7 @@ class Dispatcher:
         job = outcome.job
         cancelled = self.pools is not None and self.pools.cancelled(job)
         decision = self.db.decide(outcome, cancelled=cancelled)
-        if self._heard:
-            self.hooks.job_settled(job, decision.action, decision.delay_ms, decision.error)
+        self.hooks.job_settled(job, decision.action, decision.delay_ms, decision.error)
         if is_node_id(job.message_id):  # its ack or dead letter may make dependents due:
             self.dry.clear()  # claim at once (the ack rides along) instead of after --sleep
         if decision.action is not _ACTION_ACK:

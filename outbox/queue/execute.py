@@ -127,8 +127,6 @@ class Runner:
     ) -> None:
         self.registry = registry
         self.hooks = hooks
-        # NO_HOOKS hears nothing: then a started job makes no call for it.
-        self._heard = hooks is not NO_HOOKS
         self.worker_id = worker_id
         self.database = database
         self._binders = {n: _binder(h.fn) for n in registry if (h := registry.get(n))}
@@ -191,8 +189,7 @@ class Runner:
     def _run_sync(self, job: ClaimedJob, handler: Handler) -> Outcome:
         if job.id in self.cancelled:  # cancelled while it waited in the buffer
             return Outcome(Kind.CANCELLED, job)
-        if self._heard:
-            self.hooks.job_started(job)
+        self.hooks.job_started(job)
         try:
             payload = self._prepare(job)
         except Exception as exc:
@@ -258,8 +255,7 @@ class Runner:
     async def _run_async(self, job: ClaimedJob, handler: Handler) -> Outcome:
         if job.id in self.cancelled:
             return Outcome(Kind.CANCELLED, job)
-        if self._heard:
-            self.hooks.job_started(job)
+        self.hooks.job_started(job)
         try:
             payload = self._prepare(job)
             coro = handler.fn(payload, self._ctx(job, None))
@@ -305,7 +301,7 @@ def _done(job: ClaimedJob, handler: Handler, value: Any) -> Outcome:
     if kept_ms(handler.keep_result_ms, job.message_id) is None:
         return Outcome(_KIND_DONE, job)
     try:
-        return Outcome(Kind.DONE, job, result=encode_result(value))
+        return Outcome(_KIND_DONE, job, result=encode_result(value))
     except InvalidResult as exc:
         return Outcome(Kind.PERMANENT, job, failure_of(exc))
 

@@ -96,8 +96,7 @@ def test_context_describes_the_job(database: Database, app_conn: Any) -> None:
 
 
 class _Heard(NoHooks):
-    """Hooks that keep what they hear (a subclass of the do-nothing default, which the
-    worker skips only when it is ``NO_HOOKS`` itself)."""
+    """Hooks that keep what they hear (a subclass of the do-nothing default)."""
 
     def __init__(self) -> None:
         self.started: list[str] = []
