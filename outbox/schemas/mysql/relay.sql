@@ -74,9 +74,12 @@ ORDER BY id;
 -- name: relay_delete_moved
 -- The handed-off rows leave the outbox (their key rows stay in outbox_keys). The rows
 -- were selected FOR UPDATE by relay_claim: select-then-delete under the row locks,
--- since MySQL 8 has no DELETE ... RETURNING.
-DELETE FROM outbox_messages
-WHERE id IN :ids AND state = 'pending';
+-- since MySQL 8 has no DELETE ... RETURNING. By the primary key, forced: on a small
+-- outbox the optimizer scans the whole table, and a DELETE waits for every row it scans
+-- (no semi-consistent read as an UPDATE has), so it would wait for the rows another
+-- relay lane holds for its own batch. Only the multi-table form takes an index hint.
+DELETE m FROM outbox_messages AS m FORCE INDEX (PRIMARY)
+WHERE m.id IN :ids AND m.state = 'pending';
 
 -- name: relay_mark_failed
 UPDATE outbox_messages
