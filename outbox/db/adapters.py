@@ -12,6 +12,11 @@ PyMySQL ``Connection``; mysqlclient (``MySQLdb``) ``Connection``; and Django's o
 ``connection`` / ``connections[alias]`` on any of its backends (``_django``). Kinds are
 told apart by module name so the optional drivers are imported only when the caller
 uses them.
+
+Our statements read their rows by position, so every runner asks its driver for plain
+tuples (``_tuple_cursor``), whatever row shape the application set on its connection: a
+psycopg ``row_factory=dict_row``, a PyMySQL or mysqlclient ``DictCursor``, a psycopg 2
+``RealDictCursor`` or a sqlite3 ``row_factory`` would otherwise reach the plans.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import cache
+from functools import cache, partial
 from typing import Any, NamedTuple
 
 from outbox.db.dialect import SQLITE, Dialect, dialect_named, on_server
@@ -107,7 +112,7 @@ def _sqlite_target(conn: Any) -> Target:
 
 def _psycopg_target(conn: Any) -> Target:
     _check_psycopg(conn)
-    return Target(_POSTGRESQL, _run_dbapi(conn, psycopg_has_rows))
+    return Target(_POSTGRESQL, _run_dbapi(conn, psycopg_has_rows, _psycopg_tuples(conn)))
 
 
 _POSTGRESQL = dialect_named("postgresql")
@@ -132,9 +137,12 @@ async def adapt_async(conn: object) -> AsyncTarget:
     if mod.startswith("psycopg") and _is_psycopg(conn, is_async=True):
         _check_dbapi(conn)
 
+        cursor = _psycopg_tuples(conn)
+
         async def run_pg(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
-            cur = await conn.execute(stmt.driver, params)  # type: ignore[attr-defined]
-            return list(await cur.fetchall()) if psycopg_has_rows(cur) else []
+            async with cursor() as cur:
+                await cur.execute(stmt.driver, params)
+                return list(await cur.fetchall()) if psycopg_has_rows(cur) else []
 
         return AsyncTarget(dialect_named("postgresql"), run_pg)
     raise UnsupportedConnection(_unsupported(conn, is_async=True))
@@ -186,7 +194,7 @@ def _check_mysqlclient(raw: Any) -> None:
 
 
 def _mysqlclient_in_transaction(raw: Any) -> bool:
-    cur = raw.cursor()
+    cur = _tuple_cursor(raw)()
     try:
         cur.execute("SELECT @@in_transaction")
         row = cur.fetchone()
@@ -226,7 +234,9 @@ def _django(conn: Any) -> Target:
             _check_psycopg2(raw)
             return Target(dialect_named("postgresql"), _run_dbapi(raw))
         _check_dbapi(raw)
-        return Target(dialect_named("postgresql"), _run_dbapi(raw, psycopg_has_rows))
+        return Target(
+            dialect_named("postgresql"), _run_dbapi(raw, psycopg_has_rows, _psycopg_tuples(raw))
+        )
     if vendor == "mysql":
         return Target(dialect_named("mysql"), _run_dbapi(raw))
     raise UnsupportedConnection(
@@ -375,8 +385,10 @@ def _driver_in_transaction(driver: Any) -> bool:
 
 def _run_sqlite(conn: sqlite3.Connection) -> Callable[[Statement, Mapping[str, Any]], list[Row]]:
     def run(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
-        cur = conn.execute(stmt.driver, params)
+        cur = conn.cursor()
+        cur.row_factory = None  # tuples, whatever the connection's row_factory
         try:
+            cur.execute(stmt.driver, params)
             return cur.fetchall() if cur.description else []
         finally:
             cur.close()
@@ -390,10 +402,14 @@ def described(cur: Any) -> bool:
 
 
 def _run_dbapi(
-    conn: Any, has_rows: Callable[[Any], bool] = described
+    conn: Any, has_rows: Callable[[Any], bool] = described, cursor: Callable[[], Any] | None = None
 ) -> Callable[[Statement, Mapping[str, Any]], list[Row]]:
+    """Statements on a DB-API connection, each on a cursor of its own that returns tuples
+    (``cursor``; by default ``_tuple_cursor``'s for the connection's driver)."""
+    new_cursor = cursor or _tuple_cursor(conn)
+
     def run(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
-        cur = conn.cursor()
+        cur = new_cursor()
         try:
             cur.execute(stmt.driver, params)
             return list(cur.fetchall()) if has_rows(cur) else []
@@ -401,6 +417,37 @@ def _run_dbapi(
             cur.close()
 
     return run
+
+
+def _tuple_cursor(conn: Any) -> Callable[[], Any]:
+    """How to open a cursor that returns plain tuples on ``conn``, a DB-API connection
+    of psycopg 2, PyMySQL or mysqlclient (psycopg 3: ``_psycopg_tuples``)."""
+    mod = _module(conn)
+    if mod.startswith("psycopg2"):
+        from psycopg2.extensions import cursor
+
+        return partial(conn.cursor, cursor_factory=cursor)
+    if mod.startswith("pymysql"):
+        from pymysql.cursors import Cursor
+
+        return partial(conn.cursor, Cursor)
+    if mod.startswith("MySQLdb"):
+        from MySQLdb.cursors import Cursor as MySQLdbCursor
+
+        return partial(conn.cursor, MySQLdbCursor)
+    return conn.cursor  # type: ignore[no-any-return]
+
+
+def _psycopg_tuples(conn: Any) -> Callable[[], Any]:
+    """A psycopg 3 connection's (sync or async) cursor with tuple rows."""
+    return partial(conn.cursor, row_factory=_tuple_row())
+
+
+@cache
+def _tuple_row() -> Any:
+    from psycopg.rows import tuple_row
+
+    return tuple_row
 
 
 def psycopg_has_rows(cur: Any) -> bool:
