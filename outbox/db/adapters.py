@@ -112,7 +112,7 @@ def _sqlite_target(conn: Any) -> Target:
 
 def _psycopg_target(conn: Any) -> Target:
     _check_psycopg(conn)
-    return Target(_POSTGRESQL, _run_dbapi(conn, psycopg_has_rows, _psycopg_tuples(conn)))
+    return Target(_POSTGRESQL, _run_psycopg(conn))
 
 
 _POSTGRESQL = dialect_named("postgresql")
@@ -137,11 +137,15 @@ async def adapt_async(conn: object) -> AsyncTarget:
     if mod.startswith("psycopg") and _is_psycopg(conn, is_async=True):
         _check_dbapi(conn)
 
-        cursor = _psycopg_tuples(conn)
+        cursor, pgconn = _psycopg_tuples(conn), conn.pgconn  # type: ignore[attr-defined]
 
         async def run_pg(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
             async with cursor() as cur:
-                await cur.execute(stmt.driver, params)
+                if pgconn.pipeline_status:  # see _run_psycopg
+                    async with conn.pipeline():  # type: ignore[attr-defined]
+                        await cur.execute(stmt.driver, params)
+                else:
+                    await cur.execute(stmt.driver, params)
                 return list(await cur.fetchall()) if psycopg_has_rows(cur) else []
 
         return AsyncTarget(dialect_named("postgresql"), run_pg)
@@ -234,9 +238,7 @@ def _django(conn: Any) -> Target:
             _check_psycopg2(raw)
             return Target(dialect_named("postgresql"), _run_dbapi(raw))
         _check_dbapi(raw)
-        return Target(
-            dialect_named("postgresql"), _run_dbapi(raw, psycopg_has_rows, _psycopg_tuples(raw))
-        )
+        return Target(dialect_named("postgresql"), _run_psycopg(raw))
     if vendor == "mysql":
         return Target(dialect_named("mysql"), _run_dbapi(raw))
     raise UnsupportedConnection(
@@ -401,18 +403,16 @@ def described(cur: Any) -> bool:
     return cur.description is not None
 
 
-def _run_dbapi(
-    conn: Any, has_rows: Callable[[Any], bool] = described, cursor: Callable[[], Any] | None = None
-) -> Callable[[Statement, Mapping[str, Any]], list[Row]]:
-    """Statements on a DB-API connection, each on a cursor of its own that returns tuples
-    (``cursor``; by default ``_tuple_cursor``'s for the connection's driver)."""
-    new_cursor = cursor or _tuple_cursor(conn)
+def _run_dbapi(conn: Any) -> Callable[[Statement, Mapping[str, Any]], list[Row]]:
+    """Statements on a DB-API connection of psycopg 2, PyMySQL or mysqlclient, each on a
+    cursor of its own that returns tuples (``_tuple_cursor``)."""
+    new_cursor = _tuple_cursor(conn)
 
     def run(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
         cur = new_cursor()
         try:
             cur.execute(stmt.driver, params)
-            return list(cur.fetchall()) if has_rows(cur) else []
+            return list(cur.fetchall()) if cur.description is not None else []
         finally:
             cur.close()
 
@@ -438,9 +438,51 @@ def _tuple_cursor(conn: Any) -> Callable[[], Any]:
     return conn.cursor  # type: ignore[no-any-return]
 
 
+def _run_psycopg(conn: Any) -> Callable[[Statement, Mapping[str, Any]], list[Row]]:
+    """Statements on a psycopg 3 connection, as ``_run_dbapi`` runs them, also in the
+    caller's pipeline mode (``with conn.pipeline():``): there a statement's result comes
+    back only at the next sync, and until then it looks as if no row had, so each of ours
+    runs in a nested pipeline block, which psycopg syncs on leaving it."""
+    cursor, pgconn = _psycopg_tuples(conn), conn.pgconn
+
+    def run(stmt: Statement, params: Mapping[str, Any]) -> list[Row]:
+        cur = cursor()
+        try:
+            if pgconn.pipeline_status:
+                with conn.pipeline():
+                    cur.execute(stmt.driver, params)
+            else:
+                cur.execute(stmt.driver, params)
+            return list(cur.fetchall()) if cur.rownumber is not None else []
+        finally:
+            cur.close()
+
+    return run
+
+
 def _psycopg_tuples(conn: Any) -> Callable[[], Any]:
-    """A psycopg 3 connection's (sync or async) cursor with tuple rows."""
+    """A psycopg 3 connection's (sync or async) cursor with tuple rows. Of the
+    connection's own cursor class, so that its binding (server or client side) stays the
+    caller's choice; but a raw cursor (``RawCursor``: ``$1`` placeholders) cannot take our
+    named parameters, so there it is the plain cursor of the same kind."""
+    raw = _raw_cursors()
+    if raw and issubclass(conn.cursor_factory, raw):
+        import psycopg
+
+        plain = psycopg.AsyncCursor if isinstance(conn, psycopg.AsyncConnection) else psycopg.Cursor
+        return partial(plain, conn, row_factory=_tuple_row())
     return partial(conn.cursor, row_factory=_tuple_row())
+
+
+@cache
+def _raw_cursors() -> tuple[type, ...]:
+    """psycopg's raw cursor classes (psycopg 3.2+; none before)."""
+    import psycopg
+
+    return tuple(
+        c for c in (getattr(psycopg, "RawCursor", None), getattr(psycopg, "AsyncRawCursor", None))
+        if c is not None
+    )
 
 
 @cache
