@@ -328,8 +328,14 @@ def _check_dbapi(raw: Any) -> None:
         _check_sqlite(raw)
         return
     mod = _module(raw)
+    if mod.startswith("psycopg2"):  # before psycopg 3, whose prefix it shares
+        _check_psycopg2(raw)
+        return
     if mod.startswith("psycopg"):
         _check_psycopg(raw)
+        return
+    if mod.startswith("MySQLdb"):
+        _check_mysqlclient(raw)
         return
     if mod.startswith("pymysql"):
         if not raw.open:
