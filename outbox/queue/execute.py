@@ -90,9 +90,19 @@ def class_name(exc: BaseException) -> str:
     )
 
 
+UNPRINTABLE = "<the exception's str() raised>"
+
+
 def failure_of(exc: BaseException) -> Failure:
+    """The failure a handler's exception becomes: its class, message and traceback. An
+    exception that cannot print itself (its ``__str__`` raises) must still settle its job
+    (retried or dead-lettered under its own class); the message then says so."""
     trace = "".join(traceback.format_exception(exc))
-    return Failure(class_name(exc), str(exc), trace)
+    try:
+        message = str(exc)
+    except Exception:
+        message = UNPRINTABLE
+    return Failure(class_name(exc), message, trace)
 
 
 def _binder(fn: Callable[..., Any]) -> Callable[[Any], Any] | None:
@@ -276,7 +286,7 @@ class Runner:
             if job.id not in self.cancelled:
                 raise  # the worker is stopping now: the lease expires, as before
             return Outcome(Kind.CANCELLED, job)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit too: it would stop the loop every job runs on
             return _failed(job, exc)
         return _done(job, handler, value)
 

@@ -1,0 +1,104 @@
+"""A handler that raises what handlers should not still only fails its own attempt.
+
+``SystemExit``, ``KeyboardInterrupt`` and ``GeneratorExit`` raised by a handler, and an
+exception that cannot print itself (its ``__str__`` raises), sync and async. Each job is
+dead-lettered (one attempt) under its own class, and the jobs beside it run. Before the
+fix an async handler's ``SystemExit`` stopped the event loop every async job runs on, so
+those jobs sat claimed and never ran, and an unprintable exception from an async handler
+left its job settled by nobody ("Task exception was never retrieved"). From a sync
+handler, an unprintable exception was dead-lettered as ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from outbox import Job, Registry, Worker, WorkerConfig
+from outbox.db.connection import Connection, Database
+from outbox.queue import JobContext, push
+from outbox.queue.execute import UNPRINTABLE
+
+RAISED: dict[str, BaseException] = {
+    "exit": SystemExit(3),
+    "interrupt": KeyboardInterrupt(),
+    "generator_exit": GeneratorExit(),
+}
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot print itself")
+
+
+def _registry() -> Registry:
+    registry = Registry()
+    for name in RAISED:
+        registry.job(f"sync.{name}", max_attempts=1)(_raiser(name))
+        registry.job(f"async.{name}", max_attempts=1)(_async_raiser(name))
+    registry.job("sync.unprintable", max_attempts=1)(_unprintable)
+    registry.job("async.unprintable", max_attempts=1)(_async_unprintable)
+    registry.job("sync.ok")(_ok)
+    registry.job("async.ok")(_async_ok)
+    return registry
+
+
+def _raiser(name: str) -> Any:
+    def handler(payload: Any, ctx: JobContext) -> None:
+        raise RAISED[name]
+
+    return handler
+
+
+def _async_raiser(name: str) -> Any:
+    async def handler(payload: Any, ctx: JobContext) -> None:
+        raise RAISED[name]
+
+    return handler
+
+
+def _unprintable(payload: Any, ctx: JobContext) -> None:
+    raise Unprintable
+
+
+async def _async_unprintable(payload: Any, ctx: JobContext) -> None:
+    raise Unprintable
+
+
+def _ok(payload: Any, ctx: JobContext) -> None:
+    pass
+
+
+async def _async_ok(payload: Any, ctx: JobContext) -> None:
+    pass
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_each_unruly_job_dead_letters_under_its_class_and_the_others_run(
+    database: Database, conn: Connection, app_conn: Any, kind: str
+) -> None:
+    names = [*RAISED, "unprintable"]
+    for name in names:
+        push(app_conn, Job(f"{kind}.{name}", {}))
+        push(app_conn, Job(f"{kind}.ok", {}))  # beside each: it must still run
+    app_conn.commit()
+    with Worker(database, _registry(), WorkerConfig(concurrency=4)) as worker:
+        while worker.run_once():
+            pass
+    stats = worker.stats
+    assert (stats.succeeded, stats.dead, stats.claimed) == (len(names), len(names), 2 * len(names))
+    dead = {
+        str(job): (str(cls), msg)
+        for job, cls, msg in conn.execute_sql(
+            "SELECT job_name, exception_class, exception_message FROM outbox_failed_jobs"
+        )
+    }
+    assert dead == {
+        f"{kind}.exit": ("SystemExit", "3"),
+        f"{kind}.interrupt": ("KeyboardInterrupt", ""),
+        f"{kind}.generator_exit": ("GeneratorExit", ""),
+        f"{kind}.unprintable": (f"{__name__}.Unprintable", UNPRINTABLE),
+    }
+    (left,) = conn.execute_sql("SELECT count(*) FROM outbox_jobs")
+    assert int(left[0]) == 0
