@@ -37,7 +37,7 @@ from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
 from outbox.db.rows import ClaimedJob, Failure, JobFence, KeptResult
 from outbox.db.workflows import parent_results
-from outbox.errors import OutboxError, PermanentFailure, Snooze
+from outbox.errors import ConfigurationError, OutboxError, PermanentFailure, Snooze
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.ids import is_node_id
 from outbox.queue.context import JobContext
@@ -307,13 +307,30 @@ _KIND_DONE = Kind.DONE
 def _done(job: ClaimedJob, handler: Handler, value: Any) -> Outcome:
     """A handler returned: keep its return value if it keeps results. One that cannot
     be kept (``InvalidResult``) fails the job permanently: running it again returns the
-    same kind of value."""
+    same kind of value. A coroutine or generator returned is work that never ran (a
+    missing ``await``, a sync function returning an async one's call): not done, and
+    permanently so, since every attempt would return one again."""
+    if value is not None and _unrun(value):
+        return Outcome(Kind.PERMANENT, job, failure_of(_unrun_error(handler.name, value)))
     if kept_ms(handler.keep_result_ms, job.message_id) is None:
         return Outcome(_KIND_DONE, job)
     try:
         return Outcome(_KIND_DONE, job, result=encode_result(value))
     except InvalidResult as exc:
         return Outcome(Kind.PERMANENT, job, failure_of(exc))
+
+
+def _unrun(value: Any) -> bool:
+    return inspect.isawaitable(value) or inspect.isgenerator(value) or inspect.isasyncgen(value)
+
+
+def _unrun_error(name: str, value: Any) -> ConfigurationError:
+    if inspect.iscoroutine(value):
+        value.close()  # never awaited: closed, not left to warn at garbage collection
+    return ConfigurationError(
+        f"job {name!r}: the handler returned a {type(value).__name__} instead of running "
+        "it; await it in an async def handler"
+    )
 
 
 def _failed(job: ClaimedJob, exc: BaseException) -> Outcome:

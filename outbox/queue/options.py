@@ -8,6 +8,8 @@ one raises ``ConfigurationError`` naming the job, the option and the type it tak
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -62,13 +64,38 @@ def check_limits(
 
 
 def check_handler(name: str, fn: object) -> Callable[..., Any]:
-    """The decorated object must be a function (or other callable) taking (payload, ctx)."""
+    """The decorated object must be a function (or other callable) taking (payload, ctx),
+    and not a generator function: calling one runs none of its body, so the worker would
+    count a job done that never ran."""
     if not callable(fn):
         raise ConfigurationError(
             f"job {name!r}: @registry.job(...) decorates a function taking (payload, ctx), "
             f"not a {type(fn).__name__}"
         )
+    target = _called(fn)
+    if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+        raise ConfigurationError(
+            f"job {name!r}: the handler is a generator function (it yields), so calling it "
+            "would run none of its body; return or raise instead"
+        )
     return fn
+
+
+def is_async_handler(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` gives a coroutine to await: an ``async def``, a partial of
+    one, a bound ``async def`` method, or an object whose ``__call__`` is ``async def``
+    (``inspect.iscoroutinefunction`` alone misses the last, and such a handler would be
+    called, never awaited, and counted done)."""
+    return inspect.iscoroutinefunction(_called(fn))
+
+
+def _called(fn: object) -> object:
+    """What calling ``fn`` runs: through partials, to an object's ``__call__``."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.isroutine(fn) or isinstance(fn, type):
+        return fn
+    return type(fn).__call__ if callable(fn) else fn
 
 
 def _check_backoff(name: str, backoff: object) -> None:

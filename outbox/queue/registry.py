@@ -10,7 +10,6 @@ A handler is a sync or async function ``(payload, ctx)``. Its settings travel wi
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,7 +17,7 @@ from typing import Any, TypeVar
 from outbox.errors import ConfigurationError
 from outbox.queue.backoff import DEFAULT_BACKOFF, Backoff
 from outbox.queue.limits import Limits
-from outbox.queue.options import check_handler, check_job_options, check_limits
+from outbox.queue.options import check_handler, check_job_options, check_limits, is_async_handler
 from outbox.results import keep_ms as result_keep_ms
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -95,7 +94,7 @@ class Registry:
 
         def register(fn: F) -> F:
             check_handler(name, fn)
-            is_async = inspect.iscoroutinefunction(fn)
+            is_async = is_async_handler(fn)
             if transactional and is_async:
                 raise ConfigurationError(
                     f"job {name!r}: transactional handlers must be sync functions "

@@ -7,6 +7,11 @@ fix an async handler's ``SystemExit`` stopped the event loop every async job run
 those jobs sat claimed and never ran, and an unprintable exception from an async handler
 left its job settled by nobody ("Task exception was never retrieved"). From a sync
 handler, an unprintable exception was dead-lettered as ``RuntimeError``.
+
+Handlers that would leave their work unrun: an object whose ``__call__`` is ``async def``
+is awaited (it was called as a sync handler, its coroutine dropped, the job counted done);
+a handler that returns a coroutine (a missing ``await``) is not done but dead-lettered at
+once; a generator function, whose body a call never runs, is refused at registration.
 """
 
 from __future__ import annotations
@@ -102,3 +107,75 @@ def test_each_unruly_job_dead_letters_under_its_class_and_the_others_run(
     }
     (left,) = conn.execute_sql("SELECT count(*) FROM outbox_jobs")
     assert int(left[0]) == 0
+
+
+class AsyncCallable:
+    """A handler object whose ``__call__`` is ``async def``: awaited, like an async def."""
+
+    def __init__(self) -> None:
+        self.ran = 0
+
+    async def __call__(self, payload: Any, ctx: JobContext) -> None:
+        self.ran += 1
+
+
+async def _later() -> None:
+    pass
+
+
+def _returns_a_coroutine(payload: Any, ctx: JobContext) -> Any:
+    return _later()  # work handed back, never run
+
+
+async def _returns_a_coroutine_async(payload: Any, ctx: JobContext) -> Any:
+    return _later()  # a missing await
+
+
+def test_an_async_callable_object_runs_and_an_unawaited_coroutine_is_not_done(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    registry = Registry()
+    handler = AsyncCallable()
+    registry.job("obj.async")(handler)
+    registry.job("ret.sync")(_returns_a_coroutine)  # default max_attempts: still 1 attempt
+    registry.job("ret.async")(_returns_a_coroutine_async)
+    for name in ("obj.async", "ret.sync", "ret.async"):
+        push(app_conn, Job(name, {}))
+    app_conn.commit()
+    with Worker(database, registry, WorkerConfig()) as worker:
+        while worker.run_once():
+            pass
+    assert handler.ran == 1
+    assert (worker.stats.succeeded, worker.stats.dead) == (1, 2)
+    dead = conn.execute_sql(
+        "SELECT job_name, exception_class, exception_message, attempts FROM outbox_failed_jobs "
+        "ORDER BY job_name"
+    )
+    assert [(str(j), str(c), int(a)) for j, c, _, a in dead] == [
+        ("ret.async", "outbox.errors.ConfigurationError", 1),
+        ("ret.sync", "outbox.errors.ConfigurationError", 1),
+    ]
+    assert all("returned a coroutine" in str(m) for _, _, m, _ in dead)
+
+
+def _gen(payload: Any, ctx: JobContext) -> Any:
+    yield 1
+
+
+async def _agen(payload: Any, ctx: JobContext) -> Any:
+    yield 1
+
+
+class GenCallable:
+    def __call__(self, payload: Any, ctx: JobContext) -> Any:
+        yield 1
+
+
+@pytest.mark.parametrize("fn", [_gen, _agen, GenCallable()], ids=["gen", "async gen", "object"])
+def test_a_generator_handler_is_refused_at_registration(fn: Any) -> None:
+    from outbox.errors import ConfigurationError
+
+    registry = Registry()
+    with pytest.raises(ConfigurationError, match=r"job 'g\.x': the handler is a generator"):
+        registry.job("g.x")(fn)
+    assert registry.get("g.x") is None
