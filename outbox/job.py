@@ -327,10 +327,16 @@ def _key_problem(key: str) -> str | None:
     return f"key is {len(key)} bytes; the limit is {MAX_KEY_BYTES}"
 
 
+# 2000-01-01T00:00:00Z. An availability before it is a delay given where a time was
+# meant (available_at=60 for "in a minute"), which would run the job at once.
+EARLIEST_AVAILABLE_AT = 946_684_800
+
+
 def availability_ms(available_at: object) -> int | None:
     """The given availability as integer UNIX milliseconds, ``None`` meaning immediate.
 
-    Accepts UNIX seconds (int or float) or an aware ``datetime``; 0 means now.
+    Accepts UNIX seconds (int or float) or an aware ``datetime``; 0 means now, and any
+    other time must be in 2000 or later (``EARLIEST_AVAILABLE_AT``).
     """
     if isinstance(available_at, datetime):
         if available_at.tzinfo is None or available_at.utcoffset() is None:
@@ -347,6 +353,11 @@ def availability_ms(available_at: object) -> int | None:
         )
     if seconds < 0:
         raise InvalidJob("available_at must not be negative (0 means now)")
+    if 0 < seconds < EARLIEST_AVAILABLE_AT:
+        raise InvalidJob(
+            f"available_at={available_at!r} is a UNIX time before the year 2000, not a delay:"
+            f" for one, pass time.time() + {available_at!r} (0 means now)"
+        )
     if seconds > 253_402_300_799:  # 9999-12-31T23:59:59Z
         raise InvalidJob("available_at is after the year 9999")
     ms = round(seconds * 1000)

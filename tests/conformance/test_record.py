@@ -94,6 +94,8 @@ BAD_INPUTS: list[tuple[object, object, dict[str, Any], type[Exception], str]] = 
     ("k", {"name": "a"}, {}, InvalidJob, "expected an outbox.Job"),
     ("k", NOTE, {"available_at": datetime(2030, 1, 1)}, InvalidJob, "aware datetime"),
     ("k", NOTE, {"available_at": -1}, InvalidJob, "must not be negative"),
+    ("k", NOTE, {"available_at": 60}, InvalidJob, "before the year 2000, not a delay"),
+    ("k", NOTE, {"available_at": 946_684_799.5}, InvalidJob, "pass time.time() + 946684799.5"),
     ("k", NOTE, {"available_at": "soon"}, InvalidJob, "got str"),
 ]
 
