@@ -65,8 +65,9 @@ def check_limits(
 
 def check_handler(name: str, fn: object) -> Callable[..., Any]:
     """The decorated object must be a function (or other callable) taking (payload, ctx),
-    and not a generator function: calling one runs none of its body, so the worker would
-    count a job done that never ran."""
+    checked here rather than at every job it would fail; and not a generator function:
+    calling one runs none of its body, so the worker would count a job done that never
+    ran."""
     if not callable(fn):
         raise ConfigurationError(
             f"job {name!r}: @registry.job(...) decorates a function taking (payload, ctx), "
@@ -78,6 +79,17 @@ def check_handler(name: str, fn: object) -> Callable[..., Any]:
             f"job {name!r}: the handler is a generator function (it yields), so calling it "
             "would run none of its body; return or raise instead"
         )
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a callable with no signature to read (some builtins)
+        return fn
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        raise ConfigurationError(
+            f"job {name!r}: the worker calls the handler as fn(payload, ctx), which its "
+            f"signature {signature} cannot take ({exc})"
+        ) from None
     return fn
 
 

@@ -11,7 +11,8 @@ handler, an unprintable exception was dead-lettered as ``RuntimeError``.
 Handlers that would leave their work unrun: an object whose ``__call__`` is ``async def``
 is awaited (it was called as a sync handler, its coroutine dropped, the job counted done);
 a handler that returns a coroutine (a missing ``await``) is not done but dead-lettered at
-once; a generator function, whose body a call never runs, is refused at registration.
+once; a generator function, whose body a call never runs, is refused at registration, and
+so is a handler whose signature cannot take ``(payload, ctx)`` (it dead-lettered every job).
 """
 
 from __future__ import annotations
@@ -179,3 +180,50 @@ def test_a_generator_handler_is_refused_at_registration(fn: Any) -> None:
     with pytest.raises(ConfigurationError, match=r"job 'g\.x': the handler is a generator"):
         registry.job("g.x")(fn)
     assert registry.get("g.x") is None
+
+
+def _payload_only(payload: Any) -> None:
+    pass
+
+
+def _one_too_many(payload: Any, ctx: JobContext, extra: Any) -> None:
+    pass
+
+
+def _ctx_by_keyword(payload: Any, *, ctx: JobContext) -> None:
+    pass
+
+
+async def _async_payload_only(payload: Any) -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    "fn", [_payload_only, _one_too_many, _ctx_by_keyword, _async_payload_only],
+    ids=["payload only", "a third argument", "ctx keyword-only", "async payload only"],
+)
+def test_a_handler_that_cannot_take_payload_and_ctx_is_refused_at_registration(fn: Any) -> None:
+    """Refused where it is given, not dead-lettering every job it would be called for."""
+    from outbox.errors import ConfigurationError
+
+    registry = Registry()
+    with pytest.raises(ConfigurationError, match=r"job 's\.x': the worker calls the handler as"):
+        registry.job("s.x")(fn)
+    assert registry.get("s.x") is None
+
+
+def test_handlers_that_can_take_payload_and_ctx_are_registered() -> None:
+    import functools
+
+    def with_defaults(payload: Any, ctx: Any = None, extra: int = 1) -> None:
+        pass
+
+    def leading(first: int, payload: Any, ctx: Any) -> None:
+        pass
+
+    registry = Registry()
+    for i, fn in enumerate(
+        [with_defaults, lambda *args: None, functools.partial(leading, 1), AsyncCallable(), print]
+    ):
+        registry.job(f"ok.{i}")(fn)
+        assert registry.get(f"ok.{i}") is not None
