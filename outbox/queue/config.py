@@ -65,23 +65,68 @@ class WorkerConfig:
         for q, n in self.queues.items():
             if not NAME_PATTERN.fullmatch(q):
                 raise ConfigurationError(f"queue name {q!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
-            if n is not None and n < 1:
-                raise ConfigurationError(f"queue {q!r}: the concurrency cap must be at least 1")
+            if n is not None:
+                _whole(f"queue {q!r}: the concurrency cap", n)
         for q, n in self.queue_limits.items():
             if not NAME_PATTERN.fullmatch(q):
                 raise ConfigurationError(f"queue name {q!r} must be 1-200 chars of [A-Za-z0-9_.:-]")
             if q not in self.queues:
                 raise ConfigurationError(f"queue_limits: {q!r} is not one of the worker's queues")
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            _whole(f"queue {q!r}: the global limit", n)
+        _whole("concurrency", self.concurrency)
+        for name, count in (("prefetch", self.prefetch), ("max_jobs", self.max_jobs)):
+            if count is not None:
+                _whole(name, count)
+        _seconds("lease", self.lease, least=0.3)
+        _seconds("sleep", self.sleep, above=0)
+        _seconds("grace", self.grace, least=0)
+        for name, period in (("max_time", self.max_time), ("reap_every", self.reap_every)):
+            if period is not None:
+                _seconds(name, period, above=0, infinite=name == "max_time")
+        _seconds("unknown_job_delay", self.unknown_job_delay, least=0, most=86_400)
+        for name, flag in (("stop_when_empty", self.stop_when_empty), ("listen", self.listen)):
+            if not isinstance(flag, bool):
                 raise ConfigurationError(
-                    f"queue {q!r}: the global limit must be a whole number >= 1"
+                    f"{name} must be True or False (got {type(flag).__name__})"
                 )
-        if self.concurrency < 1 or (self.prefetch is not None and self.prefetch < 1):
-            raise ConfigurationError("concurrency and prefetch must be at least 1")
-        if self.lease < 0.3 or self.sleep <= 0 or self.grace < 0:
-            raise ConfigurationError("lease must be >= 0.3 s, sleep > 0 and grace >= 0")
-        if not 0 <= self.unknown_job_delay <= 86_400:  # NaN fails too
-            raise ConfigurationError("unknown_job_delay must be from 0 to 86400 seconds")
+
+
+def _whole(name: str, value: object) -> None:
+    """A count: an int (not a bool) of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a whole number >= 1 (got {value!r})")
+
+
+def _seconds(
+    name: str,
+    value: object,
+    *,
+    least: float | None = None,
+    above: float | None = None,
+    most: float | None = None,
+    infinite: bool = False,
+) -> None:
+    """A duration in seconds: a real number (not a bool), finite unless ``infinite``
+    (NaN never), within the bounds given."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise ConfigurationError(f"{name} must be a number of seconds (got {value!r})")
+    if not infinite and value in (float("inf"), float("-inf")):
+        raise ConfigurationError(f"{name} must be a finite number of seconds (got {value!r})")
+    if (
+        (least is not None and value < least)
+        or (above is not None and value <= above)
+        or (most is not None and value > most)
+    ):
+        bounds = " and ".join(
+            b
+            for b in (
+                None if least is None else f">= {least}",
+                None if above is None else f"> {above}",
+                None if most is None else f"<= {most}",
+            )
+            if b
+        )
+        raise ConfigurationError(f"{name} must be {bounds} seconds (got {value!r})")
 
 
 @dataclass(slots=True)
