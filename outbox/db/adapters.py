@@ -437,11 +437,9 @@ def _tuple_cursor(conn: Any) -> Callable[[], Any]:
         from pymysql.cursors import Cursor
 
         return partial(conn.cursor, Cursor)
-    if mod.startswith("MySQLdb"):
-        from MySQLdb.cursors import Cursor as MySQLdbCursor
+    from MySQLdb.cursors import Cursor as MySQLdbCursor  # the third: mysqlclient
 
-        return partial(conn.cursor, MySQLdbCursor)
-    return conn.cursor  # type: ignore[no-any-return]
+    return partial(conn.cursor, MySQLdbCursor)
 
 
 def _run_psycopg(conn: Any) -> Callable[[Statement, Mapping[str, Any]], list[Row]]:

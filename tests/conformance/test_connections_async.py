@@ -20,7 +20,7 @@ from outbox import Job, record, record_async
 from outbox.db.connection import Connection
 from outbox.errors import NoActiveTransaction, UnsupportedConnection
 from outbox.queue import push_async
-from tests.fixtures.databases import raw_connect, sqlalchemy_url
+from tests.fixtures.databases import pg_kwargs, raw_connect, sqlalchemy_url
 from tests.fixtures.gaps import Gap, skip_gap, skip_unless
 from tests.fixtures.records import counts, create_notes, message_rows
 
@@ -127,7 +127,7 @@ def test_psycopg_async_connection_joins_its_transaction_and_refuses_autocommit(
     import psycopg
 
     async def body() -> None:
-        c = await psycopg.AsyncConnection.connect(**_pg_kwargs(db_url))
+        c = await psycopg.AsyncConnection.connect(**pg_kwargs(db_url))
         try:
             await c.execute("INSERT INTO notes (id, title) VALUES (1, 't')")
             await record_async(c, "k", JOB)
@@ -167,7 +167,7 @@ def test_a_connection_of_the_wrong_colour_is_refused_before_anything_is_sent(
         sync.close()
 
     async def body() -> None:
-        c = await psycopg.AsyncConnection.connect(**_pg_kwargs(db_url))
+        c = await psycopg.AsyncConnection.connect(**pg_kwargs(db_url))
         try:
             with pytest.raises(UnsupportedConnection, match=r"is async; use record_async\(\)"):
                 record(c, "k", JOB)
@@ -196,16 +196,3 @@ def test_record_async_refuses_sync_sqlalchemy_and_sqlite3_connections(
         finally:
             raw.close()
     assert counts(notes)["outbox_messages"] == 0
-
-
-def _pg_kwargs(db_url: str) -> dict[str, Any]:
-    from sqlalchemy.engine import make_url
-
-    u = make_url(db_url)
-    return {
-        "host": u.host,
-        "port": u.port,
-        "user": u.username,
-        "dbname": u.database,
-        "options": str(u.query["options"]),
-    }

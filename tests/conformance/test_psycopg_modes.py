@@ -12,32 +12,20 @@ connection failed with ``record failed: TypeError`` and pipeline mode with
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy.engine import make_url
 
-from outbox import (
-    Job,
-    push,
-    push_async,
-    push_many,
-    record,
-    record_async,
-    record_many,
-    record_many_async,
-)
 from outbox.db.connection import Connection
-from outbox.errors import IdempotencyConflict
 from tests.fixtures import databases as backends
-from tests.fixtures.records import counts
-
-JOB = Job("notes.index", {"note_id": 1}, queue="search")
-OTHER = Job("notes.index", {"note_id": 2}, queue="search")
-TABLES = ("outbox_messages", "outbox_jobs")
-
+from tests.fixtures.databases import pg_kwargs
+from tests.fixtures.records import (
+    PRODUCED,
+    PRODUCED_ASYNC,
+    counts,
+    producer_calls,
+    producer_calls_async,
+)
 
 # psycopg connects to PostgreSQL only: these run on that backend alone.
 pytestmark = pytest.mark.parametrize(
@@ -45,47 +33,22 @@ pytestmark = pytest.mark.parametrize(
 )
 
 
-def _kwargs(url: str) -> dict[str, Any]:
-    u = make_url(url)
-    return {"host": u.host, "port": u.port, "user": u.username, "dbname": u.database,
-            **{k: str(v) for k, v in u.query.items()}}
-
-
-def _calls(app: Any, tag: str) -> None:
-    """Every producer call once, the replay and the conflict included, uncommitted."""
-    first = record(app, f"{tag}:a", JOB)
-    assert record(app, f"{tag}:a", JOB) == first
-    with pytest.raises(IdempotencyConflict) as conflict:
-        record(app, f"{tag}:a", OTHER)
-    assert conflict.value.message_id == first
-    batch = record_many(app, [(f"{tag}:a", JOB), (f"{tag}:b", JOB)])
-    assert batch[0] == first and batch[1] != first
-    assert len({push(app, JOB), *push_many(app, [JOB, JOB])}) == 3
-
-
-MODES: dict[str, Callable[[Any, str], None]] = {
-    "no pipeline": _calls,
-    "in a pipeline": lambda app, tag: _in_pipeline(app, tag),
-}
-
-
-def _in_pipeline(app: Any, tag: str) -> None:
-    with app.pipeline():
-        _calls(app, tag)
-
-
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("pipelined", [False, True], ids=["no pipeline", "in a pipeline"])
 @pytest.mark.parametrize("factory", ["RawCursor", "ClientCursor", "Cursor"])
 def test_each_cursor_kind_and_pipeline_mode_records_replays_conflicts_and_pushes(
-    conn: Connection, db_url: str, factory: str, mode: str
+    conn: Connection, db_url: str, factory: str, pipelined: bool
 ) -> None:
-    app = psycopg.connect(**_kwargs(db_url), cursor_factory=getattr(psycopg, factory))
+    app = psycopg.connect(**pg_kwargs(db_url), cursor_factory=getattr(psycopg, factory))
     try:
-        MODES[mode](app, factory)
+        if pipelined:
+            with app.pipeline():
+                producer_calls(app, factory)
+        else:
+            producer_calls(app, factory)
         app.commit()
     finally:
         app.close()
-    assert counts(conn, TABLES) == {"outbox_messages": 2, "outbox_jobs": 3}
+    assert counts(conn, tuple(PRODUCED)) == PRODUCED
 
 
 @pytest.mark.parametrize("pipelined", [False, True], ids=["no pipeline", "in a pipeline"])
@@ -93,29 +56,19 @@ def test_each_cursor_kind_and_pipeline_mode_records_replays_conflicts_and_pushes
 def test_async_cursor_kinds_and_pipeline_mode_record_replay_and_push(
     conn: Connection, db_url: str, factory: str, pipelined: bool
 ) -> None:
-    async def calls(app: Any) -> None:
-        first = await record_async(app, "a", JOB)
-        assert await record_async(app, "a", JOB) == first
-        with pytest.raises(IdempotencyConflict):
-            await record_async(app, "a", OTHER)
-        batch = await record_many_async(app, [("a", JOB), ("b", JOB)])
-        assert batch[0] == first and batch[1] != first
-        await push_async(app, JOB)
-
     async def body() -> None:
         app = await psycopg.AsyncConnection.connect(
-            **_kwargs(db_url), cursor_factory=getattr(psycopg, factory)
+            **pg_kwargs(db_url), cursor_factory=getattr(psycopg, factory)
         )
         try:
             if pipelined:
                 async with app.pipeline():
-                    await calls(app)
+                    await producer_calls_async(app, factory)
             else:
-                await calls(app)
+                await producer_calls_async(app, factory)
             await app.commit()
         finally:
             await app.close()
 
     asyncio.run(body())
-    assert counts(conn, TABLES) == {"outbox_messages": 2, "outbox_jobs": 1}
-
+    assert counts(conn, tuple(PRODUCED_ASYNC)) == PRODUCED_ASYNC

@@ -16,25 +16,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pymysql
-import pytest
 from sqlalchemy.engine import make_url
 
-from outbox import (
-    Job,
-    push,
-    push_many,
-    record,
-    record_async,
-    record_many,
-    record_many_async,
-)
 from outbox.db.connection import Connection
-from outbox.errors import IdempotencyConflict
+from tests.fixtures.databases import mysql_kwargs, pg_kwargs
 from tests.fixtures.gaps import Gap, skip_unless
-from tests.fixtures.records import counts
-
-JOB = Job("notes.index", {"note_id": 1}, queue="search")
-OTHER = Job("notes.index", {"note_id": 2}, queue="search")
+from tests.fixtures.records import (
+    PRODUCED,
+    PRODUCED_ASYNC,
+    counts,
+    grew_by,
+    producer_calls,
+    producer_calls_async,
+)
 
 
 def _dict_rows(cur: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
@@ -47,41 +41,29 @@ def _sqlite_dicts(url: str) -> Any:
     return c
 
 
-def _pg_kwargs(url: str) -> dict[str, Any]:
-    u = make_url(url)
-    return {"host": u.host, "port": u.port, "user": u.username, "dbname": u.database,
-            **{k: str(v) for k, v in u.query.items()}}
-
-
 def _psycopg_dicts(url: str) -> Any:
     import psycopg
     from psycopg.rows import dict_row
 
-    return psycopg.connect(**_pg_kwargs(url), row_factory=dict_row)
+    return psycopg.connect(**pg_kwargs(url), row_factory=dict_row)
 
 
 def _psycopg2_dicts(url: str) -> Any:
     import psycopg2
     from psycopg2.extras import RealDictCursor
 
-    return psycopg2.connect(**_pg_kwargs(url), cursor_factory=RealDictCursor)
-
-
-def _mysql_kwargs(url: str) -> dict[str, Any]:
-    u = make_url(url)
-    return {"host": u.host or "127.0.0.1", "port": u.port or 3306, "user": u.username or "root",
-            "password": u.password or "", "database": u.database, "charset": "utf8mb4"}
+    return psycopg2.connect(**pg_kwargs(url), cursor_factory=RealDictCursor)
 
 
 def _pymysql_dicts(url: str) -> Any:
-    return pymysql.connect(**_mysql_kwargs(url), cursorclass=pymysql.cursors.DictCursor)
+    return pymysql.connect(**mysql_kwargs(url), cursorclass=pymysql.cursors.DictCursor)
 
 
 def _mysqlclient_dicts(url: str) -> Any:
     import MySQLdb
     from MySQLdb.cursors import DictCursor
 
-    kw = _mysql_kwargs(url)
+    kw = mysql_kwargs(url)
     return MySQLdb.connect(host=kw["host"], port=kw["port"], user=kw["user"],
                            passwd=kw["password"], db=kw["database"], charset="utf8mb4",
                            cursorclass=DictCursor)
@@ -97,27 +79,17 @@ KINDS: dict[str, dict[str, Callable[[str], Any]]] = {
 def test_every_call_reads_its_rows_whatever_row_shape_the_connection_has(
     conn: Connection, db_url: str, backend: str
 ) -> None:
-    for i, (kind, connect) in enumerate(KINDS[backend].items()):
-        before = counts(conn, ("outbox_messages", "outbox_jobs"))
+    for kind, connect in KINDS[backend].items():
+        before = counts(conn, tuple(PRODUCED))
         app = connect(db_url)
         try:
             if isinstance(app, sqlite3.Connection):
                 app.execute("BEGIN")
-            first = record(app, f"k{i}", JOB)
-            assert record(app, f"k{i}", JOB) == first, kind  # the replay reads the holder
-            with pytest.raises(IdempotencyConflict) as conflict:
-                record(app, f"k{i}", OTHER)
-            assert conflict.value.message_id == first, kind
-            batch = record_many(app, [(f"k{i}", JOB), (f"n{i}", JOB), (f"n{i}", JOB)])
-            assert batch[0] == first and batch[1] == batch[2] != first, kind
-            pushed = [push(app, JOB), *push_many(app, [JOB, JOB])]
-            assert len(set(pushed)) == 3, kind
+            producer_calls(app, kind)
             app.commit()
         finally:
             app.close()
-        after = counts(conn, ("outbox_messages", "outbox_jobs"))
-        assert after["outbox_messages"] - before["outbox_messages"] == 2, kind
-        assert after["outbox_jobs"] - before["outbox_jobs"] == 3, kind
+        assert grew_by(conn, before) == PRODUCED, kind
 
 
 def test_async_psycopg_with_dict_rows_replays_and_conflicts(
@@ -125,22 +97,16 @@ def test_async_psycopg_with_dict_rows_replays_and_conflicts(
 ) -> None:
     skip_unless(backend, "postgresql", gap=Gap.PSYCOPG_CONNECTION)
 
-    async def body() -> tuple[str, list[str]]:
+    async def body() -> None:
         import psycopg
         from psycopg.rows import dict_row
 
-        app = await psycopg.AsyncConnection.connect(**_pg_kwargs(db_url), row_factory=dict_row)
+        app = await psycopg.AsyncConnection.connect(**pg_kwargs(db_url), row_factory=dict_row)
         try:
-            first = await record_async(app, "a", JOB)
-            assert await record_async(app, "a", JOB) == first
-            with pytest.raises(IdempotencyConflict):
-                await record_async(app, "a", OTHER)
-            batch = await record_many_async(app, [("a", JOB), ("b", JOB)])
+            await producer_calls_async(app, "async dict_row")
             await app.commit()
-            return first, batch
         finally:
             await app.close()
 
-    first, batch = asyncio.run(body())
-    assert batch[0] == first and batch[1] != first
-    assert counts(conn, ("outbox_messages",)) == {"outbox_messages": 2}
+    asyncio.run(body())
+    assert counts(conn, tuple(PRODUCED_ASYNC)) == PRODUCED_ASYNC

@@ -19,25 +19,21 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from outbox import (
-    Job,
-    push,
-    push_async,
-    push_many,
-    record,
-    record_async,
-    record_many,
-    record_many_async,
-)
+from outbox import push, record, record_async
 from outbox.db.connection import Connection
-from outbox.errors import IdempotencyConflict, NoActiveTransaction
+from outbox.errors import NoActiveTransaction
 from tests.fixtures import databases as backends
 from tests.fixtures.databases import backend_of
-from tests.fixtures.records import counts
+from tests.fixtures.records import (
+    NOTE_JOB,
+    PRODUCED,
+    PRODUCED_ASYNC,
+    counts,
+    grew_by,
+    producer_calls,
+    producer_calls_async,
+)
 
-JOB = Job("notes.index", {"note_id": 1}, queue="search")
-OTHER = Job("notes.index", {"note_id": 2}, queue="search")
-TABLES = ("outbox_messages", "outbox_jobs")
 SYNC = {
     "sqlite": ["sqlite+pysqlite"],
     "postgresql": ["postgresql+psycopg2", "postgresql+psycopg"],
@@ -65,38 +61,25 @@ def _engine_args(db_url: str, driver: str) -> tuple[str, dict[str, Any]]:
     return u.render_as_string(hide_password=False), {"options": str(options)}
 
 
-def _calls(c: Any, tag: str) -> None:
-    first = record(c, f"{tag}:a", JOB)
-    assert record(c, f"{tag}:a", JOB) == first
-    with pytest.raises(IdempotencyConflict) as conflict:
-        record(c, f"{tag}:a", OTHER)
-    assert conflict.value.message_id == first
-    batch = record_many(c, [(f"{tag}:a", JOB), (f"{tag}:b", JOB)])
-    assert batch[0] == first and batch[1] != first
-    assert len({push(c, JOB), *push_many(c, [JOB, JOB])}) == 3
-
-
 def test_every_sync_driver_joins_the_transaction_and_refuses_autocommit(
     conn: Connection, db_url: str
 ) -> None:
     for driver in SYNC[backend_of(db_url)]:
-        before = counts(conn, TABLES)
+        before = counts(conn, tuple(PRODUCED))
         url, connect_args = _engine_args(db_url, driver)
         engine = sa.create_engine(url, connect_args=connect_args)
         try:
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as auto:
                 with pytest.raises(NoActiveTransaction):
-                    record(auto, f"{driver}:auto", JOB)
+                    record(auto, f"{driver}:auto", NOTE_JOB)
                 with pytest.raises(NoActiveTransaction):
-                    push(auto, JOB)
-            assert counts(conn, TABLES) == before, driver
+                    push(auto, NOTE_JOB)
+            assert counts(conn, tuple(PRODUCED)) == before, driver
             with engine.begin() as c:
-                _calls(c, driver)
+                producer_calls(c, driver)
         finally:
             engine.dispose()
-        after = counts(conn, TABLES)
-        assert after["outbox_messages"] - before["outbox_messages"] == 2, driver
-        assert after["outbox_jobs"] - before["outbox_jobs"] == 3, driver
+        assert grew_by(conn, before) == PRODUCED, driver
 
 
 @pytest.mark.parametrize(
@@ -112,21 +95,13 @@ def test_every_async_driver_joins_the_transaction_and_refuses_autocommit(
             async with engine.connect() as plain:
                 auto = await plain.execution_options(isolation_level="AUTOCOMMIT")
                 with pytest.raises(NoActiveTransaction):
-                    await record_async(auto, f"{driver}:auto", JOB)
+                    await record_async(auto, f"{driver}:auto", NOTE_JOB)
             async with engine.begin() as c:
-                first = await record_async(c, f"{driver}:a", JOB)
-                assert await record_async(c, f"{driver}:a", JOB) == first
-                with pytest.raises(IdempotencyConflict):
-                    await record_async(c, f"{driver}:a", OTHER)
-                batch = await record_many_async(c, [(f"{driver}:a", JOB), (f"{driver}:b", JOB)])
-                assert batch[0] == first and batch[1] != first
-                await push_async(c, JOB)
+                await producer_calls_async(c, driver)
         finally:
             await engine.dispose()
 
     for driver in ASYNC[backend_of(db_url)]:
-        before = counts(conn, TABLES)
+        before = counts(conn, tuple(PRODUCED_ASYNC))
         asyncio.run(body(driver))
-        after = counts(conn, TABLES)
-        assert after["outbox_messages"] - before["outbox_messages"] == 2, driver
-        assert after["outbox_jobs"] - before["outbox_jobs"] == 1, driver
+        assert grew_by(conn, before) == PRODUCED_ASYNC, driver
