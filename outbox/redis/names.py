@@ -1,0 +1,90 @@
+"""The fixed key names on Redis, so operators, the relay and every worker agree on them.
+
+Every key of queue ``search`` sits under one hash tag, ``{outbox:search}``, so on Redis
+Cluster all of a queue's keys live on one node and one script may touch any of them:
+
+- ``{outbox:search}:jobs:<band>``: the stream of priority band 0 (most urgent) to 9;
+- ``{outbox:search}:ord:<p>``: the stream of ordered partition ``p`` (jobs with an
+  ordering key; ``outbox.jetstream.names.partition`` picks ``p``, the same digest as on
+  JetStream, so a key's jobs keep their order);
+- ``{outbox:search}:dead``: the dead-letter stream (kept until forgotten or re-driven);
+- ``{outbox:search}:seen:<msg id>``: the de-duplication marker of one published message,
+  with a TTL (the window);
+- ``{outbox:search}:paused``: present while the queue is paused;
+- consumer group ``outbox-workers`` on every job stream, shared by every worker process.
+
+An entry's fields are the JetStream headers of the same job
+(``outbox.jetstream.codec.job_headers``) plus ``data``, the JSON body JetStream carries,
+so one codec serves both brokers.
+"""
+
+from __future__ import annotations
+
+from outbox.jetstream.names import BANDS, ORDERED_PARTITIONS, partition
+
+__all__ = [
+    "BANDS",
+    "DATA_FIELD",
+    "GROUP",
+    "ORDERED_PARTITIONS",
+    "band_streams",
+    "dead_stream",
+    "job_streams",
+    "ordered_stream",
+    "ordered_streams",
+    "partition",
+    "paused_key",
+    "seen_key",
+    "stream",
+    "tag",
+]
+
+GROUP = "outbox-workers"
+DATA_FIELD = "data"
+
+
+def tag(queue: str) -> str:
+    """The hash tag every key of ``queue`` starts with (queue names, checked by
+    ``outbox.job.check_name``, cannot hold ``{`` or ``}``, which would end it early)."""
+    return "{outbox:" + queue + "}"
+
+
+def stream(queue: str, priority: int = 0) -> str:
+    """The stream ``queue``'s unordered jobs of ``priority`` go to."""
+    return f"{tag(queue)}:jobs:{priority}"
+
+
+def band_streams(queue: str) -> list[str]:
+    """Every band's stream of ``queue``, the most urgent first."""
+    return [stream(queue, p) for p in BANDS]
+
+
+def ordered_stream(queue: str, part: int) -> str:
+    """The stream of ``queue``'s keyed jobs in partition ``part``."""
+    return f"{tag(queue)}:ord:{part}"
+
+
+def ordered_streams(queue: str) -> list[str]:
+    """Every ordered partition's stream of ``queue``."""
+    return [ordered_stream(queue, p) for p in range(ORDERED_PARTITIONS)]
+
+
+def job_streams(queue: str) -> list[str]:
+    """Every stream a worker of ``queue`` reads: the bands, then the partitions."""
+    return band_streams(queue) + ordered_streams(queue)
+
+
+def dead_stream(queue: str) -> str:
+    """The dead-letter stream of ``queue``."""
+    return f"{tag(queue)}:dead"
+
+
+def seen_key(queue: str, msg_id: str) -> str:
+    """The de-duplication marker of message ``msg_id`` (the ``Nats-Msg-Id`` of the same
+    job on JetStream)."""
+    return f"{tag(queue)}:seen:{msg_id}"
+
+
+def paused_key(queue: str) -> str:
+    """Present while ``queue`` is paused on Redis."""
+    return f"{tag(queue)}:paused"
