@@ -27,8 +27,9 @@ def migrate_command(cli: CliContext, print_sql: bool, dialect: str | None) -> No
     """Create or upgrade the outbox tables. Idempotent; safe to run from two processes.
 
     With `outbox demo`, the only command that creates a SQLite database file. The
-    contract step, which drops what only schema-1 code needed, is held back (and said
-    so) while such code evidently still writes to the database.
+    contract step, which drops what only schema-1 code needed, and the guard after it,
+    which makes such code fail, are held back (and said so) while such code evidently
+    still writes to the database; every other step is applied.
     """
     if dialect and not print_sql:
         raise click.UsageError("--dialect goes with --sql")
@@ -42,7 +43,7 @@ def migrate_command(cli: CliContext, print_sql: bool, dialect: str | None) -> No
         at = max(applied_versions(conn), default=LATEST)
         why = held_back(conn)
     if applied:
-        click.echo(f"migrated {db.describe()} to version {max(applied)} (applied {applied})")
+        click.echo(f"migrated {db.describe()} to version {at} (applied {applied})")
     if why:  # not a failure: the expand steps are in, and a rolling upgrade goes on
         click.echo(why)
     if applied or why:

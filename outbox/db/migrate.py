@@ -14,11 +14,12 @@ Atomicity per dialect:
   every statement is ``IF NOT EXISTS``, and the version row is written last, so a
   migration cut short is simply completed by the next run.
 
-The contract step (``CONTRACT``) drops what only code of schema version 1 needed. It
-is held back, with every migration after it, while that code evidently still runs
-(``schema_1_writers``): after it, a version-1 producer could record a key twice. The
-runner applies everything before it and says why it stopped; a later run, once the
-version-1 code is gone, applies the rest.
+The contract step (``CONTRACT``) drops what only code of schema version 1 needed, and
+the guard after it (``SCHEMA_1_GUARD``) makes version-1 writes fail from then on. Both
+are held back while that code evidently still runs (``schema_1_writers``): after them, a
+version-1 producer could not record at all. The runner applies every other step, says
+why it held those two back, and a later run, once the version-1 code is gone, applies
+them. Neither is needed by this code, so holding them back never stops it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from outbox.db.sql import queries
 from outbox.errors import DatabaseError
 
 CONTRACT = "drop schema 1 compatibility"
+SCHEMA_1_GUARD = "refuse schema 1 writers"
+# Held back together while schema-1 code runs; this code needs neither.
+HELD_BACK_STEPS = (CONTRACT, SCHEMA_1_GUARD)
 # How far back a trace of version-1 code holds the contract step back: a day covers a
 # producer that writes rarely (a nightly job) as well as a rolling upgrade in progress.
 SCHEMA_1_WINDOW_MS = 86_400_000
@@ -117,10 +121,10 @@ def _ddl_of(version: int) -> Callable[[Dialect], list[str]]:
 
 MIGRATIONS: tuple[Migration, ...] = _load()
 LATEST = MIGRATIONS[-1].version
-# The version this code needs to run: every step but the contract one, which only
-# removes what older code needed (and may be held back while that code runs). It is the
-# last step, so holding it back holds back nothing this code needs.
-REQUIRED = max(m.version for m in MIGRATIONS if m.description != CONTRACT)
+# The version this code needs to run: every step but the held-back ones, which only
+# remove or refuse what older code needed (and wait while that code runs). Every other
+# step is applied whatever they wait for, so a database at REQUIRED has all of them.
+REQUIRED = max(m.version for m in MIGRATIONS if m.description not in HELD_BACK_STEPS)
 
 
 def version_of(description: str) -> int:
@@ -214,9 +218,13 @@ def _apply_missing(conn: Connection, to: int | None) -> list[int]:
     done = set(applied_versions(conn))
     missing = [m for m in MIGRATIONS if m.version not in done and (to is None or m.version <= to)]
     applied: list[int] = []
+    holding: bool | None = None  # asked once, when a held-back step comes up
     for m in missing:
-        if m.description == CONTRACT and schema_1_writers(conn) is not None:
-            break  # held back, with everything after it; ``held_back`` says why
+        if m.description in HELD_BACK_STEPS:
+            if holding is None:
+                holding = schema_1_writers(conn) is not None
+            if holding:
+                continue  # ``held_back`` says why
         _apply(conn, m)
         applied.append(m.version)
     return applied
@@ -255,7 +263,8 @@ def held_back(conn: Connection) -> str | None:
     if reason is None:
         return None
     return (
-        f"migration {version_of(CONTRACT)} ({CONTRACT}) and any after it are held back: "
+        f"migration {version_of(CONTRACT)} ({CONTRACT}) and migration "
+        f"{version_of(SCHEMA_1_GUARD)} ({SCHEMA_1_GUARD}) are held back: "
         f"{reason}. Stop every process running an outbox release of schema version 1, "
         "let the relay hand their intents off (or wait for the traces to age out), "
         "then run `outbox migrate` again"

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conformance.test_migrate import other_url  # noqa: F401 (a fixture, for test_contract)
+
 V1_COMMIT = "ee0df54"  # the last release of schema version 1
 V2_COMMIT = "34b8ded"  # the last release of schema version 2 (the release before this one)
 ROOT = Path(__file__).resolve().parents[2]

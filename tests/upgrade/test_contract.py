@@ -8,6 +8,7 @@ a key row and without ``keyed`` (what the compatibility trigger completes).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
@@ -17,6 +18,8 @@ from outbox.cli import main
 from outbox.db.connection import Connection, Database
 from outbox.db.migrate import (
     CONTRACT,
+    LATEST,
+    SCHEMA_1_GUARD,
     SCHEMA_1_WINDOW_MS,
     applied_versions,
     apply_locked,
@@ -25,9 +28,11 @@ from outbox.db.migrate import (
     version_of,
 )
 from outbox.job import key_digest
+from tests.conformance.test_migrate import schema_of
 from tests.fixtures.databases import raw_connect
 from tests.fixtures.gaps import Gap, skip_unless
 from tests.fixtures.records import counts, db_now_ms
+from tests.upgrade.test_migration_2 import v1
 
 BEFORE = version_of(CONTRACT) - 1
 
@@ -109,10 +114,15 @@ def test_once_the_traces_are_old_the_step_drops_the_trigger_and_the_index(
         v1_record(conn, "note:2", "m-v1-2", old)
         assert held_back(conn) is None
 
-        assert migrate(conn) == [version_of(CONTRACT)]
+        # Up to the contract step only: the step after it refuses version-1 rows on
+        # MariaDB (test_schema_1_code_is_refused_by_the_newest_schema).
+        contract = version_of(CONTRACT)
+        if conn.dialect.transactional_ddl:
+            step = conn.transact(lambda c: apply_locked(c, contract), operation="migrate")
+        else:
+            step = apply_locked(conn, contract)
+        assert step == [contract]
         assert held_back(conn) is None
-        said = CliRunner().invoke(main, ["--database-url", db_url, "migrate"]).output
-        assert "is up to date" in said and "held back" not in said, said
         # The rows survived the step (SQLite rebuilds the table), ids are never reused.
         rows = conn.execute_sql("SELECT id, message_id, keyed FROM outbox_messages")
         assert [(r[1], r[2]) for r in rows] == [("m-v1-2", None)]
@@ -140,6 +150,11 @@ def test_once_the_traces_are_old_the_step_drops_the_trigger_and_the_index(
         finally:
             app.close()
         assert counts(conn, ("outbox_messages",))["outbox_messages"] == 2
+        said = CliRunner().invoke(main, ["--database-url", db_url, "migrate"]).output
+        assert f"to version {LATEST}" in said and "held back" not in said, said
+        # The version-1 row kept from before the step survived the rest of them too.
+        left = conn.execute_sql("SELECT message_id FROM outbox_messages ORDER BY id")
+        assert [r[0] for r in left] == ["m-v1-2", first]
     finally:
         conn.close()
 
@@ -175,7 +190,7 @@ def test_a_migrator_owning_the_tables_but_not_the_function_applies_the_step(
         for table in ("outbox_messages", "outbox_schema_version", "outbox_keys"):
             conn.execute_sql(f"ALTER TABLE {table} OWNER TO {role}")
         conn.execute_sql(f"SET ROLE {role}")
-        assert migrate(conn) == [version_of(CONTRACT)]
+        assert migrate(conn) == list(range(version_of(CONTRACT), LATEST + 1))
         conn.execute_sql("RESET ROLE")
         triggers = conn.execute_sql(
             "SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_v1_record'"
@@ -208,3 +223,56 @@ def test_this_release_runs_while_the_step_is_held_back(db_url: str) -> None:
         assert exporter.ready() == (True, f"ok: schema version {BEFORE}")
     finally:
         exporter.stop()
+
+
+def test_schema_1_code_is_refused_by_the_newest_schema(
+    v1_package: Path, db_url: str, backend: str
+) -> None:
+    """Version 1's own record(), run by mistake against a contracted database: the same
+    key three times, the third with another job. Each call fails (it raises; on MariaDB
+    the CHECK of migration "refuse schema 1 writers", elsewhere the ON CONFLICT that
+    names the dropped index) and writes nothing. Before that migration MariaDB gave two
+    intents for the key and no error."""
+    with Database(db_url).connect() as conn:
+        migrate(conn)
+        assert max(applied_versions(conn)) == LATEST
+    calls = v1(v1_package, db_url, "record-same", "user:42")["calls"]
+    assert len(calls) == 3
+    assert not any(len(c) == 36 for c in calls), calls  # no call got a message id
+    with Database(db_url).connect() as conn:
+        assert counts(conn, ("outbox_messages", "outbox_keys")) == {
+            "outbox_messages": 0,
+            "outbox_keys": 0,
+        }
+        app = raw_connect(db_url)  # this release still records the key, once
+        try:
+            first = record(app, "user:42", Job("upgrade.echo", {"key": "user:42"}))
+            assert record(app, "user:42", Job("upgrade.echo", {"key": "user:42"})) == first
+            app.commit()
+        finally:
+            app.close()
+        assert counts(conn, ("outbox_messages",))["outbox_messages"] == 1
+
+
+def test_held_back_steps_applied_late_give_the_schema_of_steps_in_order(
+    db_url: str, other_url: str
+) -> None:
+    """While schema-1 code holds the contract step and its guard back, every later step is
+    applied; the two follow once the traces are gone. The schema must come out as a fresh
+    database's (in order). It would not if a later step changed what the contract step
+    rebuilds (SQLite rebuilds outbox_messages): this test is the rule's keeper."""
+    conn = at_version_before_contract(db_url)
+    try:
+        v1_record(conn, "note:1", "m-v1-1", db_now_ms(conn))
+        later = [v for v in range(version_of(CONTRACT), LATEST + 1)]
+        held = [version_of(CONTRACT), version_of(SCHEMA_1_GUARD)]
+        assert migrate(conn) == [v for v in later if v not in held]
+        assert held_back(conn) is not None
+        conn.execute_sql("DELETE FROM outbox_messages")  # the v1 intent was handed off
+        assert migrate(conn) == held
+        late = schema_of(conn)
+    finally:
+        conn.close()
+    with Database(other_url).connect() as fresh:
+        migrate(fresh)
+        assert schema_of(fresh) == late

@@ -6,6 +6,8 @@ package first (so ``import outbox`` is that version), then this repository (for
     python v1_actor.py URL migrate
     python v1_actor.py URL populate          rows in every v1 state (prints a JSON summary)
     python v1_actor.py URL record PREFIX N [REPLAY_PREFIX]
+    python v1_actor.py URL record-same KEY   the same key three times, the third with
+                                             another job; each call's id or error class
     python v1_actor.py URL relay             relay until nothing is pending
     python v1_actor.py URL relay-loop SECONDS [STOP_FILE]
                                              relay over and over until STOP_FILE exists
@@ -52,6 +54,25 @@ def _record(url: str, key: str, job: Job) -> str:
     return "RetryTransaction"
 
 
+def _same_key_jobs(key: str) -> list[Job]:
+    return [job_for(key), job_for(key), Job("upgrade.other", {"key": key}, queue="upgrade")]
+
+
+def _record_once(url: str, key: str, job: Job) -> str:
+    """One business transaction: the id it got, or the class of what it raised (rolled
+    back)."""
+    app = raw_connect(url)
+    try:
+        mid = record(app, key, job)
+        app.commit()
+        return mid
+    except Exception as exc:
+        app.rollback()
+        return type(exc).__name__
+    finally:
+        app.close()
+
+
 def job_for(key: str) -> Job:
     return Job("upgrade.echo", {"key": key}, queue="upgrade")
 
@@ -72,6 +93,8 @@ def main(url: str, what: str, *args: str) -> dict[str, Any]:
         if len(args) > 2:  # also replay keys another producer records
             keys += [f"{args[2]}{i}" for i in range(n)]
         return {"ids": {k: _record(url, k, job_for(k)) for k in keys}}
+    if what == "record-same":
+        return {"calls": [_record_once(url, args[0], job) for job in _same_key_jobs(args[0])]}
     if what == "relay":
         return {"handed_off": Relay(db).run().handed_off}
     if what == "relay-loop":

@@ -1,0 +1,7 @@
+-- Migration "refuse schema 1 writers": after the contract step, code of schema version 1
+-- started by mistake must fail loudly on every backend. Here it already does: its
+-- record() names, in ON CONFLICT, the unique index on outbox_messages.key_digest that the
+-- contract step dropped, so its statement fails and its transaction writes nothing.
+-- Only MariaDB, whose INSERT ... ON DUPLICATE KEY UPDATE needs no named index, has a
+-- statement in this step (tests/upgrade/test_contract.py runs version 1's record()
+-- against the newest schema on every backend).
