@@ -3,9 +3,10 @@ retry and forget actions behind Django's permissions) and kept job results.
 
 Queries go to ``OUTBOX['DATABASE']``; actions go through outbox's own admin API on our
 own connection (``outbox.queue.admin``, ``outbox.relay.admin``), so they follow the same
-rules as ``outbox queue retry`` and friends. Payloads are not shown unless
-``OUTBOX['ADMIN_SHOW_PAYLOADS']`` is True; exception messages never are (the traceback
-of a dead letter is, as ``outbox queue failed ID`` shows it).
+rules as ``outbox queue retry`` and friends. Payloads and exception messages are not shown
+unless ``OUTBOX['ADMIN_SHOW_PAYLOADS']`` is True (as the dashboard shows them only when
+started with ``--show-payloads``): a dead letter's traceback is then shown as a kept
+result's is, by ``outbox.db.rows.without_messages``, its frames without the messages.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from django.contrib import admin, messages
 
 from outbox.contrib.django import conf
 from outbox.contrib.django.models import FailedJob, JobResult, QuarantinedIntent
+from outbox.db.rows import Failure, without_messages
 from outbox.errors import OutboxError
 
 
@@ -39,10 +41,16 @@ class _ReadOnly(admin.ModelAdmin):
     def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
         return False
 
+    # Model fields shown by a method of the admin instead, when payloads are hidden.
+    private_shown_as: dict[str, str] = {}
+
     def get_fields(self, request: Any, obj: Any = None) -> Any:
         fields = [f.name for f in self.model._meta.fields]
         if not conf.setting()["ADMIN_SHOW_PAYLOADS"]:
-            fields = [f for f in fields if f not in ("payload", "return_value")]
+            fields = [
+                self.private_shown_as.get(f, f)
+                for f in fields if f not in ("payload", "return_value")
+            ]
         return fields
 
     def get_readonly_fields(self, request: Any, obj: Any = None) -> Any:
@@ -67,10 +75,17 @@ class FailedJobAdmin(_ReadOnly):
     list_filter = ("queue", "job_name")
     search_fields = ("message_id", "job_name")
     actions = ("retry", "forget")
+    private_shown_as = {"exception_trace": "traceback"}
 
     @admin.display(description="failed at", ordering="failed_at")
     def failed(self, obj: FailedJob) -> str:
         return _at(obj.failed_at)
+
+    @admin.display(description="exception trace")
+    def traceback(self, obj: FailedJob) -> str:
+        if not obj.exception_trace:
+            return ""
+        return without_messages(Failure(obj.exception_class, "", obj.exception_trace))
 
     @admin.action(description="Retry (back to the queue, attempts reset)",
                   permissions=["retry"])
