@@ -4,7 +4,6 @@ forget actions behind Django's permissions, done through outbox's own admin API.
 
 from __future__ import annotations
 
-import traceback
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from django.contrib.auth.models import Permission
 from django.test import Client, override_settings
 
 from outbox.db.connection import Connection
+from tests.django.conftest import failure_trace
 from tests.fixtures.factories import Rows, count_rows
 
 SECRET = "payload-secret-4711"
@@ -46,28 +46,17 @@ def test_dead_letters_are_listed_read_only_without_payloads(
     assert SECRET in shown
 
 
-def _trace_of_a_failure(message: str) -> str:
-    """What a worker keeps of a handler that raised: a chained traceback, messages in it."""
-    try:
-        try:
-            raise LookupError(f"cause: {message}")
-        except LookupError as exc:
-            raise ValueError(message) from exc
-    except ValueError as exc:
-        return "".join(traceback.format_exception(exc))
-
-
 def test_a_dead_letter_s_traceback_hides_exception_messages_unless_payloads_are_shown(
     outbox_on: str, rows: Rows, client: Client
 ) -> None:
     message = "SECRET failing message"
-    trace = _trace_of_a_failure(message)
+    trace = failure_trace(message)
     rows.dead_letter(exception_class="ValueError", exception_message=message,
                      exception_trace=trace)
     pk = client.get("/admin/outbox/failedjob/").context["cl"].result_list[0].pk
     detail = client.get(f"/admin/outbox/failedjob/{pk}/change/").content.decode()
     assert "SECRET" not in detail
-    assert "_trace_of_a_failure" in detail and "ValueError" in detail  # frames and class kept
+    assert "failure_trace" in detail and "ValueError" in detail  # frames and class kept
     with override_settings(OUTBOX={"DATABASE": outbox_on, "ADMIN_SHOW_PAYLOADS": True}):
         shown = client.get(f"/admin/outbox/failedjob/{pk}/change/").content.decode()
     assert f"ValueError: {message}" in shown
