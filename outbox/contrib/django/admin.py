@@ -23,6 +23,7 @@ from outbox.errors import OutboxError
 
 
 def _at(ms: int | None) -> str:
+    """Database milliseconds as UTC to the second, on list and change pages alike."""
     return "" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(" ", "seconds")
 
 
@@ -41,11 +42,13 @@ class _ReadOnly(admin.ModelAdmin):
     def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
         return False
 
-    # Model fields shown by a method of the admin instead, when payloads are hidden.
+    # Model fields a method of the admin shows instead: times (database milliseconds) as
+    # the list pages show them, and, while payloads are hidden, without their private part.
+    shown_as: dict[str, str] = {}
     private_shown_as: dict[str, str] = {}
 
     def get_fields(self, request: Any, obj: Any = None) -> Any:
-        fields = [f.name for f in self.model._meta.fields]
+        fields = [self.shown_as.get(f.name, f.name) for f in self.model._meta.fields]
         if not conf.setting()["ADMIN_SHOW_PAYLOADS"]:
             fields = [
                 self.private_shown_as.get(f, f)
@@ -75,6 +78,7 @@ class FailedJobAdmin(_ReadOnly):
     list_filter = ("queue", "job_name")
     search_fields = ("message_id", "job_name")
     actions = ("retry", "forget")
+    shown_as = {"failed_at": "failed"}
     private_shown_as = {"exception_trace": "traceback"}
 
     @admin.display(description="failed at", ordering="failed_at")
@@ -112,9 +116,14 @@ class QuarantinedIntentAdmin(_ReadOnly):
     list_display = ("message_id", "job_name", "queue", "failure_reason", "failed")
     search_fields = ("message_id", "job_name")
     actions = ("retry",)
+    shown_as = {"created_at": "created", "failed_at": "failed"}
 
     def get_queryset(self, request: Any) -> Any:
         return super().get_queryset(request).filter(state="failed")
+
+    @admin.display(description="created at", ordering="created_at")
+    def created(self, obj: QuarantinedIntent) -> str:
+        return _at(obj.created_at)
 
     @admin.display(description="failed at", ordering="failed_at")
     def failed(self, obj: QuarantinedIntent) -> str:
@@ -137,6 +146,15 @@ class JobResultAdmin(_ReadOnly):
     list_filter = ("status", "queue")
     search_fields = ("message_id", "job_name")
     actions = None
+    shown_as = {"enqueued_at": "enqueued", "started_at": "started", "finished_at": "finished"}
+
+    @admin.display(description="enqueued at", ordering="enqueued_at")
+    def enqueued(self, obj: JobResult) -> str:
+        return _at(obj.enqueued_at)
+
+    @admin.display(description="started at", ordering="started_at")
+    def started(self, obj: JobResult) -> str:
+        return _at(obj.started_at)
 
     @admin.display(description="finished at", ordering="finished_at")
     def finished(self, obj: JobResult) -> str:
