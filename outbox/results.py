@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from outbox.db.connection import Connection, Database
-from outbox.db.rows import FAILED, SUCCESSFUL, StoredResult
+from outbox.db.rows import FAILED, SUCCESSFUL, Failure, StoredResult, without_messages
 from outbox.errors import ConfigurationError, OutboxError
 from outbox.ids import is_node_id
 from outbox.log import get_logger
@@ -190,7 +190,10 @@ def read(conn: Connection, message_id: str) -> JobResult | None:
         attempts=dead.attempts,
         enqueued_at=None,  # a dead letter does not keep it
         finished_at=_at(dead.failed_at),
-        errors=[ResultError(dead.exception_class, dead.exception_trace or "")],
+        # the dead letter keeps the messages; a result shows its traceback without them
+        errors=[ResultError(dead.exception_class, without_messages(
+            Failure(dead.exception_class, "", dead.exception_trace)
+        ) if dead.exception_trace else "")],
     )
 
 

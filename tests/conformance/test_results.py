@@ -41,6 +41,11 @@ def fails(payload: Any, ctx: JobContext) -> None:
     raise LookupError(f"secret {payload['secret']} not found")
 
 
+@registry.job("r.fails_unkept", max_attempts=1)
+def fails_unkept(payload: Any, ctx: JobContext) -> None:
+    raise LookupError(f"secret {payload['secret']} not found")
+
+
 @registry.job("r.too_big", keep_result=True)
 def too_big(payload: Any, ctx: JobContext) -> str:
     return "x" * MAX_RESULT_BYTES
@@ -118,6 +123,23 @@ def test_a_failure_keeps_class_and_trace_never_the_message(
     assert "raise LookupError" in result.errors[0].traceback
     assert "hunter2" not in repr(result.errors)
     assert count_rows(conn, "outbox_failed_jobs") == 1  # the dead letter, as ever
+
+
+def test_a_dead_letter_read_as_a_result_shows_no_exception_message(
+    database: Database, conn: Connection
+) -> None:
+    """A job that keeps no result is FAILED from its dead letter, whose traceback keeps
+    the message: the result shows it without, as a kept result does."""
+    mid = _push(database, "r.fails_unkept", {"secret": "hunter2"})
+    _drain(database)
+    assert count_rows(conn, "outbox_job_results") == 0
+    result = get(conn, mid)
+    assert result is not None and result.status == FAILED
+    assert "raise LookupError" in result.errors[0].traceback
+    assert result.errors[0].traceback.endswith("LookupError")
+    assert "hunter2" not in repr(result.errors)
+    dead = conn.driver.dead_show(mid)
+    assert dead is not None and "hunter2" in (dead.exception_trace or "")  # kept there
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import itertools
 import os
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,18 @@ def manage(db_url: str, *args: str, env: dict[str, str] | None = None,
         env={**os.environ, "OUTBOX_DJANGO_DB_URL": db_url, **(env or {})},
         capture_output=True, text=True, timeout=timeout, check=False,
     )
+
+
+def failure_trace(message: str) -> str:
+    """What a worker keeps of a handler that raised: a chained traceback whose two
+    exceptions carry ``message``."""
+    try:
+        try:
+            raise LookupError(f"cause: {message}")
+        except LookupError as exc:
+            raise ValueError(message) from exc
+    except ValueError as exc:
+        return "".join(traceback.format_exception(exc))
 
 
 @pytest.fixture

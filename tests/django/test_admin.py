@@ -11,7 +11,9 @@ from django.contrib.auth.models import Permission
 from django.test import Client, override_settings
 
 from outbox.db.connection import Connection
-from tests.fixtures.factories import Rows, count_rows
+from outbox.ids import new_message_id
+from tests.django.conftest import failure_trace
+from tests.fixtures.factories import Rows, count_rows, insert
 
 SECRET = "payload-secret-4711"
 
@@ -45,6 +47,22 @@ def test_dead_letters_are_listed_read_only_without_payloads(
     assert SECRET in shown
 
 
+def test_a_dead_letter_s_traceback_hides_exception_messages_unless_payloads_are_shown(
+    outbox_on: str, rows: Rows, client: Client
+) -> None:
+    message = "SECRET failing message"
+    trace = failure_trace(message)
+    rows.dead_letter(exception_class="ValueError", exception_message=message,
+                     exception_trace=trace)
+    pk = client.get("/admin/outbox/failedjob/").context["cl"].result_list[0].pk
+    detail = client.get(f"/admin/outbox/failedjob/{pk}/change/").content.decode()
+    assert "SECRET" not in detail
+    assert "failure_trace" in detail and "ValueError" in detail  # frames and class kept
+    with override_settings(OUTBOX={"DATABASE": outbox_on, "ADMIN_SHOW_PAYLOADS": True}):
+        shown = client.get(f"/admin/outbox/failedjob/{pk}/change/").content.decode()
+    assert f"ValueError: {message}" in shown
+
+
 def test_actions_need_their_permission_and_use_outbox_s_admin(
     outbox_on: str, rows: Rows, client: Client, staff: Any, conn: Connection
 ) -> None:
@@ -75,3 +93,28 @@ def test_quarantined_intents_and_results_are_listed(
     body = client.get("/admin/outbox/quarantinedintent/").content.decode()
     assert mid in body and "fingerprint" in body and pending not in body
     assert client.get("/admin/outbox/jobresult/").status_code == 200
+
+
+# 2026-12-04 21:00:00.123 UTC and the next few seconds, in database milliseconds.
+AT_MS = 1796418000123
+AT = "2026-12-04 21:00:00+00:00"
+
+
+@pytest.mark.parametrize("page", ["failedjob", "quarantinedintent", "jobresult"])
+def test_change_pages_show_times_as_the_list_pages_do(
+    outbox_on: str, rows: Rows, conn: Connection, client: Client, page: str
+) -> None:
+    rows.dead_letter(failed_at=AT_MS)
+    rows.intent(state="failed", failure_reason="fingerprint", created_at=AT_MS,
+                failed_at=AT_MS + 1000)
+    with conn.transaction():
+        insert(conn, "outbox_job_results", message_id=new_message_id(), queue="default",
+               job_name="t.noop", status="SUCCESSFUL", payload="{}", attempts=1,
+               enqueued_at=AT_MS, started_at=AT_MS + 1000, finished_at=AT_MS + 2000,
+               expires_at=AT_MS + 3000)
+    listing = client.get(f"/admin/outbox/{page}/")
+    assert AT[:-7] in listing.content.decode()  # the list page's format
+    pk = listing.context["cl"].result_list[0].pk
+    detail = client.get(f"/admin/outbox/{page}/{pk}/change/").content.decode()
+    assert str(AT_MS)[:9] not in detail  # no raw milliseconds, of any of the times
+    assert AT in detail

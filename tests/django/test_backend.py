@@ -18,9 +18,9 @@ from outbox.contrib.django import idempotent
 from outbox.contrib.django.backend import outbox_priority
 from outbox.contrib.django.compat import TaskResultDoesNotExist, TaskResultStatus
 from outbox.db.connection import Connection
-from tests.django.conftest import manage
+from tests.django.conftest import failure_trace, manage
 from tests.django.testapp import tasks
-from tests.fixtures.factories import count_rows
+from tests.fixtures.factories import Rows, count_rows
 
 pytestmark = pytest.mark.usefixtures("outbox_on")
 
@@ -88,6 +88,21 @@ def test_a_worker_process_runs_what_committed(
     assert tasks.add_async.get_result(coro.id).return_value == 9
     assert tasks.add.get_result(later.id).status == TaskResultStatus.READY
     assert count_rows(conn, "outbox_jobs") == 1  # the delayed one
+
+
+def test_a_dead_letter_s_result_shows_no_exception_message(
+    rows: Rows, tmp_path: Path
+) -> None:
+    """A task whose result was not kept (``RESULT_TTL: None``) is read from its dead
+    letter: the traceback without the messages, as a kept result's."""
+    mid = rows.dead_letter(job_name="tests.django.testapp.tasks.fails",
+                           exception_class="ValueError", exception_message="SECRET 42",
+                           exception_trace=failure_trace("SECRET 42"))
+    found = tasks.fails.get_result(mid)
+    assert found.status == TaskResultStatus.FAILED
+    assert [e.exception_class for e in found.errors] == [ValueError]
+    assert "SECRET" not in found.errors[0].traceback
+    assert "failure_trace" in found.errors[0].traceback
 
 
 def test_priority_map_keeps_the_order_at_every_step() -> None:

@@ -3,9 +3,10 @@ retry and forget actions behind Django's permissions) and kept job results.
 
 Queries go to ``OUTBOX['DATABASE']``; actions go through outbox's own admin API on our
 own connection (``outbox.queue.admin``, ``outbox.relay.admin``), so they follow the same
-rules as ``outbox queue retry`` and friends. Payloads are not shown unless
-``OUTBOX['ADMIN_SHOW_PAYLOADS']`` is True; exception messages never are (the traceback
-of a dead letter is, as ``outbox queue failed ID`` shows it).
+rules as ``outbox queue retry`` and friends. Payloads and exception messages are not shown
+unless ``OUTBOX['ADMIN_SHOW_PAYLOADS']`` is True (as the dashboard shows them only when
+started with ``--show-payloads``): a dead letter's traceback is then shown as a kept
+result's is, by ``outbox.db.rows.without_messages``, its frames without the messages.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from django.contrib import admin, messages
 
 from outbox.contrib.django import conf
 from outbox.contrib.django.models import FailedJob, JobResult, QuarantinedIntent
+from outbox.db.rows import Failure, without_messages
 from outbox.errors import OutboxError
 
 
 def _at(ms: int | None) -> str:
+    """Database milliseconds as UTC to the second, on list and change pages alike."""
     return "" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(" ", "seconds")
 
 
@@ -39,10 +42,18 @@ class _ReadOnly(admin.ModelAdmin):
     def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
         return False
 
+    # Model fields a method of the admin shows instead: times (database milliseconds) as
+    # the list pages show them, and, while payloads are hidden, without their private part.
+    shown_as: dict[str, str] = {}
+    private_shown_as: dict[str, str] = {}
+
     def get_fields(self, request: Any, obj: Any = None) -> Any:
-        fields = [f.name for f in self.model._meta.fields]
+        fields = [self.shown_as.get(f.name, f.name) for f in self.model._meta.fields]
         if not conf.setting()["ADMIN_SHOW_PAYLOADS"]:
-            fields = [f for f in fields if f not in ("payload", "return_value")]
+            fields = [
+                self.private_shown_as.get(f, f)
+                for f in fields if f not in ("payload", "return_value")
+            ]
         return fields
 
     def get_readonly_fields(self, request: Any, obj: Any = None) -> Any:
@@ -67,10 +78,18 @@ class FailedJobAdmin(_ReadOnly):
     list_filter = ("queue", "job_name")
     search_fields = ("message_id", "job_name")
     actions = ("retry", "forget")
+    shown_as = {"failed_at": "failed"}
+    private_shown_as = {"exception_trace": "traceback"}
 
     @admin.display(description="failed at", ordering="failed_at")
     def failed(self, obj: FailedJob) -> str:
         return _at(obj.failed_at)
+
+    @admin.display(description="exception trace")
+    def traceback(self, obj: FailedJob) -> str:
+        if not obj.exception_trace:
+            return ""
+        return without_messages(Failure(obj.exception_class, "", obj.exception_trace))
 
     @admin.action(description="Retry (back to the queue, attempts reset)",
                   permissions=["retry"])
@@ -97,9 +116,14 @@ class QuarantinedIntentAdmin(_ReadOnly):
     list_display = ("message_id", "job_name", "queue", "failure_reason", "failed")
     search_fields = ("message_id", "job_name")
     actions = ("retry",)
+    shown_as = {"created_at": "created", "failed_at": "failed"}
 
     def get_queryset(self, request: Any) -> Any:
         return super().get_queryset(request).filter(state="failed")
+
+    @admin.display(description="created at", ordering="created_at")
+    def created(self, obj: QuarantinedIntent) -> str:
+        return _at(obj.created_at)
 
     @admin.display(description="failed at", ordering="failed_at")
     def failed(self, obj: QuarantinedIntent) -> str:
@@ -122,6 +146,15 @@ class JobResultAdmin(_ReadOnly):
     list_filter = ("status", "queue")
     search_fields = ("message_id", "job_name")
     actions = None
+    shown_as = {"enqueued_at": "enqueued", "started_at": "started", "finished_at": "finished"}
+
+    @admin.display(description="enqueued at", ordering="enqueued_at")
+    def enqueued(self, obj: JobResult) -> str:
+        return _at(obj.enqueued_at)
+
+    @admin.display(description="started at", ordering="started_at")
+    def started(self, obj: JobResult) -> str:
+        return _at(obj.started_at)
 
     @admin.display(description="finished at", ordering="finished_at")
     def finished(self, obj: JobResult) -> str:
