@@ -13,6 +13,8 @@ One root, so an application can catch everything of ours in one place::
      │                                            timeout, SQLite BUSY): roll back, run it again
      ├── UnsupportedConnection                    record() was given something it cannot write on
      ├── ConfigurationError                       a database URL or setting we cannot use
+ │    └── MissingExtra                         the URL's driver is not installed: ``extra``
+ │                                            names the extra to install
      ├── DatabaseError                            a database operation failed (driver error kept
      │                                            as __cause__)
      ├── PermanentFailure                         raised by a handler: dead-letter at once
@@ -81,6 +83,18 @@ class UnsupportedConnection(OutboxError, TypeError):
 
 class ConfigurationError(OutboxError):
     """A database URL or setting that outbox cannot use."""
+
+
+class MissingExtra(ConfigurationError):
+    """The database driver a URL needs is not installed (or cannot be imported).
+
+    ``extra`` is the install extra that brings it (``"postgres"``, ``"mysql"``); the
+    message says ``pip install 'outbox-relay[<extra>]'``.
+    """
+
+    def __init__(self, message: str, *, extra: str) -> None:
+        super().__init__(message)
+        self.extra = extra
 
 
 class PermanentFailure(OutboxError):

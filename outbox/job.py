@@ -398,3 +398,15 @@ def _describe(value: object, show: bool = True) -> str:
     if show and size <= 60 and value.isprintable():
         return repr(value)
     return f"a {size}-byte string"
+
+
+def shown(value: object) -> str:
+    """A wrong setting as an error message shows it: a number, bool or None by value
+    (``0``, ``-1.0``, ``nan``; an int past 20 digits by its size), a short printable
+    string quoted (a longer one by its size, so neither a payload nor a secret is
+    echoed), anything else by its type."""
+    if value is None or isinstance(value, (bool, float)):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if abs(value) < 10**20 else f"an int of {value.bit_length()} bits"
+    return _describe(value)

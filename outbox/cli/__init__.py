@@ -28,7 +28,7 @@ from outbox.cli import (
 )
 from outbox.cli.context import CliContext
 from outbox.db.connection import Database
-from outbox.errors import ConfigurationError, OutboxError
+from outbox.errors import ConfigurationError, MissingExtra, OutboxError
 
 EXIT_ERROR = 1
 HELP_WIDTH = 100  # --help is laid out alike everywhere, so the README can quote it exactly
@@ -58,6 +58,9 @@ def _check_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     names the part that is wrong, never a value (it may be a password)."""
     try:
         Database(value)
+    except MissingExtra as exc:  # not a usage error: the install lacks a driver (one line)
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(EXIT_ERROR)
     except ConfigurationError as exc:
         raise click.BadParameter(str(exc)) from None
     return value

@@ -523,8 +523,11 @@ def pause_command(cli: CliContext, queue_name: str, broker: str | None) -> None:
         cli_broker.queue_admin().pause(url, queue_name)
         return
     with cli.connect() as conn:
-        control.pause(conn, queue_name)
+        changed = control.pause(conn, queue_name)
         empty = conn.driver.queue_job_count(queue_name) == 0
+    if not changed:  # the same words as with --broker (outbox.cli.queue_broker)
+        click.echo(f"queue {queue_name} was paused already")
+        return
     if empty:  # a typo pauses nothing that exists; say so rather than look like success
         click.echo(
             f"paused queue {queue_name}; it has no jobs now (a new queue, or a mistyped "

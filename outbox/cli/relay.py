@@ -365,14 +365,17 @@ _NEGATIVE = re.compile(r"-\d+")
 @click.argument("limit", type=click.IntRange(min=1), default=1000)
 @pass_cli
 def prune_command(cli: CliContext, days: int, limit: int) -> None:
-    """Delete at most LIMIT (default 1000) published tombstones older than DAYS days.
+    """Delete at most LIMIT (default 1000) keys of handed-off intents older than DAYS days.
 
-    Oldest first, in small batches so no lock is held for long; `prune 0` takes all
-    published so far. Pending and quarantined intents are never pruned. Pruning ends
+    A key is what deduplicates record(): once its intent is handed off to the queue, the
+    key stays until pruned, so recording it again is ignored. Oldest first, in small
+    batches so no lock is held for long; `prune 0` takes every key handed off so far.
+    The keys of pending and quarantined intents are never pruned. Pruning ends
     deduplication for those keys: recording one of them again creates a new job.
-    It also deletes the dashboard chart's per-minute counts older than a day, and the
-    global limits' bookkeeping of keys idle for over an hour, and finished workflows
-    (no node waiting or due) recorded more than DAYS days ago.
+    It also deletes job results past their retention, broker inbox ids older than DAYS
+    days (a day at least), finished workflows (no node waiting or due) recorded more
+    than DAYS days ago, the dashboard chart's per-minute counts older than a day, and
+    the global limits' bookkeeping of keys idle for over an hour.
     """
     with cli.connect() as conn:
         # Finished workflows first: a workflow's key row stays while the workflow does.
@@ -385,7 +388,7 @@ def prune_command(cli: CliContext, days: int, limit: int) -> None:
             deleted = admin.prune(conn, days, limit)
         minutes = throughput.prune(conn.driver)
         keys = limits.prune(conn.driver)
-    click.echo(f"pruned {deleted} published tombstones older than {days} days")
+    click.echo(f"pruned {deleted} keys of handed-off intents older than {days} days")
     if flows:
         click.echo(f"pruned {flows} finished workflows older than {days} days")
     if minutes:

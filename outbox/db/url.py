@@ -11,6 +11,10 @@ MariaDB/MySQL URLs pass on the query parameters PyMySQL takes (``unix_socket``,
 ``charset``, ``ssl_*``, timeouts, ...), converted to the type PyMySQL wants; any other is
 refused by name instead of being dropped without a word.
 
+Either needs its driver, an install extra: without it the URL is refused at once with
+``MissingExtra`` naming the extra (``require_driver``), never an ImportError at the first
+connection.
+
 A URL is shown only through ``describe`` (password and every secret-looking query value
 replaced by ``***``), and a driver's error text only through ``scrub``: no secret from any
 part of a URL ever reaches a message or a log.
@@ -23,6 +27,7 @@ them needs it unless an application hands in a SQLAlchemy connection.
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -30,7 +35,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote
 
-from outbox.errors import ConfigurationError
+from outbox.errors import ConfigurationError, MissingExtra
 
 QueryValue = str | tuple[str, ...]
 
@@ -230,8 +235,31 @@ def check_sqlite_query(url: URL) -> None:
         )
 
 
+# The driver each server's URLs need: its module, the name users know it by, the extra.
+DRIVERS = {
+    "PostgreSQL": ("psycopg", "psycopg 3", "postgres"),
+    "MariaDB/MySQL": ("pymysql", "PyMySQL", "mysql"),
+}
+
+
+def require_driver(server: str) -> None:
+    """``MissingExtra`` naming the install extra when ``server``'s driver cannot be
+    imported (not installed; or, for psycopg, installed without a libpq to load)."""
+    module, known_as, extra = DRIVERS[server]
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        why = "is not installed" if isinstance(exc, ModuleNotFoundError) else "cannot be imported"
+        raise MissingExtra(
+            f"a {server} database URL needs {known_as}, which {why}: "
+            f"pip install 'outbox-relay[{extra}]'",
+            extra=extra,
+        ) from exc
+
+
 def postgresql_args(url: URL) -> dict[str, Any]:
     """Keyword arguments for ``psycopg.connect`` (libpq keywords), from any accepted form."""
+    require_driver("PostgreSQL")
     args: dict[str, Any] = {}
     for part, keyword in _PG_AUTHORITY.items():
         value = getattr(url, part)
@@ -283,16 +311,15 @@ def _check_libpq_keywords(args: Mapping[str, Any]) -> None:
 
 
 def _libpq_keywords() -> frozenset[str]:
-    """The keywords the installed libpq knows (empty when psycopg is not installed)."""
-    try:
-        from psycopg import pq
-    except ImportError:  # the "postgres" extra is missing; connecting will say so
-        return frozenset()
+    """The keywords the installed libpq knows (psycopg is there: ``require_driver``)."""
+    from psycopg import pq
+
     return frozenset(d.keyword.decode() for d in pq.Conninfo.get_defaults())
 
 
 def mysql_args(url: URL) -> dict[str, Any]:
     """Keyword arguments for ``pymysql.connect``; unknown query parameters are refused."""
+    require_driver("MariaDB/MySQL")
     args: dict[str, Any] = {
         "host": url.host or "localhost",
         "port": url.port or 3306,

@@ -8,7 +8,7 @@ import socket
 from dataclasses import dataclass, field
 
 from outbox.errors import ConfigurationError
-from outbox.job import NAME_PATTERN
+from outbox.job import NAME_PATTERN, shown
 
 
 def new_worker_id() -> str:
@@ -86,15 +86,13 @@ class WorkerConfig:
         _seconds("unknown_job_delay", self.unknown_job_delay, least=0, most=86_400)
         for name, flag in (("stop_when_empty", self.stop_when_empty), ("listen", self.listen)):
             if not isinstance(flag, bool):
-                raise ConfigurationError(
-                    f"{name} must be True or False (got {type(flag).__name__})"
-                )
+                raise ConfigurationError(f"{name} must be True or False (got {shown(flag)})")
 
 
 def _whole(name: str, value: object) -> None:
     """A count: an int (not a bool) of at least 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{name} must be a whole number >= 1 (got {value!r})")
+        raise ConfigurationError(f"{name} must be a whole number >= 1 (got {shown(value)})")
 
 
 def _seconds(
@@ -109,9 +107,9 @@ def _seconds(
     """A duration in seconds: a real number (not a bool), finite unless ``infinite``
     (NaN never), within the bounds given."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise ConfigurationError(f"{name} must be a number of seconds (got {value!r})")
+        raise ConfigurationError(f"{name} must be a number of seconds (got {shown(value)})")
     if not infinite and value in (float("inf"), float("-inf")):
-        raise ConfigurationError(f"{name} must be a finite number of seconds (got {value!r})")
+        raise ConfigurationError(f"{name} must be a finite number of seconds (got {shown(value)})")
     if (
         (least is not None and value < least)
         or (above is not None and value <= above)
@@ -126,7 +124,7 @@ def _seconds(
             )
             if b
         )
-        raise ConfigurationError(f"{name} must be {bounds} seconds (got {value!r})")
+        raise ConfigurationError(f"{name} must be {bounds} seconds (got {shown(value)})")
 
 
 @dataclass(slots=True)

@@ -101,10 +101,14 @@ def _wake(dialect: Dialect) -> Plan[None]:
         yield ("relay_notify", {})
 
 
-def _pause(queue: str) -> Callable[[Dialect], Plan[None]]:
-    def plan(dialect: Dialect) -> Plan[None]:
+def _pause(queue: str) -> Callable[[Dialect], Plan[bool]]:
+    def plan(dialect: Dialect) -> Plan[bool]:
+        listed = yield ("queue_paused_list", {})
+        if any(row[0] == queue for row in listed):
+            return False
         yield ("queue_pause", {"queue": queue})
         yield from _wake(dialect)
+        return True
 
     return plan
 
@@ -173,9 +177,10 @@ def cancel_plan(message_id: str, dialect: Dialect) -> Plan[Literal["dead", "flag
     return _cancel(message_id)(dialect)
 
 
-def pause(target: Target, queue: str) -> None:
-    """Pause ``queue``: no worker claims from it until ``resume``. Idempotent."""
-    call(target, _pause(check_queue_name(queue)), "queue pause")
+def pause(target: Target, queue: str) -> bool:
+    """Pause ``queue``: no worker claims from it until ``resume``. Idempotent: returns
+    False when it was paused already (nothing changed), as ``resume`` does."""
+    return call(target, _pause(check_queue_name(queue)), "queue pause")
 
 
 def resume(target: Target, queue: str) -> bool:

@@ -3,7 +3,8 @@
 A wrong option found only when a job first fails would kill the worker mid-batch and
 strand its claimed jobs until their leases expire, each losing an attempt. So every
 option is checked here, at import time of the application's jobs module, and a wrong
-one raises ``ConfigurationError`` naming the job, the option and the type it takes.
+one raises ``ConfigurationError`` naming the job, the option, what it takes and the
+value given (``outbox.job.shown``: never a long string).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from outbox.errors import ConfigurationError
-from outbox.job import MAX_ATTEMPTS_LIMIT, NAME_PATTERN
+from outbox.job import MAX_ATTEMPTS_LIMIT, NAME_PATTERN, shown
 from outbox.queue.backoff import Backoff
 from outbox.queue.limits import Limits, parse_rate
 
@@ -122,14 +123,17 @@ def _check_backoff(name: str, backoff: object) -> None:
         value = getattr(backoff, part)
         if not (_is_number(value) and math.isfinite(value)):
             raise ConfigurationError(
-                f"job {name!r}: backoff.{part} must be a finite number of seconds"
+                f"job {name!r}: backoff.{part} must be a finite number of seconds "
+                f"(got {shown(value)})"
             )
     if not isinstance(backoff.jitter, bool):
-        raise ConfigurationError(f"job {name!r}: backoff.jitter must be True or False")
+        raise ConfigurationError(
+            f"job {name!r}: backoff.jitter must be True or False (got {shown(backoff.jitter)})"
+        )
 
 
 def _wrong(name: str, option: str, wanted: str, got: object) -> ConfigurationError:
-    return ConfigurationError(f"job {name!r}: {option} must be {wanted} (got {type(got).__name__})")
+    return ConfigurationError(f"job {name!r}: {option} must be {wanted} (got {shown(got)})")
 
 
 def _is_int(value: object) -> bool:

@@ -22,7 +22,7 @@ from outbox.db.adapters import adapt, adapt_async
 from outbox.db.caller import JobPush, JobsPush, Plan, job_push, jobs_push, run, run_async
 from outbox.errors import InvalidJob
 from outbox.ids import new_message_id, new_message_ids
-from outbox.job import Job, NormalJob, check_priority, normalise
+from outbox.job import Job, NormalJob, check_priority, normalise, shown
 from outbox.tracing import capture
 
 MAX_DELAY_S = 10 * 365 * 86_400
@@ -49,7 +49,7 @@ def push_params(
 
 def delay_ms(delay: object) -> int:
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay):
-        raise InvalidJob(f"delay must be a finite number of seconds (got {type(delay).__name__})")
+        raise InvalidJob(f"delay must be a finite number of seconds (got {shown(delay)})")
     if not 0 <= delay <= MAX_DELAY_S:
         raise InvalidJob(f"delay must be between 0 and {MAX_DELAY_S} seconds")
     return round(delay * 1000)

@@ -322,11 +322,12 @@ class Settler:
             )
         try:
             unspent = JobReleaseUnspent(self._fence(jobs), self.unknown_delay_ms, UNKNOWN_JOB)
-            self._driver().job_release_unspent(unspent)
+            released = self._driver().job_release_unspent(unspent)
         except DatabaseError as exc:
             self._trouble("release", exc)
             return
-        self.stats.unknown += len(jobs)
+        self.stats.unknown += released
+        self.stats.released += released  # handed back unspent, as worker.stopped counts
 
     def heartbeat(self, jobs: Sequence[ClaimedJob]) -> set[int]:
         """Renew the leases of ``jobs``; return the ids of those an operator cancelled."""

@@ -38,7 +38,8 @@ def test_pause_and_resume_show_in_status_and_stats(
     assert paused.stdout.startswith("paused queue search; it has no jobs now")  # issue 24
     assert cli(db_url, "queue", "pause", "mail").stdout == "paused queue mail\n"
     assert cli(db_url, "queue", "resume", "mail").exit_code == 0
-    assert cli(db_url, "queue", "pause", "search").exit_code == 0  # idempotent
+    again = cli(db_url, "queue", "pause", "search")  # idempotent, and says so (issue 38)
+    assert (again.exit_code, again.stdout) == (0, "queue search was paused already\n")
     status = cli(db_url, "status")
     assert status.exit_code == 0, status.output
     assert "STATE" in status.stdout

@@ -162,7 +162,7 @@ def test_failed_retry_and_prune_work_together_and_never_print_payloads(
     pruned = cli(db_url, "prune", "0", "2")
     outputs.append(pruned)
     assert pruned.exit_code == 0
-    assert "pruned 2 published tombstones older than 0 days" in pruned.stdout
+    assert "pruned 2 keys of handed-off intents older than 0 days" in pruned.stdout
     assert len(outbox_rows(conn)) == 1
     outputs += [cli(db_url, "status"), cli(db_url, "status", "--json"), cli(db_url, "failed")]
     for result in outputs:
@@ -308,3 +308,10 @@ def test_prune_also_drops_global_limit_keys_idle_for_over_an_hour(
     assert left == {"fresh", "busy"}
     again = cli(db_url, "prune", "0")
     assert "limit keys" not in again.stdout
+
+
+def test_prune_help_says_what_it_deletes_today() -> None:
+    """Not schema 1's "published tombstones" (issue 38): the keys of handed-off intents."""
+    text = CliRunner().invoke(main, ["prune", "--help"]).output
+    assert "tombstone" not in text
+    assert "keys of handed-off intents older than DAYS days" in " ".join(text.split())

@@ -95,11 +95,11 @@ def test_delay_counts_from_the_database_clock_not_pythons(
 BAD_DELAYS = [
     (-1, f"delay must be between 0 and {MAX_DELAY_S} seconds"),
     (MAX_DELAY_S + 1, f"delay must be between 0 and {MAX_DELAY_S} seconds"),
-    (float("nan"), "delay must be a finite number of seconds (got float)"),
-    (float("inf"), "delay must be a finite number of seconds (got float)"),
-    (True, "delay must be a finite number of seconds (got bool)"),
-    ("5", "delay must be a finite number of seconds (got str)"),
-    (None, "delay must be a finite number of seconds (got NoneType)"),
+    (float("nan"), "delay must be a finite number of seconds (got nan)"),
+    (float("inf"), "delay must be a finite number of seconds (got inf)"),
+    (True, "delay must be a finite number of seconds (got True)"),
+    ("5", "delay must be a finite number of seconds (got '5')"),
+    (None, "delay must be a finite number of seconds (got None)"),
 ]
 
 

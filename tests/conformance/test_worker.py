@@ -263,6 +263,8 @@ def test_job_without_handler_is_released_not_lost(
     with capture_logs() as logs:
         stats = _run(database, Registry())
     assert stats.unknown == 1
+    (stopped,) = [e for e in logs if e["event"] == "worker.stopped"]
+    assert stopped["released"] == 1  # handed back unspent (issue 38: it said 0)
     attempts, holder, available_at, error = conn.execute_sql(
         "SELECT attempts, reserved_by, available_at, last_error FROM outbox_jobs"
     )[0]

@@ -36,18 +36,18 @@ def test_a_malformed_rate_fails_at_registration_naming_it(rate: Any) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"concurrency": 0}, "concurrency must be a whole number >= 1 (jobs at once) (got int)"),
+        ({"concurrency": 0}, "concurrency must be a whole number >= 1 (jobs at once) (got 0)"),
         (
             {"concurrency": 2.5},
-            "concurrency must be a whole number >= 1 (jobs at once) (got float)",
+            "concurrency must be a whole number >= 1 (jobs at once) (got 2.5)",
         ),
         (
             {"concurrency": True},
-            "concurrency must be a whole number >= 1 (jobs at once) (got bool)",
+            "concurrency must be a whole number >= 1 (jobs at once) (got True)",
         ),
         (
             {"concurrency": 2, "concurrency_key": "account_id"},
-            "concurrency_key must be a function of the payload (got str)",
+            "concurrency_key must be a function of the payload (got 'account_id')",
         ),
         ({"concurrency_key": lambda p: p}, "concurrency_key needs concurrency=N or rate=..."),
     ],

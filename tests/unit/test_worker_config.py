@@ -29,8 +29,8 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"reap_every": float("inf")}, "reap_every must be a finite number of seconds (got inf)"),
     ({"unknown_job_delay": 90_000}, "unknown_job_delay must be >= 0 and <= 86400 seconds"),
     ({"unknown_job_delay": float("nan")}, "unknown_job_delay must be a number of seconds"),
-    ({"listen": "yes"}, "listen must be True or False (got str)"),
-    ({"stop_when_empty": 1}, "stop_when_empty must be True or False (got int)"),
+    ({"listen": "yes"}, "listen must be True or False (got 'yes')"),
+    ({"stop_when_empty": 1}, "stop_when_empty must be True or False (got 1)"),
 ]
 
 
