@@ -59,9 +59,9 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import create_engine, text
+from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, text
 
-from outbox import Database, Job, Registry, paused_queues, record
+from outbox import Database, Registry, paused_queues
 from outbox.cli import main
 from outbox.db.migrate import migrate
 from tests.docs.pages import DOCS, ROOT, Block, blocks_of, site_pages
@@ -81,7 +81,7 @@ HOSTS = why("names hosts we do not start (nats1..3, pgbouncer, db); its command 
 INSTALL = why("installs packages: tests/docs/test_install.py runs the tutorial's install in a fresh venv (slow)")
 DASHBOARD = why("talks to a running dashboard; tests/dashboard/test_http.py makes these requests")
 DJANGO = why("a fragment of a Django project (Order, a request): the page's first section is run whole by tests/django/test_docs.py")
-FRAGMENT = why("a fragment: its names (conn, engine, notes, note_id, registry) come from the reader's code")
+FRAGMENT = why("a fragment: its names (conn, invoice_id, and record, Job, push imported) come from the reader's code")
 
 HOW: dict[tuple[str, str], str] = {
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/outbox demo"):
@@ -150,7 +150,7 @@ HOW: dict[tuple[str, str], str] = {
         T + "tests/acceptance/test_cli_limits.py::test_the_docs_example_registers_its_limits",
     ("how-to/queue-control.md", "outbox worker default mail --app myapp.jobs:registry --queue-concurrency mail=5"):
         FOREVER,
-    ("how-to/record.md", "from sqlalchemy import create_engine, update"): FRAGMENT,
+    ("how-to/record.md", "from sqlalchemy import create_engine, update"): RUN,
     ("how-to/record.md", "from outbox.errors import RetryTransaction"): RUN,
     ("how-to/roles.md", '--8<-- "ops/sql/postgresql-grants.sql"'): "include:tests/ops/test_grants.py",
     ("how-to/run-jobs.md", "# myapp/jobs.py"): RUN,
@@ -230,6 +230,8 @@ def test_the_block_is_exercised(block: Block) -> None:
     how = _how(block)
     if how.startswith(T):
         assert _named_test_exists(how[len(T) :]), how
+        test_file = (ROOT / how[len(T) :].split("::")[0]).read_text(encoding="utf-8")
+        assert Path(block.page).name in test_file, f"{how} does not read {block.page}"
     elif how.startswith("include:"):
         snippet = re.fullmatch(r'--8<-- "([^"]+)"\n', block.body)
         assert snippet is not None and (ROOT / snippet[1]).is_file(), block.body
@@ -337,12 +339,22 @@ def _queue_control(folder: Path) -> Given:
 
 
 def _record(folder: Path) -> Given:
-    """``engine``, the reader's ``order`` and ``place_order``, and the ``record`` and
-    ``Job`` the page's first block imported."""
+    """The reader's ``notes`` table with the note ``note_id``, the new ``title``, and the
+    reader's ``order`` and ``place_order``; the page's engine URL a migrated SQLite file."""
     url = _migrated(folder)
-    return Given(names={"engine": create_engine(url), "record": record, "Job": Job,
+    notes = Table("notes", MetaData(), Column("id", Integer, primary_key=True),
+                  Column("title", String(100)))
+    engine = create_engine(url)
+    try:
+        notes.create(engine)
+        with engine.begin() as conn:
+            conn.execute(notes.insert().values(id=7, title="draft"))
+    finally:
+        engine.dispose()
+    return Given(names={"notes": notes, "note_id": 7, "title": "final",
                         "order": SimpleNamespace(id=7),
-                        "place_order": lambda conn, order: conn.execute(text("SELECT 1"))})
+                        "place_order": lambda conn, order: conn.execute(text("SELECT 1"))},
+                 urls={"postgresql+psycopg://app@db/app": url})
 
 
 GIVEN: dict[str, Callable[[Path], Given]] = {
@@ -405,10 +417,13 @@ def _queue_control_check(ran: Ran) -> None:
     assert sorted(ran.names["registry"]) == ["exports.build", "shipments.track"]
 
 
-def _ordered(ran: Ran) -> None:
+def _recorded(ran: Ran) -> None:
+    """The note's update and its job committed together; the retried order's job too."""
     with ran.names["engine"].connect() as conn:
+        title = conn.execute(text("SELECT title FROM notes WHERE id = 7")).scalar_one()
         keys = conn.execute(text("SELECT count(*) FROM outbox_keys")).scalar_one()
-    assert keys == 1
+        queues = conn.execute(text("SELECT queue FROM outbox_messages ORDER BY queue")).scalars()
+        assert (title, keys, list(queues)) == ("final", 2, ["default", "search"])
 
 
 def _run_jobs(ran: Ran) -> None:
@@ -436,7 +451,7 @@ CHECKS: dict[str, Callable[[Ran], None]] = {
     "how-to/django.md": _outbox_setting,
     "how-to/pgbouncer.md": _engine,
     "how-to/queue-control.md": _queue_control_check,
-    "how-to/record.md": _ordered,
+    "how-to/record.md": _recorded,
     "how-to/run-jobs.md": _run_jobs,
 }
 

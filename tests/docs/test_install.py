@@ -4,9 +4,10 @@ No release of the distribution is on the package index yet, so every page that n
 ``pip install 'outbox-relay[EXTRA]'`` (what works once released) names today's install
 from a checkout beside it, with the same extras: ``pip install -e '.[EXTRA]'`` (the
 README, read in the checkout) or ``pip install -e '../outbox[EXTRA]'`` (the site, which
-the tutorial's first step explains). The tutorial's install runs here as printed, in a
-fresh folder whose ``../outbox`` is this checkout, into a fresh venv (slow: it fetches
-the dependencies, through pip's cache).
+the tutorial's first step explains). The tutorial's install (``tutorial.md``'s first
+block, read as ``test_tutorial`` reads it) runs here as printed, in a fresh folder whose
+``../outbox`` is this checkout, into a fresh venv (slow, 26 s on a loaded 2-core box:
+pip builds the editable wheel and fetches the dependencies, through its cache).
 """
 
 from __future__ import annotations
