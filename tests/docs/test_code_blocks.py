@@ -372,6 +372,7 @@ def _readme(ran: Ran) -> None:
     """The worker ran the recorded job and said so; running the script again records
     nothing new; the workflow block recorded its graph."""
     (commands,) = ran.outputs
+    assert "1 handed off" in commands, commands
     assert '"event":"welcoming"' in commands and '"user_id":1' in commands, commands
     assert '"event":"worker.stopped"' in commands and '"succeeded":1,' in commands, commands
     again = subprocess.run([sys.executable, "shop.py"], cwd=ran.folder, env=ran.env,
