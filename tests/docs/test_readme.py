@@ -1,14 +1,11 @@
-"""The README as a front door: short, its two commands the ones CI runs, its example run."""
+"""The README as a front door: short, its two commands the ones CI runs, its example a
+jobs module apart from the script that records."""
 
 from __future__ import annotations
 
-import os
+import ast
 import re
-import sqlite3
-import subprocess
-import sys
 import tomllib
-from pathlib import Path
 
 from tests.docs.pages import README, ROOT, blocks_of, text
 
@@ -41,31 +38,19 @@ def test_every_link_of_the_readme_reaches_a_file() -> None:
     assert missing == []
 
 
-def test_the_example_records_relays_and_runs_one_job(tmp_path: Path) -> None:
-    example = next(b for b in blocks_of("README.md") if b.lang == "python")
-    migrate = "outbox --database-url sqlite:///shop.db migrate"
-    assert example.first.startswith(f"# shop.py: run `{migrate}`")
-    assert len(example.body.splitlines()) <= 32
-    (tmp_path / "shop.py").write_text(example.body, encoding="utf-8")
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "OUTBOX_LOG_FORMAT": "json"}
-    env.pop("OUTBOX_DATABASE_URL", None)
-    for argv in (
-        [str(bin_dir / "outbox"), "--database-url", "sqlite:///shop.db", "migrate"],
-        [sys.executable, "shop.py"],
-        [sys.executable, "shop.py"],  # the key deduplicates: nothing runs twice
-    ):
-        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=60, check=False)
-        assert done.returncode == 0, (argv, done.stdout, done.stderr)
-    db = sqlite3.connect(tmp_path / "shop.db")
-    try:
-        counts = [db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                  for t in ("users", "outbox_keys", "outbox_messages", "outbox_jobs",
-                            "outbox_failed_jobs")]
-    finally:
-        db.close()
-    assert counts == [1, 1, 0, 0, 0]  # recorded once, handed off, run and acknowledged
+def test_the_worker_imports_a_jobs_module_that_only_declares() -> None:
+    """``--app shop_jobs:registry`` names the block saved as ``shop_jobs.py``, which
+    declares the registry and its handlers and does nothing else at import; the script
+    that records is another file. (``tests/docs/test_code_blocks.py`` runs the blocks.)"""
+    apps = set(re.findall(r"--app (\w+):registry", text("README.md")))
+    assert apps == {"shop_jobs"}
+    (jobs,) = [b for b in blocks_of("README.md") if b.first == "# shop_jobs.py"]
+    statements = ast.parse(jobs.body).body
+    assert all(isinstance(s, (ast.ImportFrom, ast.Import, ast.FunctionDef)) for s in
+               statements[:1] + statements[2:]), jobs.body
+    assert ast.unparse(statements[1]) == "registry = Registry()"
+    assert [b.first for b in blocks_of("README.md") if b.lang == "python"][:2] == [
+        "# shop_jobs.py", "# shop.py"]
 
 
 def test_the_readme_names_the_distribution_pyproject_builds() -> None:

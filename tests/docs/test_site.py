@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from typing import Any
 
 import yaml
@@ -61,3 +62,12 @@ def test_a_newcomer_reaches_deploy_with_systemd_in_two_clicks_from_the_front_pag
     second = {p for page in first if (DOCS / page).is_file() for p in _links(page)}
     assert "how-to/deploy.md" in first | second
     assert "systemd" in text("how-to/deploy.md")
+
+
+def test_the_site_build_folder_is_ignored_by_git() -> None:
+    """``mkdocs build`` (``mkdocs serve`` too) writes ``site/`` at the root: git ignores
+    it, so a build is never committed by mistake."""
+    site = CONFIG.get("site_dir", "site")
+    done = subprocess.run(["git", "check-ignore", "-q", f"{site}/index.html"], cwd=ROOT,
+                          check=False)
+    assert done.returncode == 0, f"{site}/ is not in .gitignore"

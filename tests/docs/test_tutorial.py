@@ -1,9 +1,9 @@
 """The tutorial, step by step, as a newcomer runs it: every command of every block, in order.
 
-The install step cannot fetch the release here, so it is checked instead: it names this
-distribution and an extra it has (``.ci/wheel`` installs the built wheel the same way
-and runs it outside the checkout). ``source .venv/bin/activate`` is this test's own
-virtualenv on ``PATH``; the example database URL becomes a fresh PostgreSQL database.
+The install step (a checkout's editable install into a fresh venv) is run as printed by
+``tests/docs/test_install.py`` (slow); here ``source .venv/bin/activate`` is this test's
+own virtualenv on ``PATH``, and the example database URL becomes a fresh PostgreSQL
+database. What the page says the commands print is checked against what they print.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.pages import ROOT, blocks_of
+from tests.docs.pages import ROOT, blocks_of, text
 from tests.fixtures.databases import BACKENDS
 
 PAGE = "tutorial.md"
@@ -38,18 +38,22 @@ def _steps() -> tuple[list[str], dict[str, str]]:
     return lines, files
 
 
-def test_the_install_step_names_this_distribution_and_an_extra_it_has() -> None:
+def test_the_install_step_installs_from_a_checkout_and_names_the_release_beside_it() -> None:
+    """Today's install is the checkout's (no release is on the package index yet); the
+    install after the release is named beside it, with the same extra."""
     lines, _ = _steps()
     install = lines[0]
-    assert install.startswith("python3 -m venv .venv && .venv/bin/pip install ")
+    assert install.startswith("python3 -m venv .venv && .venv/bin/pip install -e ")
     requirement = shlex.split(install)[-1]
-    name, extra = requirement.rstrip("]").split("[")
-    assert name == PROJECT["name"]
+    assert requirement.startswith("../outbox["), requirement
+    extra = requirement.rstrip("]").split("[")[1]
     assert extra in PROJECT["optional-dependencies"]
     assert lines[1] == "source .venv/bin/activate"
+    page = " ".join(text(PAGE).split())
+    released = page.split("Once a release is on the index, the install is ")[1]
+    assert released.startswith(f"`.venv/bin/pip install '{PROJECT['name']}[{extra}]'`"), released
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if b == "postgresql"])
 def test_the_tutorial_runs_as_written(db_url: str, tmp_path: Path) -> None:
     lines, files = _steps()
@@ -78,3 +82,5 @@ def test_the_tutorial_runs_as_written(db_url: str, tmp_path: Path) -> None:
     first_status, last_status = (o for line, o in outputs if line == "outbox status")
     assert first_status.splitlines()[1].split()[:2] == ["1", "0"]  # one pending intent
     assert last_status.splitlines()[1].split()[:2] == ["0", "1"], last_status  # handed off
+    assert last_status.split("\n\n")[1].strip() == "no queues", last_status  # all acknowledged
+    assert "and `no queues`: the job ran" in " ".join(text(PAGE).split())

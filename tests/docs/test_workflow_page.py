@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
@@ -151,10 +152,25 @@ def test_the_fan_out_and_fan_in_example_runs_merge_once_after_every_part(
     _fan_out_and_in(tmp_path, code(PAGE, heading="Fan-out and fan-in")[0])
 
 
-def test_the_readmes_workflow_fans_out_and_in(tmp_path: Path) -> None:
+def test_the_readmes_workflow_fans_out_and_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's block as printed, in a folder whose ``shop.db`` the README's
+    ``outbox migrate`` made: it records and commits the graph itself."""
     block = code("README.md", heading="Workflows")[0]
     assert "after=[split]" in block and "after=parts" in block  # one → N, then N → one
-    _fan_out_and_in(tmp_path, block)
+    database = Database(f"sqlite:///{tmp_path / 'shop.db'}")
+    with database.connect() as conn:
+        migrate(conn)
+    monkeypatch.chdir(tmp_path)
+    exec(block, {"__name__": "__main__"})
+    with sqlite3.connect(tmp_path / "shop.db") as conn:
+        (workflow_id,) = conn.execute("SELECT workflow_id FROM outbox_workflows").fetchone()
+    conn.close()
+    seen: dict[str, Any] = {}
+    done = _run(database, _fan_registry(seen), workflow_id)
+    assert done.state == "succeeded" and len(done.nodes) == 102
+    assert seen == {"merges": 1, "parts": list(range(100))}
 
 
 def test_the_clean_up_node_runs_after_a_failure_and_sees_what_failed(tmp_path: Path) -> None:
