@@ -206,7 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "OUTBOX_SOAK_HOLD_S": str(SOAK_HOLD_S if args.soak else QUICK_HOLD_S),
         rows.ROWS_ENV: str(rows_file),
     }
-    cmd = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:randomly", "-q", *SCENARIOS]
+    cmd = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:randomly", "-q", "-rfE",
+           "--tb=short", *SCENARIOS]  # fmt: skip
     if args.select:
         cmd += ["-k", args.select]
     load, began = Load(), time.monotonic()
