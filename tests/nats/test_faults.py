@@ -34,6 +34,7 @@ from tests.fixtures.fault_harness import (
 from tests.fixtures.supervisor import Supervisor
 from tests.nats import support
 from tests.nats.servers import NatsCluster, NatsServer, run
+from tests.reliability import rows
 
 SOAK = os.environ.get("OUTBOX_SOAK", "") not in ("", "0")
 PER_PRODUCER = 600 if SOAK else 80
@@ -92,7 +93,7 @@ def test_relays_killed_at_random_put_every_intent_into_the_stream_exactly_once(
     )
     n = _assert_exactly_once_in_stream(ledger_url, nats_url)
     lanes = 1 if backend == "sqlite" else 3
-    _report(f"relays SIGKILLed at random ({backend}, {lanes} in flight)", n, relays.kills, 0)
+    _report(f"SIGKILL relays → JetStream, {lanes} in flight", backend, n, relays.kills)
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
@@ -116,7 +117,7 @@ def test_a_single_server_restarted_mid_run_loses_nothing(ledger_url: str, tmp_pa
         results = relays.stop()
         server.stop()
     assert results["relay"][0] == 0, results["relay"][1][-2000:]
-    _report("single server restarted", n, 1, 0)
+    _report("nats-server restart", "sqlite", n, 1)
 
 
 def _leader(cluster: NatsCluster) -> str:
@@ -194,13 +195,31 @@ def test_three_node_cluster_loses_a_node_then_the_leader_and_no_job(
     # (concurrency 2 + prefetch 2 each) per kill.
     assert extra <= 2 * 4 * len(kills), f"{extra} extra executions for {kills}"
     _report(
-        "3-node cluster: " + ", then ".join(kills) + " killed", len(committed), len(kills), extra
+        "3-node cluster: " + ", then ".join(kills) + " killed",
+        "sqlite",
+        len(committed),
+        len(kills),
+        (extra, 2 * 4 * len(kills)),
     )
 
 
-def _report(what: str, committed: int, kills: int, extra: int) -> None:
-    line = f"{what}: {committed} committed, 0 lost, {kills} kills, {extra} extra executions\n"
-    path = os.environ.get("OUTBOX_NATS_REPORT")
-    if path:
-        with open(path, "a") as f:
-            f.write(line)
+def _report(
+    what: str, backend: str, committed: int, kills: int, runs: tuple[int, int] | None = None
+) -> None:
+    """The scenario's row of the reliability report (``tests.reliability.rows``). Every
+    check above has passed: nothing lost, nothing in the stream twice. ``runs``: extra
+    executions and what the kills explain, where the workers drain the stream."""
+    rows.report(
+        rows.Row(
+            fault=f"{what} ({kills}x)",
+            backend=backend,
+            traffic="producers of 10% rolled-back transactions; relays `--target nats://`"
+            + ("; 2 workers `--broker` (c2, p2, lease 2 s)" if runs else ""),
+            jobs=committed,
+            faults=kills,
+            lost=0,
+            double_handoffs=0,
+            extra_executions=runs[0] if runs else None,
+            extra_bound=runs[1] if runs else None,
+        )
+    )

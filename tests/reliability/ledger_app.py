@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 from outbox.errors import PermanentFailure
@@ -25,11 +26,17 @@ registry = Registry()
 # time; the fault runs must not turn repeated kills into dead letters.
 MAX_ATTEMPTS = 20
 _local = threading.local()
-INSERT = "INSERT INTO harness_ledger (message_id, worker, attempt, transactional) VALUES ({0})"
+INSERT = (
+    "INSERT INTO harness_ledger (message_id, worker, attempt, transactional, at_ms) VALUES ({0})"
+)
 
 
 class HarnessFailure(Exception):
     """Raised by a handler on purpose; its message may carry the privacy marker."""
+
+
+def _started_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _own_connection() -> Any:
@@ -51,7 +58,8 @@ def run(payload: dict[str, Any], ctx: Any) -> None:
     try:
         cur = conn.cursor()
         cur.execute(
-            INSERT.format(", ".join([ph] * 4)), (ctx.message_id, str(os.getpid()), ctx.attempt, 0)
+            INSERT.format(", ".join([ph] * 5)),
+            (ctx.message_id, str(os.getpid()), ctx.attempt, 0, _started_ms()),
         )
         conn.commit()
     except Exception:
@@ -65,5 +73,6 @@ def run_tx(payload: dict[str, Any], ctx: Any) -> None:
         raise HarnessFailure(payload["fail"])
     ph = placeholder(os.environ["HARNESS_URL"])
     ctx.connection.cursor().execute(
-        INSERT.format(", ".join([ph] * 4)), (ctx.message_id, str(os.getpid()), ctx.attempt, 1)
+        INSERT.format(", ".join([ph] * 5)),
+        (ctx.message_id, str(os.getpid()), ctx.attempt, 1, _started_ms()),
     )

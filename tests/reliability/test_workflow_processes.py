@@ -22,9 +22,11 @@ from outbox import Job, Relay, Workflow, record
 from outbox.db.connection import Database
 from outbox.queue.admin import retry
 from outbox.workflows import WorkflowState, get
+from tests.fixtures.databases import backend_of
 from tests.fixtures.fault_harness import WORKER_READY
 from tests.fixtures.processes import wait_until
 from tests.fixtures.workers import ROOT
+from tests.reliability import rows
 
 APP = "tests.reliability.workflow_app:registry"
 
@@ -208,6 +210,20 @@ def test_a_worker_sigkilled_mid_node_loses_nothing_and_runs_no_dependent_early(
     slow_end = next(t for e, n, _, t, _ in ledger if e == "end" and n == "slow")
     assert join_start > slow_end
     assert shown.node("slow").attempts == 2
+    rows.report(
+        rows.Row(
+            fault="SIGKILL a worker mid-node, workflow (1x)",
+            backend=backend_of(db_url),
+            traffic="a 4-node workflow (a → slow, quick → join); 1 worker killed, 2 more",
+            jobs=4,  # nodes
+            faults=1,
+            lost=0,
+            double_handoffs=None,
+            extra_executions=sum(e == "start" for e, _ in slow_runs) - 1,  # the killed attempt
+            extra_bound=1,
+            figures={"nodes started before their dependencies": 0},
+        )
+    )
 
 
 def test_parents_acknowledged_at_the_same_instant_make_their_join_due_exactly_once(
