@@ -3,7 +3,7 @@
 In-process tests configure Django from here once (``tests/django/conftest.py``) and add
 an alias per test for that test's own database (``django_db``); the ``manage.py``
 processes a test starts read their database from the environment variable, set to the
-shared fixtures' URL.
+shared fixtures' URL, and ``OUTBOX['REGISTRY']`` from ``OUTBOX_DJANGO_REGISTRY`` when set.
 """
 
 from __future__ import annotations
@@ -83,3 +83,5 @@ TASKS = {
         "OPTIONS": {},
     }
 }
+if os.environ.get("OUTBOX_DJANGO_REGISTRY"):
+    OUTBOX = {"REGISTRY": os.environ["OUTBOX_DJANGO_REGISTRY"]}

@@ -39,11 +39,17 @@ def test_migrate_deploys_and_check_reports_the_schema(db_url: str, empty_alias: 
     assert bad.returncode == 2 and "not a message id" in bad.stderr
 
 
+A_FILE = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "app.db"}}  # not opened
+
+
 @pytest.mark.parametrize(
     ("outbox", "databases", "error"),
     [
         ({"DATABASE": "nope"}, None, "outbox.E002"),
         ({"DATABASES": "default"}, None, "outbox.E001"),
+        ({"REGISTRY": "shop.nope:registry"}, A_FILE, "outbox.E004"),
+        ({"REGISTRY": ["shop.jobs:registry"]}, A_FILE, "outbox.E004"),
+        ({"REGISTRY": "tests.fixtures.apps.scheduler:nightly"}, A_FILE, "outbox.E004"),
         ({}, {"default": {"ENGINE": "django.db.backends.oracle", "NAME": "x"}}, "outbox.E003"),
         ({}, {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
          "outbox.W002"),

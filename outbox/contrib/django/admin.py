@@ -27,6 +27,16 @@ def _at(ms: int | None) -> str:
     return "" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(" ", "seconds")
 
 
+def _time(field: str) -> Any:
+    """The admin column (and change-page field) showing ``field`` by ``_at``."""
+
+    @admin.display(description=field.replace("_", " "), ordering=field)
+    def shown(self: Any, obj: Any) -> str:
+        return _at(getattr(obj, field))
+
+    return shown
+
+
 class _ReadOnly(admin.ModelAdmin):
     list_per_page = 50
 
@@ -80,10 +90,7 @@ class FailedJobAdmin(_ReadOnly):
     actions = ("retry", "forget")
     shown_as = {"failed_at": "failed"}
     private_shown_as = {"exception_trace": "traceback"}
-
-    @admin.display(description="failed at", ordering="failed_at")
-    def failed(self, obj: FailedJob) -> str:
-        return _at(obj.failed_at)
+    failed = _time("failed_at")
 
     @admin.display(description="exception trace")
     def traceback(self, obj: FailedJob) -> str:
@@ -117,17 +124,10 @@ class QuarantinedIntentAdmin(_ReadOnly):
     search_fields = ("message_id", "job_name")
     actions = ("retry",)
     shown_as = {"created_at": "created", "failed_at": "failed"}
+    created, failed = _time("created_at"), _time("failed_at")
 
     def get_queryset(self, request: Any) -> Any:
         return super().get_queryset(request).filter(state="failed")
-
-    @admin.display(description="created at", ordering="created_at")
-    def created(self, obj: QuarantinedIntent) -> str:
-        return _at(obj.created_at)
-
-    @admin.display(description="failed at", ordering="failed_at")
-    def failed(self, obj: QuarantinedIntent) -> str:
-        return _at(obj.failed_at)
 
     @admin.action(description="Retry (back to pending once it verifies)",
                   permissions=["retry"])
@@ -147,15 +147,4 @@ class JobResultAdmin(_ReadOnly):
     search_fields = ("message_id", "job_name")
     actions = None
     shown_as = {"enqueued_at": "enqueued", "started_at": "started", "finished_at": "finished"}
-
-    @admin.display(description="enqueued at", ordering="enqueued_at")
-    def enqueued(self, obj: JobResult) -> str:
-        return _at(obj.enqueued_at)
-
-    @admin.display(description="started at", ordering="started_at")
-    def started(self, obj: JobResult) -> str:
-        return _at(obj.started_at)
-
-    @admin.display(description="finished at", ordering="finished_at")
-    def finished(self, obj: JobResult) -> str:
-        return _at(obj.finished_at)
+    enqueued, started, finished = _time("enqueued_at"), _time("started_at"), _time("finished_at")

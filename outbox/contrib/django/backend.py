@@ -25,6 +25,7 @@ result is kept, default 7 days; ``manage.py outbox prune`` drops older ones).
 from __future__ import annotations
 
 import contextvars
+import copy
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,6 +48,8 @@ from outbox.contrib.django.compat import (
     TaskResultDoesNotExist,
     TaskResultStatus,
 )
+from outbox.contrib.django.schema import unusable
+from outbox.errors import IdempotencyConflict, NoActiveTransaction, OutboxError
 from outbox.ids import is_message_id
 from outbox.job import MAX_ATTEMPTS_LIMIT, Job
 from outbox.queue.push import push
@@ -168,7 +171,7 @@ class TaskBackend(BaseTaskBackend):
         )
         key = _take_key()
         alias = conf.alias()
-        with transaction.atomic(using=alias, savepoint=False):
+        with _said_under_django(alias), transaction.atomic(using=alias, savepoint=False):
             conn = connections[alias]
             if key is not None:
                 at = task.run_after if task.run_after is not None else 0
@@ -184,7 +187,8 @@ class TaskBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult:
         if not isinstance(result_id, str) or not is_message_id(result_id):
             raise TaskResultDoesNotExist(result_id)
-        found = results.get(conf.database(), result_id)
+        with _said_under_django(conf.alias()):
+            found = results.get(conf.database(), result_id)
         task = None if found is None else task_named(found.job_name)
         if found is None or task is None:
             raise TaskResultDoesNotExist(result_id)
@@ -242,6 +246,25 @@ class TaskBackend(BaseTaskBackend):
 
         yield from super().check(**kwargs)
         yield from backend_checks(self)
+
+
+@contextmanager
+def _said_under_django(alias: str) -> Iterator[None]:
+    """An outbox error that is in truth the alias's missing (or outdated) tables is
+    raised again as the same error, saying so and naming ``manage.py migrate``, the
+    command that fixes it here (the core's words name ``outbox migrate``). Looked into
+    only once something failed, on a connection of our own."""
+    try:
+        yield
+    except OutboxError as exc:
+        if isinstance(exc, (ValueError, IdempotencyConflict, NoActiveTransaction)):
+            raise
+        problem = unusable(alias)
+        if problem is None:
+            raise
+        said = copy.copy(exc)  # its type and attributes (operation, code) kept
+        said.args = (problem,)
+        raise said from exc
 
 
 def _class_path(name: str) -> str:

@@ -3,7 +3,8 @@
 Always: ``outbox.E001`` the ``OUTBOX`` setting is wrong; ``E002`` its database alias
 does not exist; ``E003`` that database's engine is not one outbox supports; ``W002`` it
 is SQLite in memory (fine for Django's test runner, which makes one; no worker can reach
-it). With ``check --database ALIAS``: ``W001`` the outbox tables are missing or behind
+it); ``E004`` ``OUTBOX['REGISTRY']`` does not load (the worker would refuse to
+start). With ``check --database ALIAS``: ``W001`` the outbox tables are missing or behind
 (run ``manage.py migrate``): a warning, so that ``migrate``, which runs the database
 checks first, is never blocked by the very thing it fixes; ``--fail-level WARNING``
 makes it fail a deployment check.
@@ -36,13 +37,24 @@ def schema(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> lis
 
 
 def _problems() -> Iterator[checks.CheckMessage]:
-    from django.db import connections
-
     try:
         alias = conf.alias()
     except conf.SettingError as exc:
         yield checks.Error(str(exc), id="outbox.E001")
         return
+    yield from _database(alias)
+    try:
+        conf.registry()
+    except conf.SettingError as exc:
+        yield checks.Error(
+            str(exc), hint="set OUTBOX['REGISTRY'] to 'module:attr' of an outbox.Registry",
+            id="outbox.E004",
+        )
+
+
+def _database(alias: str) -> Iterator[checks.CheckMessage]:
+    from django.db import connections
+
     if alias not in connections.settings:
         yield checks.Error(
             f"settings.OUTBOX['DATABASE'] is {alias!r}, which is not in DATABASES",

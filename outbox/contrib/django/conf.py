@@ -8,11 +8,14 @@ never point at different databases.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import URL
 
 from outbox.db.connection import Database
+
+if TYPE_CHECKING:
+    from outbox.queue.registry import Registry
 
 DEFAULTS: dict[str, Any] = {"DATABASE": "default", "REGISTRY": None, "ADMIN_SHOW_PAYLOADS": False}
 ENGINES = {
@@ -93,6 +96,24 @@ def url_for(alias_name: str) -> str:
         database=name or None,
         query=query,
     ).render_as_string(hide_password=False)
+
+
+def registry() -> Registry | None:
+    """The application's ``OUTBOX['REGISTRY']`` (None when unset). One that does not load
+    is a ``SettingError`` naming the setting and why (``outbox.queue.loading``'s words),
+    for ``manage.py check`` and ``manage.py outbox worker`` alike."""
+    from outbox.errors import ConfigurationError
+    from outbox.queue.loading import load_registry
+
+    spec = setting()["REGISTRY"]
+    if spec is None:
+        return None
+    if not isinstance(spec, str):
+        raise SettingError("settings.OUTBOX['REGISTRY'] must be 'MODULE:ATTR' (a string)")
+    try:
+        return load_registry(spec)
+    except ConfigurationError as exc:
+        raise SettingError(f"settings.OUTBOX['REGISTRY'] is {spec!r}: {exc}") from None
 
 
 @cache

@@ -1,16 +1,20 @@
 """The outbox tables in a Django project: created and upgraded by outbox's own
 migrations (``outbox.db.migrate``), on our own connection to the alias's database, with
 their locking. ``OutboxMigrations`` is the Django migration operation that runs them;
-under ``sqlmigrate`` it shows their SQL."""
+under ``sqlmigrate`` it shows their SQL. ``unusable`` says, in Django's words (run
+``manage.py migrate``, never ``outbox migrate``), why the tables cannot be used yet."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.db.migrations.operations.base import Operation
 
 from outbox.db.dialect import dialect_named
-from outbox.db.migrate import MIGRATIONS, migrate, record_version_sql
+from outbox.db.migrate import MIGRATIONS, REQUIRED, applied_versions, migrate, record_version_sql
+
+MIGRATE = "run `manage.py migrate`"
 
 
 def upgrade(alias: str) -> list[int]:
@@ -19,6 +23,36 @@ def upgrade(alias: str) -> list[int]:
 
     with conf.database(alias).connect() as conn:
         return migrate(conn)
+
+
+def unusable(alias: str) -> str | None:
+    """Why outbox cannot use the tables of ``alias``'s database yet (no SQLite file, no
+    tables, a schema older than this outbox needs), naming ``manage.py migrate``; None
+    when it can, and when the database cannot be read (whoever asked then says why, or
+    waits for it). Never creates a SQLite file: it only looks."""
+    from outbox.contrib.django import conf
+    from outbox.db.dialect import SQLITE
+    from outbox.errors import OutboxError
+
+    try:
+        database = conf.database(alias)
+    except conf.SettingError:  # said by manage.py check, and where the setting is read
+        return None
+    if database.dialect is SQLITE and not Path(database.url.database or "").is_file():
+        return f"database {alias!r} has no SQLite file yet; {MIGRATE}"
+    try:
+        with database.connect() as conn:
+            versions = applied_versions(conn)
+    except OutboxError:
+        return None
+    if not versions:
+        return f"the outbox tables of database {alias!r} are missing; {MIGRATE}"
+    if max(versions) < REQUIRED:
+        return (
+            f"the outbox tables of database {alias!r} are behind (schema version "
+            f"{max(versions)}, this outbox needs {REQUIRED}); {MIGRATE}"
+        )
+    return None
 
 
 def in_memory(wrapper: Any) -> bool:

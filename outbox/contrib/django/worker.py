@@ -23,7 +23,6 @@ from outbox.contrib.django import backend as task_backend
 from outbox.contrib.django import conf
 from outbox.contrib.django.compat import Task, TaskContext, TaskResultStatus
 from outbox.queue import JobContext, Registry
-from outbox.queue.loading import load_registry
 
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 BACKEND_PATH = "outbox.contrib.django.TaskBackend"
@@ -67,10 +66,10 @@ def build() -> Registry:
     from outbox.contrib.django.compat import task_backends
 
     autodiscover_modules("tasks")
-    spec = conf.setting()["REGISTRY"]
     registry = Registry()
-    if spec:
-        registry.include(load_registry(spec))  # the application's, left unchanged
+    plain = conf.registry()
+    if plain is not None:
+        registry.include(plain)  # the application's, left unchanged
     for name, task in sorted(task_backend._known.items()):
         if task.backend not in our_backends() or name in registry:
             continue

@@ -1,9 +1,5 @@
-"""``manage.py outbox <command> [args]``: any ``outbox`` command, on Django's database.
-
-The database URL comes from ``OUTBOX['DATABASE']``'s ``DATABASES`` entry; ``worker``,
-``scheduler`` and ``dashboard`` run ``outbox.contrib.django.worker:registry`` (the
-project's tasks and ``OUTBOX['REGISTRY']``) unless ``--app`` is given.
-"""
+"""``manage.py outbox <command> [args]``: any ``outbox`` command, on Django's database
+(``outbox.contrib.django.management.cli`` says what differs from the plain CLI)."""
 
 from __future__ import annotations
 
@@ -13,8 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from outbox.contrib.django import conf
 
-APP_COMMANDS = ("worker", "scheduler", "dashboard")
-DJANGO_APP = "outbox.contrib.django.worker:registry"
+EXIT_USAGE = 2
 
 
 class Command(BaseCommand):
@@ -36,22 +31,19 @@ class Command(BaseCommand):
             raise CommandError(f"outbox {' '.join(args[:1])} exited with {code}", returncode=code)
 
     def _run(self, args: list[str]) -> int:
-        from outbox.cli import main
+        from outbox.contrib.django.management import cli
 
         try:
             url = conf.url_for(conf.alias())
         except conf.SettingError as exc:
             self.stderr.write(f"error: {exc}")
-            return 2
-        if args and args[0] in APP_COMMANDS and not _has_app(args):
-            args = [args[0], "--app", DJANGO_APP, *args[1:]]
+            return EXIT_USAGE
+        refused = cli.refused_url(args)
+        if refused is not None:
+            self.stderr.write(f"error: {refused}")
+            return EXIT_USAGE
         try:
-            main.main(["--database-url", url, *args], prog_name="manage.py outbox",
-                      standalone_mode=True)
+            cli.command_line(url).main(args, prog_name=cli.PROG, standalone_mode=True)
         except SystemExit as done:
             return int(done.code or 0) if not isinstance(done.code, str) else 1
         return 0
-
-
-def _has_app(args: list[str]) -> bool:
-    return any(a == "--app" or a.startswith("--app=") for a in args)
