@@ -5,7 +5,9 @@ after a database error) and turns outcomes into compare-and-set writes: batched
 acknowledgements, retries with backoff, dead letters, releases, heartbeats and the
 reaper. A write that finds the job no longer held by this attempt is logged as a lost
 lease and changes nothing. A database error is logged by class and paused on; the
-jobs it concerned stay leased and come back through the reaper if need be.
+jobs it concerned stay leased and come back through the reaper if need be. A database
+that refuses to write (``ReadOnlyDatabase``: no wait fixes it) is kept in ``fatal``
+instead, and the worker ends on it.
 
 The connection commits without waiting for the disk where the database allows it
 (``queue_worker_session``): every write here is one a crash may undo safely — a lost
@@ -36,7 +38,7 @@ from outbox.db.rows import (
     LimitSlot,
     LimitVerdict,
 )
-from outbox.errors import DatabaseError
+from outbox.errors import DatabaseError, ReadOnlyDatabase
 from outbox.queue.config import WorkerStats
 from outbox.queue.control import MAX_SNOOZES
 from outbox.queue.execute import Outcome
@@ -81,6 +83,7 @@ class Settler:
         self.tally = tally or Tally(worker_id)  # the dashboard chart's counts
         self._conn: Connection | None = None
         self.in_trouble = False  # the last database operation failed
+        self.fatal: ReadOnlyDatabase | None = None  # the first error no retry fixes
         # Jobs decided ACK whose handler keeps its result: their outcome waits here for
         # the batched acknowledgement, which writes it in the ack's transaction.
         self._kept: dict[int, Outcome] = {}
@@ -409,7 +412,13 @@ class Settler:
 
     def _trouble(self, during: str, exc: DatabaseError) -> None:
         """Log the error class, drop the connection, pause (``outbox.db.reconnect``);
-        leases cover what is held."""
+        leases cover what is held. A read-only database is kept for the worker to end
+        on (its one line is the error the worker raises), without a pause."""
+        if isinstance(exc, ReadOnlyDatabase):
+            self.fatal = self.fatal or exc
+            self.in_trouble = True
+            self.close()
+            return
         cause = type(exc.__cause__).__name__ if exc.__cause__ else type(exc).__name__
         pause = self.reconnect.pause(exc)
         self.log.error("worker.database_error", during=during, error=cause, code=exc.code,
