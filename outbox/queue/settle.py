@@ -41,14 +41,16 @@ from outbox.db.rows import (
 from outbox.errors import DatabaseError, ReadOnlyDatabase
 from outbox.queue.config import WorkerStats
 from outbox.queue.control import MAX_SNOOZES
-from outbox.queue.execute import Outcome
+from outbox.queue.execute import Kind, Outcome
 from outbox.queue.policy import (
+    STOPPED_FAILURE,
     UNKNOWN_DELAY_MS,
     UNKNOWN_FAILURE,
     Action,
     Decision,
     decide,
     decide_by_kind,
+    decide_stopped,
 )
 from outbox.queue.registry import Registry
 from outbox.queue.throughput import DEAD, RETRIED, SUCCEEDED, Tally
@@ -270,6 +272,15 @@ class Settler:
             max_attempts=self.registry.max_attempts(job.job_name, job.max_attempts),
             error=failure.exception_class,
         )
+
+    def give_back(self, jobs: Sequence[ClaimedJob]) -> None:
+        """Jobs still running when the grace ran out: each back to the queue now, its
+        attempt counted (``policy.decide_stopped``), instead of held until its lease
+        expires in a worker that is gone."""
+        for job in jobs:
+            limit = self.registry.max_attempts(job.job_name, job.max_attempts)
+            outcome = Outcome(Kind.FAILED, job, STOPPED_FAILURE)
+            self._fail(outcome, decide_stopped(job.attempts, limit))
 
     def release_unspent(self, jobs: Sequence[ClaimedJob]) -> None:
         try:

@@ -24,8 +24,11 @@ elsewhere while the old call is still going: give such handlers idempotent effec
 
 Stopping: ``stop()`` (SIGTERM/SIGINT in the CLI) ends claiming, hands unstarted jobs
 back without spending an attempt, and waits up to ``grace`` seconds for running jobs;
-calling it again changes nothing. ``stop_now()`` (a second signal) returns at once;
-leases of jobs still running then expire and the reaper returns them to the queue.
+calling it again changes nothing. Jobs still running when the grace runs out go back
+to the queue at once, their attempt counted (last error ``WorkerStopped``; a dead letter
+after the last attempt), and the stop is not graceful (the CLI exits 1). ``stop_now()``
+(a second signal) returns at once; leases of jobs still running then expire and the
+reaper returns them to the queue.
 
 Queue control (``outbox.queue.control``): the claim takes nothing from a paused queue,
 so a ``stop_when_empty`` worker on one exits at once; when such a claim comes back empty
@@ -271,6 +274,7 @@ class Worker:
         if self._d.stop_deadline is not None and now >= self._d.stop_deadline:
             self.stats.graceful = False
             self._log.warning("worker.grace_expired", running=len(self._d.held))
+            self._d.give_back_running()  # not left to their leases: the worker is going
             return True
         return False
 
