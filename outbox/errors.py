@@ -146,7 +146,7 @@ class ReadOnlyDatabase(DatabaseError):
     """The database refuses to write: a read-only SQLite file (``SQLITE_READONLY``), a
     read-only PostgreSQL server or transaction (``default_transaction_read_only``, a hot
     standby: SQLSTATE 25006), MariaDB's ``read_only`` or a ``READ ONLY`` transaction
-    (1290, 1792), or a user without the privilege (SQLSTATE 42501, MariaDB 1142).
+    (1290, 1792), or a user without the privilege (SQLSTATE 42501, MariaDB 1142/1143).
 
     Waiting does not fix it, so the long-running commands (worker, ``relay --watch``)
     end on it, in one line and exit 1, instead of retrying for ever.

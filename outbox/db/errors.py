@@ -43,9 +43,10 @@ SQLITE_NO_SUCH_TABLE = "no such table: outbox_"
 # What refuses to write and stays so (ReadOnlyDatabase). PostgreSQL: read_only_sql_transaction
 # (default_transaction_read_only, a hot standby), insufficient_privilege. MariaDB/MySQL:
 # ER_OPTION_PREVENTS_STATEMENT (read_only), ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION,
-# ER_TABLEACCESS_DENIED_ERROR (no grant). SQLite: SQLITE_READONLY and its extended codes.
+# ER_TABLEACCESS_DENIED_ERROR and ER_COLUMNACCESS_DENIED_ERROR (no grant). SQLite:
+# SQLITE_READONLY and its extended codes.
 PG_READ_ONLY = frozenset({"25006", "42501"})
-MYSQL_READ_ONLY = frozenset({1290, 1792, 1142})
+MYSQL_READ_ONLY = frozenset({1290, 1792, 1142, 1143})
 # PostgreSQL: admin_shutdown, crash_shutdown, cannot_connect_now, idle_session_timeout,
 # idle_in_transaction_session_timeout; and the whole class 08, connection_exception.
 PG_CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03"})

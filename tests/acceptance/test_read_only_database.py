@@ -18,12 +18,13 @@ from urllib.parse import quote
 
 import pytest
 
-from outbox import Job, push, record
+from outbox import Database, Job, push, record
 from outbox.db.connection import Connection
 from outbox.db.url import make_url
 from outbox.errors import ReadOnlyDatabase
 from tests.fixtures.gaps import Gap, skip_gap
 from tests.fixtures.workers import ROOT, count
+from tests.ops.grants import SERVER_BACKENDS, GrantedDatabase
 
 APP = "tests.fixtures.apps.control:registry"
 
@@ -86,8 +87,25 @@ def test_a_read_only_database_ends_the_command_in_one_line(
 
 
 def test_the_error_is_a_read_only_database_in_the_library(read_only_url: str) -> None:
-    from outbox import Database, Relay
+    from outbox import Relay
 
     with pytest.raises(ReadOnlyDatabase) as caught, Relay(Database(read_only_url)) as relay:
         relay.run_once()
     assert caught.value.operation == "relay batch" and caught.value.code is not None
+
+
+@pytest.fixture(scope="module", params=SERVER_BACKENDS)
+def granted(request: pytest.FixtureRequest) -> Iterator[GrantedDatabase]:
+    """A database with the shipped grants (tests/ops/grants.py), one per server backend."""
+    with GrantedDatabase(str(request.param)) as g:
+        yield g
+
+
+def test_a_worker_whose_user_may_not_claim_ends_in_one_line(granted: GrantedDatabase) -> None:
+    """The operator role reads the queue but may not claim from it: the worker's claim is
+    refused by a grant (SQLSTATE 42501, MariaDB 1142/1143), which no wait fixes either."""
+    with Database(granted.admin_url).connect() as c, c.transaction():
+        push(c.raw, Job("c.ran", {}))
+    done = _outbox(granted.url("operator"), "worker", "default", "--app", APP,
+                   "--stop-when-empty")  # fmt: skip
+    _ends_in_one_line(done, "claim")
