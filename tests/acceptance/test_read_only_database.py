@@ -22,7 +22,7 @@ from outbox import Database, Job, push, record
 from outbox.db.connection import Connection
 from outbox.db.url import make_url
 from outbox.errors import ReadOnlyDatabase
-from tests.fixtures.gaps import Gap, skip_gap
+from tests.fixtures.read_only import immutable_file
 from tests.fixtures.workers import ROOT, count
 from tests.ops.grants import SERVER_BACKENDS, GrantedDatabase
 
@@ -42,14 +42,8 @@ def read_only_url(db_url: str, backend: str, conn: Connection, app_conn: Any) ->
     elif backend == "mysql":
         yield f"{db_url}?init_command={quote('SET SESSION TRANSACTION READ ONLY')}"
     else:
-        path = make_url(db_url).database or ""
-        if subprocess.run(["chattr", "+i", path], capture_output=True, check=False).returncode:
-            os.chmod(path, 0o444)
-            if os.access(path, os.W_OK):
-                skip_gap(Gap.NO_READ_ONLY_FILE)
-        yield db_url
-        subprocess.run(["chattr", "-i", path], capture_output=True, check=False)
-        os.chmod(path, 0o644)
+        with immutable_file(make_url(db_url).database or ""):
+            yield db_url
 
 
 def _outbox(url: str, *args: str) -> subprocess.CompletedProcess[str]:
