@@ -13,10 +13,13 @@ One root, so an application can catch everything of ours in one place::
      │                                            timeout, SQLite BUSY): roll back, run it again
      ├── UnsupportedConnection                    record() was given something it cannot write on
      ├── ConfigurationError                       a database URL or setting we cannot use
- │    └── MissingExtra                         the URL's driver is not installed: ``extra``
- │                                            names the extra to install
+     │    └── MissingExtra                        the URL's driver is not installed
+     │                                            (``extra``: the extra to install)
      ├── DatabaseError                            a database operation failed (driver error kept
-     │                                            as __cause__)
+     │    │                                       as __cause__)
+     │    ├── TablesMissing                       the outbox tables are not there: migrate
+     │    └── ReadOnlyDatabase                    the database refuses to write (a read-only
+     │                                            file, server or transaction, or no grant)
      ├── PermanentFailure                         raised by a handler: dead-letter at once
      ├── Snooze                                   raised by a handler: run again later,
      │                                            no attempt spent
@@ -131,6 +134,23 @@ class DatabaseError(OutboxError):
         super().__init__(message)
         self.operation = operation
         self.code = code
+
+
+class TablesMissing(DatabaseError):
+    """The outbox tables are not in this database: it was never migrated, or the URL
+    names another database. ``outbox migrate`` creates them (a framework's own
+    migrations do too: its integration says which command)."""
+
+
+class ReadOnlyDatabase(DatabaseError):
+    """The database refuses to write: a read-only SQLite file (``SQLITE_READONLY``), a
+    read-only PostgreSQL server or transaction (``default_transaction_read_only``, a hot
+    standby: SQLSTATE 25006), MariaDB's ``read_only`` or a ``READ ONLY`` transaction
+    (1290, 1792), or a user without the privilege (SQLSTATE 42501, MariaDB 1142/1143).
+
+    Waiting does not fix it, so the long-running commands (worker, ``relay --watch``)
+    end on it, in one line and exit 1, instead of retrying for ever.
+    """
 
 
 class InvalidMessageId(OutboxError, ValueError):

@@ -129,7 +129,8 @@ def parse_queue_limits(specs: tuple[str, ...]) -> dict[str, int]:
     "--grace",
     type=click.FloatRange(0),
     default=30.0,
-    help="Seconds running jobs get to finish after SIGTERM/SIGINT.",
+    help="Seconds running jobs get to finish after SIGTERM/SIGINT; the ones still running "
+    "then go back to the queue, their attempt counted, and the worker exits 1.",
 )
 @click.option(
     "--max-jobs",

@@ -19,7 +19,13 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from outbox.errors import DatabaseError, OutboxError, RetryTransaction
+from outbox.errors import (
+    DatabaseError,
+    OutboxError,
+    ReadOnlyDatabase,
+    RetryTransaction,
+    TablesMissing,
+)
 
 # PostgreSQL SQLSTATEs: serialization_failure, deadlock_detected.
 PG_RETRYABLE = frozenset({"40001", "40P01"})
@@ -30,9 +36,17 @@ PG_RETRYABLE = frozenset({"40001", "40P01"})
 MYSQL_RETRYABLE = frozenset({1213, 1020, 1205})
 SQLITE_RETRYABLE = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 # PostgreSQL undefined_table, MariaDB ER_NO_SUCH_TABLE. SQLite has no code for it (its
-# generic SQLITE_ERROR): errors are told apart by code only, so there the hint is left out
-# and ``outbox``'s commands say it from their schema check instead.
+# generic SQLITE_ERROR), so there the one fixed text SQLite gives, "no such table: <name>",
+# is read, and only for one of our tables (is_missing_table).
 MISSING_TABLE = frozenset({"42P01", 1146})
+SQLITE_NO_SUCH_TABLE = "no such table: outbox_"
+# What refuses to write and stays so (ReadOnlyDatabase). PostgreSQL: read_only_sql_transaction
+# (default_transaction_read_only, a hot standby), insufficient_privilege. MariaDB/MySQL:
+# ER_OPTION_PREVENTS_STATEMENT (read_only), ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION,
+# ER_TABLEACCESS_DENIED_ERROR and ER_COLUMNACCESS_DENIED_ERROR (no grant). SQLite:
+# SQLITE_READONLY and its extended codes.
+PG_READ_ONLY = frozenset({"25006", "42501"})
+MYSQL_READ_ONLY = frozenset({1290, 1792, 1142, 1143})
 # PostgreSQL: admin_shutdown, crash_shutdown, cannot_connect_now, idle_session_timeout,
 # idle_in_transaction_session_timeout; and the whole class 08, connection_exception.
 PG_CONNECTION_LOST = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03"})
@@ -104,18 +118,48 @@ def error_code(exc: BaseException) -> str | int | None:
     return error_code(cause) if cause is not None and cause is not exc else None
 
 
+def is_missing_table(exc: BaseException) -> bool:
+    """True when ``exc`` says a table is not there (on SQLite: one of ours)."""
+    if error_code(exc) in MISSING_TABLE:
+        return True
+    if isinstance(exc, sqlite3.OperationalError):
+        return str(exc).startswith(SQLITE_NO_SUCH_TABLE)
+    cause = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver error
+    return cause is not None and cause is not exc and is_missing_table(cause)
+
+
+def is_read_only(exc: BaseException) -> bool:
+    """True when ``exc`` says the database refuses to write, which waiting does not fix:
+    a read-only file, server or transaction, or a missing privilege (``PG_READ_ONLY``,
+    ``MYSQL_READ_ONLY``, ``SQLITE_READONLY``)."""
+    code = error_code(exc)
+    if isinstance(code, int):
+        return code in MYSQL_READ_ONLY
+    return code is not None and (code in PG_READ_ONLY or code.startswith("SQLITE_READONLY"))
+
+
 def translate(exc: BaseException, operation: str) -> DatabaseError:
-    """A ``DatabaseError`` naming the operation and the driver's error class and code.
+    """A ``DatabaseError`` naming the operation and the driver's error class and code:
+    ``TablesMissing`` and ``ReadOnlyDatabase`` for the two that no retry fixes.
 
     The driver's own message is left on ``__cause__``: it can quote row values.
     """
     code = error_code(exc)
-    suffix = f" ({code})" if code else ""
-    if code in MISSING_TABLE:
-        suffix += "; the outbox tables are missing: run `outbox migrate`"
-    return DatabaseError(
-        f"{operation} failed: {type(exc).__name__}{suffix}", operation=operation, code=code
-    )
+    said = f"{operation} failed: {type(exc).__name__}" + (f" ({code})" if code else "")
+    if is_missing_table(exc):
+        return TablesMissing(
+            f"{said}; the outbox tables are missing: create them with `outbox migrate`",
+            operation=operation,
+            code=code,
+        )
+    if is_read_only(exc):
+        return ReadOnlyDatabase(
+            f"{said}; the database refuses writes (a read-only file, server or "
+            "transaction, or a user without the privilege)",
+            operation=operation,
+            code=code,
+        )
+    return DatabaseError(said, operation=operation, code=code)
 
 
 def translate_for_caller(exc: BaseException, operation: str) -> OutboxError:

@@ -330,6 +330,17 @@ class Dispatcher:
             self.db.flush_tally()
             self.tally_due = now + FLUSH_EVERY_S
 
+    def give_back_running(self) -> None:
+        """The grace ran out: what finished meanwhile is settled, the jobs still running
+        go back to the queue at once (``Settler.give_back``); their handlers' outcomes,
+        if they come, find nothing held."""
+        self.collect()
+        self.flush_acks()
+        jobs = list(self.held)
+        for job in jobs:
+            self._forget(job)
+        self.db.give_back(jobs)
+
     def release_unspent(self, jobs: list[ClaimedJob]) -> None:
         for job in jobs:
             self._forget(job)

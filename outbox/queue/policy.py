@@ -23,7 +23,9 @@ The retry's delay is the handler's ``backoff.delay_ms(attempt)`` (``bound`` when
 ``jitter=False``, as ``outbox.testing`` asks for repeatable tests). A backoff that
 raises, or returns no finite number >= 0, gets the default backoff (with its own jitter
 setting) instead: a bad backoff never stops a worker. A job with no handler here waits
-``UNKNOWN_DELAY_MS``.
+``UNKNOWN_DELAY_MS``. A job still running when its worker's grace runs out is decided
+apart (``decide_stopped``): RETRY at once, or DEAD after its last attempt, class
+``WorkerStopped``.
 
 ``decide`` reads nothing but its arguments: no clock but ``now_ms``, no database.
 """
@@ -44,6 +46,10 @@ UNKNOWN_DELAY_MS = 60_000
 UNKNOWN_FAILURE = Failure("outbox.Unknown", "the attempt failed without an exception", "")
 SNOOZE_LIMIT_FAILURE = Failure(
     SNOOZE_LIMIT, f"the job was snoozed {MAX_SNOOZES} times, the most a job may be", ""
+)
+WORKER_STOPPED = "WorkerStopped"
+STOPPED_FAILURE = Failure(
+    WORKER_STOPPED, "the worker stopped (its grace ran out) while this attempt ran", ""
 )
 
 
@@ -175,3 +181,12 @@ def _jitters(backoff: Backoff) -> bool:
         return backoff.jitter is not False
     except Exception:
         return True
+
+
+def decide_stopped(attempts: int, max_attempts: int) -> Decision:
+    """A job still running when its worker's grace ran out. Its attempt is spent, as
+    when a lease expires, and the reaper's rule is applied at once rather than at the
+    lease's end: back to the queue now, for another worker (no backoff: nothing says the
+    job is at fault), or to the dead letters after its last attempt."""
+    action = Action.DEAD if attempts >= max_attempts else Action.RETRY
+    return Decision(action, failure=STOPPED_FAILURE)

@@ -5,7 +5,9 @@ after a database error) and turns outcomes into compare-and-set writes: batched
 acknowledgements, retries with backoff, dead letters, releases, heartbeats and the
 reaper. A write that finds the job no longer held by this attempt is logged as a lost
 lease and changes nothing. A database error is logged by class and paused on; the
-jobs it concerned stay leased and come back through the reaper if need be.
+jobs it concerned stay leased and come back through the reaper if need be. A database
+that refuses to write (``ReadOnlyDatabase``: no wait fixes it) is kept in ``fatal``
+instead, and the worker ends on it.
 
 The connection commits without waiting for the disk where the database allows it
 (``queue_worker_session``): every write here is one a crash may undo safely — a lost
@@ -36,17 +38,19 @@ from outbox.db.rows import (
     LimitSlot,
     LimitVerdict,
 )
-from outbox.errors import DatabaseError
+from outbox.errors import DatabaseError, ReadOnlyDatabase
 from outbox.queue.config import WorkerStats
 from outbox.queue.control import MAX_SNOOZES
-from outbox.queue.execute import Outcome
+from outbox.queue.execute import Kind, Outcome
 from outbox.queue.policy import (
+    STOPPED_FAILURE,
     UNKNOWN_DELAY_MS,
     UNKNOWN_FAILURE,
     Action,
     Decision,
     decide,
     decide_by_kind,
+    decide_stopped,
 )
 from outbox.queue.registry import Registry
 from outbox.queue.throughput import DEAD, RETRIED, SUCCEEDED, Tally
@@ -81,6 +85,7 @@ class Settler:
         self.tally = tally or Tally(worker_id)  # the dashboard chart's counts
         self._conn: Connection | None = None
         self.in_trouble = False  # the last database operation failed
+        self.fatal: ReadOnlyDatabase | None = None  # the first error no retry fixes
         # Jobs decided ACK whose handler keeps its result: their outcome waits here for
         # the batched acknowledgement, which writes it in the ack's transaction.
         self._kept: dict[int, Outcome] = {}
@@ -268,6 +273,15 @@ class Settler:
             error=failure.exception_class,
         )
 
+    def give_back(self, jobs: Sequence[ClaimedJob]) -> None:
+        """Jobs still running when the grace ran out: each back to the queue now, its
+        attempt counted (``policy.decide_stopped``), instead of held until its lease
+        expires in a worker that is gone."""
+        for job in jobs:
+            limit = self.registry.max_attempts(job.job_name, job.max_attempts)
+            outcome = Outcome(Kind.FAILED, job, STOPPED_FAILURE)
+            self._fail(outcome, decide_stopped(job.attempts, limit))
+
     def release_unspent(self, jobs: Sequence[ClaimedJob]) -> None:
         try:
             unspent = JobReleaseUnspent(self._fence(jobs))
@@ -409,7 +423,13 @@ class Settler:
 
     def _trouble(self, during: str, exc: DatabaseError) -> None:
         """Log the error class, drop the connection, pause (``outbox.db.reconnect``);
-        leases cover what is held."""
+        leases cover what is held. A read-only database is kept for the worker to end
+        on (its one line is the error the worker raises), without a pause."""
+        if isinstance(exc, ReadOnlyDatabase):
+            self.fatal = self.fatal or exc
+            self.in_trouble = True
+            self.close()
+            return
         cause = type(exc.__cause__).__name__ if exc.__cause__ else type(exc).__name__
         pause = self.reconnect.pause(exc)
         self.log.error("worker.database_error", during=during, error=cause, code=exc.code,

@@ -24,8 +24,11 @@ elsewhere while the old call is still going: give such handlers idempotent effec
 
 Stopping: ``stop()`` (SIGTERM/SIGINT in the CLI) ends claiming, hands unstarted jobs
 back without spending an attempt, and waits up to ``grace`` seconds for running jobs;
-calling it again changes nothing. ``stop_now()`` (a second signal) returns at once;
-leases of jobs still running then expire and the reaper returns them to the queue.
+calling it again changes nothing. Jobs still running when the grace runs out go back
+to the queue at once, their attempt counted (last error ``WorkerStopped``; a dead letter
+after the last attempt), and the stop is not graceful (the CLI exits 1). ``stop_now()``
+(a second signal) returns at once; leases of jobs still running then expire and the
+reaper returns them to the queue.
 
 Queue control (``outbox.queue.control``): the claim takes nothing from a paused queue,
 so a ``stop_when_empty`` worker on one exits at once; when such a claim comes back empty
@@ -152,6 +155,7 @@ class Worker:
             self._loop()
         finally:
             self._shutdown(listener)
+        self._raise_fatal()
         return self.stats
 
     def run_once(self, timeout: float = STEP_TIMEOUT_S) -> int:
@@ -178,7 +182,14 @@ class Worker:
             now = self._clock()
         self._d.flush_acks()
         self._d.flush_tally(self._clock())
+        self._raise_fatal()
         return claimed
+
+    def _raise_fatal(self) -> None:
+        """A database that refuses to write (``ReadOnlyDatabase``) ends the worker: no
+        retry fixes it, and a ``stop_when_empty`` worker would otherwise never end."""
+        if self._d.db.fatal is not None:
+            raise self._d.db.fatal
 
     def close(self) -> None:
         """End the handler threads and the connection of a worker driven by ``run_once``
@@ -204,7 +215,7 @@ class Worker:
         reap_every = cfg.reap_every or max(cfg.lease / 2, 0.05)
         next_reap = began
         self._d.tally_due = began + FLUSH_EVERY_S
-        while self._stop_requests < 2:
+        while self._stop_requests < 2 and self._d.db.fatal is None:
             now = self._clock()
             if self._stop_requests:
                 self._begin_stop("signal")
@@ -263,6 +274,7 @@ class Worker:
         if self._d.stop_deadline is not None and now >= self._d.stop_deadline:
             self.stats.graceful = False
             self._log.warning("worker.grace_expired", running=len(self._d.held))
+            self._d.give_back_running()  # not left to their leases: the worker is going
             return True
         return False
 
@@ -271,8 +283,8 @@ class Worker:
         self._stopping.set()
         self._d.flush_acks()
         self._d.free_slots()
-        if self._stop_requests >= 2 or not self.stats.graceful:
-            self.stats.graceful = False
+        if self._stop_requests >= 2 or (self._d.db.fatal is not None and self._d.held):
+            self.stats.graceful = False  # no waiting for jobs that could not be settled
         if pools is not None:
             pools.close(cancel_running=not self.stats.graceful)
         if listener is not None:

@@ -33,7 +33,13 @@ from outbox.config import settings
 from outbox.db.connection import Database, LazyConnection
 from outbox.db.reconnect import Reconnect
 from outbox.db.rows import HandoffResult, OutboxHandoff
-from outbox.errors import BrokerError, ConfigurationError, DatabaseError, TargetRefused
+from outbox.errors import (
+    BrokerError,
+    ConfigurationError,
+    DatabaseError,
+    ReadOnlyDatabase,
+    TargetRefused,
+)
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.log import get_logger
 from outbox.relay.inflight import InFlight
@@ -184,6 +190,8 @@ class Relay:
             while not stop.is_set():
                 try:
                     batch = self.run_once()
+                except ReadOnlyDatabase:
+                    raise  # no wait fixes it: one line and exit 1, as a one-shot relay
                 except DatabaseError as exc:
                     cause = type(exc.__cause__ or exc).__name__
                     pause = database.pause(exc)

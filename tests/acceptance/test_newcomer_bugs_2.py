@@ -31,8 +31,9 @@ from outbox.testing import run_pending
 from tests.dashboard.client import get
 from tests.fixtures import databases as backends
 from tests.fixtures.databases import sqlalchemy_url
-from tests.fixtures.gaps import Gap, skip_gap, skip_mark
+from tests.fixtures.gaps import Gap, skip_mark
 from tests.fixtures.pg_cluster import free_port
+from tests.fixtures.read_only import immutable_file
 from tests.fixtures.workers import ROOT, count
 
 SAMPLE = ROOT / "examples" / "sample_app"
@@ -565,14 +566,8 @@ def _one_error_line(done: Any, code: int, said: str) -> None:
 @pytest.fixture
 def immutable(sqlite_db: str) -> Any:
     """The SQLite file made read-only for everyone, root included (``chattr +i``)."""
-    path = make_url(sqlite_db).database or ""
-    if subprocess.run(["chattr", "+i", path], capture_output=True, check=False).returncode:
-        os.chmod(path, 0o444)
-        if os.access(path, os.W_OK):
-            skip_gap(Gap.NO_READ_ONLY_FILE)
-    yield sqlite_db
-    subprocess.run(["chattr", "-i", path], capture_output=True, check=False)
-    os.chmod(path, 0o644)
+    with immutable_file(make_url(sqlite_db).database or ""):
+        yield sqlite_db
 
 
 def test_the_demo_on_a_read_only_sqlite_file_says_so_in_one_line(immutable: str) -> None:

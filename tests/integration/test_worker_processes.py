@@ -181,6 +181,50 @@ def test_worker_paused_past_its_lease_cannot_ack_the_job_it_lost(
     assert [e["message_id"] for e in lost] == [mid]
 
 
+def test_a_job_running_past_the_grace_goes_back_at_once_its_attempt_counted(
+    app_conn: Any, conn: Connection, workers: Any, tmp_path: Path
+) -> None:
+    """Issue 38: the worker exited 1 and left the job reserved until its lease (here 60 s)
+    expired. Now it gives the job back as it goes; a second worker takes it at once."""
+    mid = _slow(app_conn, s=60, s_retry=0)
+    stopped = workers("stopped", "--grace", "0.5", "--lease", "60")
+    stopped_id = stopped.worker_id()
+    wait_until(lambda: _started_by(tmp_path, mid, 1), TIMEOUT)
+    stopped.proc.send_signal(signal.SIGTERM)
+    assert stopped.wait() == 1  # not graceful: a job was cut short (the exit-codes page)
+    events = stopped.events()
+    assert any(e.get("outcome") == "stopped with jobs unfinished" for e in events)
+    (retry,) = [e for e in events if e["event"] == "job.retry"]
+    assert (retry["message_id"], retry["attempt"], retry["error"]) == (mid, 1, "WorkerStopped")
+    row = conn.execute_sql(
+        f"SELECT attempts, reserved_by, last_error FROM outbox_jobs WHERE message_id = '{mid}'"
+    )
+    assert tuple(row[0]) == (1, None, "WorkerStopped")  # free now, not in 60 s
+    assert stopped_id not in str(row)
+    taker = workers("taker", "--lease", "60", "--max-jobs", "1")
+    assert taker.wait() == 0  # took it at once: its lease would have held it for 60 s
+    lines = [line.split() for line in runlog_lines(_runs_dir(tmp_path))]
+    assert [line[1:] for line in lines if line[0] == str(taker.proc.pid)] == [
+        [mid, "2", "start"],
+        [mid, "2", "end"],
+    ]
+    assert count(conn, "outbox_jobs") == 0 and count(conn, "outbox_failed_jobs") == 0
+
+
+def test_a_job_past_the_grace_on_its_last_attempt_is_a_dead_letter(
+    app_conn: Any, conn: Connection, workers: Any, tmp_path: Path
+) -> None:
+    mid = push(app_conn, Job("t.slow", {"s": 60}, max_attempts=1))
+    app_conn.commit()
+    stopped = workers("stopped", "--grace", "0.2", "--lease", "60")
+    wait_until(lambda: _started_by(tmp_path, mid, 1), TIMEOUT)
+    stopped.proc.send_signal(signal.SIGTERM)
+    assert stopped.wait() == 1
+    assert count(conn, "outbox_jobs") == 0
+    dead = conn.execute_sql("SELECT message_id, attempts, exception_class FROM outbox_failed_jobs")
+    assert [tuple(r) for r in dead] == [(mid, 1, "WorkerStopped")]
+
+
 def test_a_second_signal_stops_at_once_leaving_the_job_to_its_lease(
     app_conn: Any, conn: Connection, workers: Any, tmp_path: Path
 ) -> None:

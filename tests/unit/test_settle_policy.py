@@ -20,10 +20,12 @@ from outbox.queue.execute import Kind, Outcome
 from outbox.queue.policy import (
     UNKNOWN_DELAY_MS,
     UNKNOWN_FAILURE,
+    WORKER_STOPPED,
     Action,
     Decision,
     decide,
     decide_by_kind,
+    decide_stopped,
     retry_delay_ms,
 )
 from tests.fixtures.workers import ROOT
@@ -196,3 +198,10 @@ def test_the_docs_table_has_a_line_for_every_decision() -> None:
     section = page.split("## What happens after an attempt", 1)[1].split("\n#", 1)[0]
     shown = set(re.findall(r"^\|[^|]+\| \*\*([a-z]+)\*\*", section, re.M))
     assert shown == {a.value for a in Action}
+
+
+def test_a_job_cut_short_by_the_grace_retries_at_once_or_dead_letters_at_its_limit() -> None:
+    """Issue 38: given back as the worker goes, no backoff, its attempt counted."""
+    retry, dead = decide_stopped(1, 3), decide_stopped(3, 3)
+    assert (retry.action, retry.delay_ms, retry.error) == (Action.RETRY, 0, WORKER_STOPPED)
+    assert (dead.action, dead.error) == (Action.DEAD, WORKER_STOPPED)
