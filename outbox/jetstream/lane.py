@@ -59,9 +59,10 @@ from outbox.jetstream.inbox import InboxRunner
 from outbox.jetstream.pull import Puller
 from outbox.jetstream.uncounted import Counts
 from outbox.log import get_logger
+from outbox.queue import joblog
 from outbox.queue.config import WorkerConfig, WorkerStats
 from outbox.queue.execute import JobTimeout, Kind, Outcome, Runner, SyncPool, failure_of
-from outbox.queue.policy import UNKNOWN_FAILURE, Action, decide
+from outbox.queue.policy import UNKNOWN_FAILURE, Action, Decision, decide
 from outbox.queue.registry import Handler, Registry
 
 log = get_logger("outbox.worker")
@@ -87,6 +88,7 @@ class LaneContext:
     paused: set[str] = field(default_factory=set)  # queues paused (``outbox.jetstream.control``)
     cancel_marks: set[str] = field(default_factory=set)  # message ids an operator cancelled
     inbox: InboxRunner | None = None  # transactional handlers' inbox (``outbox.jetstream.inbox``)
+    log: Any = log  # bound to the worker's id: the per-job lines (``outbox.queue.joblog``)
 
     def done(self) -> bool:
         """``max_jobs`` started, or ``max_time`` over."""
@@ -607,13 +609,25 @@ class Lane:
         elif action is Action.RETRY:
             w.stats.retried += 1
             self._send(partial(msg.nak, delay=decision.delay_ms / 1000))
+            self._said(outcome, decision)
         elif action is Action.SNOOZE:
             self._snooze(msg, job, snoozes + 1, decision.due_ms)
         elif action in (Action.DEAD, Action.CANCEL):
             w.stats.cancelled += action is Action.CANCEL
             failure = decision.failure or UNKNOWN_FAILURE
-            self._bury(msg, job.id, codec.dead_body(job, failure, msg.subject))
+            body = codec.dead_body(job, failure, msg.subject)
+            self._bury(msg, job.id, body, partial(self._said, outcome, decision))
         # Action.LOST needs a transactional handler, which a broker worker refuses.
+
+    def _said(self, outcome: Outcome, decision: Decision) -> None:
+        """The job's line, as the SQL worker logs it (``outbox.queue.joblog``)."""
+        job, log_ = outcome.job, self.ctx.log
+        if decision.action is Action.CANCEL:
+            joblog.job_cancelled(log_, job)
+            return
+        limit = self.ctx.registry.max_attempts(job.job_name, job.max_attempts)
+        failure = decision.failure or UNKNOWN_FAILURE
+        joblog.job_failed(log_, job, decision.action, failure, outcome.ran_s, limit)
 
     async def _snooze_now(self, msg: Msg, job: ClaimedJob, n: int, due_ms: int) -> None:
         """Publish the job again, due at ``due_ms``, then terminate this message; if the
@@ -675,10 +689,14 @@ class Lane:
             for send in out:
                 await _quietly(send())
 
-    def _bury(self, msg: Msg, seq: int, body: bytes) -> None:
-        self._spawn(self._bury_now(msg, seq, body))
+    def _bury(
+        self, msg: Msg, seq: int, body: bytes, buried: Callable[[], None] = lambda: None
+    ) -> None:
+        self._spawn(self._bury_now(msg, seq, body, buried))
 
-    async def _bury_now(self, msg: Msg, seq: int, body: bytes) -> None:
+    async def _bury_now(
+        self, msg: Msg, seq: int, body: bytes, buried: Callable[[], None]
+    ) -> None:
         """Copy to the dead-letter stream, then terminate; if the copy fails the message
         is left alone and comes back after the ack wait, so nothing is lost."""
         queue = self.queue
@@ -691,6 +709,7 @@ class Lane:
         self.ctx.stats.dead += 1
         self._send(msg.term)
         self._ended(seq)
+        buried()
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)

@@ -82,6 +82,7 @@ from outbox.jetstream.lane import Lane, LaneContext
 from outbox.jetstream.ordered import OrderedLane
 from outbox.job import MAX_ATTEMPTS_LIMIT
 from outbox.log import get_logger
+from outbox.queue import joblog
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
 from outbox.queue.execute import Runner
 from outbox.queue.registry import Registry
@@ -178,6 +179,7 @@ class JetStreamWorker:
             config, registry, runner, WorkerStats(), hooks, clock, wall_clock, began=clock()
         )
         self.ctx.inbox = self.inbox
+        self.log = self.ctx.log = log.bind(worker_id=self.worker_id)
         self.stats = self.ctx.stats
         self._lanes: list[Lane] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -266,7 +268,8 @@ class JetStreamWorker:
             js = nc.jetstream()
             await watch.start(js)  # the paused queues, read before the first fetch
             self.ctx.paused, self.ctx.cancel_marks = watch.paused, watch.cancelled
-            log.info("worker.started", broker=self.url.shown, queues=list(caps))
+            prefetch = "cap" if self.config.prefetch is None else self.config.prefetch
+            self.log.info("worker.started", broker=self.url.shown, queues=caps, prefetch=prefetch)
             await self._together([self._queue(nc, js, q, caps[q]) for q in caps])
         finally:
             await watch.stop()
@@ -274,12 +277,7 @@ class JetStreamWorker:
                 await nc.flush(timeout=2)  # the last acks out, then close
             with contextlib.suppress(Exception):
                 await nc.close()
-            log.info(
-                "worker.stopped",
-                succeeded=self.stats.succeeded,
-                retried=self.stats.retried,
-                dead=self.stats.dead,
-            )
+            joblog.worker_stopped(self.log, self.stats)
 
     def _paused_changed(self) -> None:
         for lane in self._lanes:
