@@ -258,7 +258,8 @@ def run_worker(
     """``outbox worker --broker``: checked at start (the server, JetStream, and for
     transactional handlers the inbox's database, migrated), then run until stopped."""
     require_client()
-    from outbox.jetstream.worker import JetStreamWorker, refuse_sql_only, transactional_jobs
+    from outbox.broker.context import refuse_sql_only, transactional_jobs
+    from outbox.jetstream.worker import JetStreamWorker
 
     database = cli.database() if transactional_jobs(registry) else None
     refuse_sql_only(registry, config, database)  # before any connection

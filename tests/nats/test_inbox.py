@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
+from outbox.broker import inbox
 from outbox.db.connection import Database
 from outbox.errors import ConfigurationError
-from outbox.jetstream import codec, inbox, names
+from outbox.jetstream import codec, names
 from outbox.jetstream.connect import parse_url
 from outbox.jetstream.worker import JetStreamWorker
 from outbox.queue.config import WorkerConfig
