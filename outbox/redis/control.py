@@ -70,7 +70,7 @@ async def stats(url: RedisUrl) -> list[QueueCounts]:
 
 
 async def failed(url: RedisUrl, limit: int | None) -> list[codec.DeadLetter]:
-    """Dead letters of every queue, newest last, at most ``limit`` (None: all)."""
+    """Dead letters of every queue, newest first, at most ``limit`` (None: all)."""
     r = await connect(url)
     try:
         return [d for _, _, d in await _dead_letters(r, limit)]
@@ -85,7 +85,7 @@ async def _dead_letters(r: Any, limit: int | None) -> list[tuple[str, bytes, cod
             dead = codec.decode_dead(0, fields.get(b"data", b""))
             if dead is not None:
                 out.append((queue, entry_id, dead))
-    out.sort(key=lambda t: t[2].failed_at_ms)
+    out.sort(key=lambda t: t[2].failed_at_ms, reverse=True)  # newest first, as on SQL
     return out if limit is None else out[:limit]
 
 
