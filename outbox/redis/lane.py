@@ -51,6 +51,10 @@ log = get_logger("outbox.worker")
 DATA = names.DATA_FIELD.encode()
 PROMOTE_BATCH = 100
 _BLOCK_MAX_S = 1.0  # a blocking read's longest wait: a stop or a resume is seen by then
+# Entries read ahead per queue when ``prefetch`` is not given: each fetch is a round trip
+# (a script over the bands), so a window of two (a cap of one, prefetched once) paid one
+# per job; 64 entries pay one per 32 jobs. A graceful stop hands them back unspent.
+DEFAULT_PREFETCH = 64
 
 
 @dataclass(slots=True, eq=False)
@@ -96,6 +100,8 @@ class RedisLane(BrokerLane[Entry]):
         self, ctx: LaneContext, r: Redis, blocking: Redis, queue: str, cap: int, consumer: str
     ) -> None:
         super().__init__(ctx, queue, cap, len(names.BANDS))
+        if ctx.config.prefetch is None:
+            self.window = cap + max(cap, DEFAULT_PREFETCH)
         self.r, self.blocking, self.consumer = r, blocking, consumer
         self.streams = names.job_streams(queue)
         self.band_streams = names.band_streams(queue)
