@@ -306,16 +306,12 @@ class Lane(BrokerLane[Msg]):
         """Publish the job again, due at ``due_ms``, then terminate this message; if the
         publish fails this one is left alone and comes back after the ack wait (as a
         retry), nothing lost."""
-        headers = codec.job_headers(
-            job.message_id,
-            job.job_name,
-            job.max_attempts,
+        headers = codec.headers_of(
+            job,
             due_ms,
-            job.created_at,
             msg_id=f"{job.message_id}:snooze:{job.id}",
             snoozes=n,
             attempts_before=job.attempts - 1,
-            trace_context=job.trace_context,
         )
         try:
             await self.js.publish(msg.subject, msg.data, headers=headers)  # the same band

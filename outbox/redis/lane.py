@@ -70,16 +70,7 @@ class Entry:
 def job_fields(job: ClaimedJob, due_ms: int, *, snoozes: int, before: int) -> list[str]:
     """The fields of ``job`` as a new entry, due at ``due_ms``: the JetStream headers
     (``outbox.jetstream.codec``) and ``data``, as the relay writes them."""
-    headers = codec.job_headers(
-        job.message_id,
-        job.job_name,
-        job.max_attempts,
-        due_ms,
-        job.created_at,
-        snoozes=snoozes,
-        attempts_before=before,
-        trace_context=job.trace_context,
-    )
+    headers = codec.headers_of(job, due_ms, snoozes=snoozes, attempts_before=before)
     flat: list[str] = []
     for k, v in headers.items():
         flat += (k, v)

@@ -23,14 +23,11 @@ so at start when a partition holds entries, and leaves them where they are.
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Callable
+from typing import Any
 
 from redis.asyncio import Redis
 
 from outbox.broker.worker import BrokerWorker
-from outbox.db.connection import Database
-from outbox.hooks import NO_HOOKS, Hooks
 from outbox.log import get_logger
 from outbox.queue.config import WorkerConfig
 from outbox.queue.registry import Registry
@@ -47,25 +44,11 @@ class RedisWorker(BrokerWorker):
     queue is one ``RedisLane``. The rest is ``outbox.broker.worker``'s."""
 
     def __init__(
-        self,
-        url: RedisUrl,
-        registry: Registry,
-        config: WorkerConfig | None = None,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-        hooks: Hooks = NO_HOOKS,
-        database: Database | None = None,
+        self, url: RedisUrl, registry: Registry, config: WorkerConfig | None = None, **kw: Any
     ) -> None:
-        super().__init__(
-            registry,
-            config,
-            system=REDIS_SYSTEM,
-            clock=clock,
-            wall_clock=wall_clock,
-            hooks=hooks,
-            database=database,
-        )
+        """``kw``: ``clock``, ``wall_clock``, ``hooks``, ``database``, as for
+        ``BrokerWorker``."""
+        super().__init__(registry, config, system=REDIS_SYSTEM, **kw)
         self.url = url
         self._r: Redis | None = None
 

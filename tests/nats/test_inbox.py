@@ -1,4 +1,4 @@
-"""The inbox of the JetStream worker (``outbox.jetstream.inbox``) against a real
+"""The inbox of the JetStream worker (``outbox.broker.inbox``) against a real
 nats-server and each database: transactional handlers committing their effects once,
 worker processes SIGKILLed between COMMIT and ack, a redelivered id acknowledged
 without running, a failed attempt leaving no id, retention and ``outbox prune``.

@@ -85,6 +85,15 @@ def rq() -> Any:
     r.close()
 
 
+@pytest.fixture
+def ledger(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The file ``tests.nats.app``'s handlers append each run to (``NATS_TEST_LEDGER``)."""
+    path = tmp_path / "ledger.txt"
+    path.touch()
+    monkeypatch.setenv("NATS_TEST_LEDGER", str(path))
+    return path
+
+
 PASSWORD = "s3cret-redis-pass"
 
 

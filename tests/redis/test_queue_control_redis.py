@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 from click.testing import CliRunner
 
 from outbox.cli import main
@@ -17,15 +16,9 @@ from tests.fixtures.databases import sqlite_url
 from tests.redis import entries
 from tests.redis.test_worker_redis import runs, work_until
 
-rq, locked_redis = entries.rq, entries.locked_redis  # the fixtures, used by name
+rq, locked_redis, ledger = entries.rq, entries.locked_redis, entries.ledger  # fixtures, by name
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "ledger.txt"
-    path.touch()
-    monkeypatch.setenv("NATS_TEST_LEDGER", str(path))
-    return path
 
 
 def cli(tmp_path: Path, *args: str, url: str = entries.URL) -> Any:

@@ -23,15 +23,10 @@ from tests.fixtures.fault_harness import cli_argv, fetch, finish, install_ledger
 from tests.redis import entries
 from tests.redis.test_worker_redis import runs
 
-rq = entries.rq  # the fixture, used by name
+rq, ledger = entries.rq, entries.ledger  # the fixtures, used by name
 CONCURRENCY, PREFETCH = 2, 2
 
 
-@pytest.fixture
-def ledger(tmp_path: Path) -> Path:
-    path = tmp_path / "ledger.txt"
-    path.touch()
-    return path
 
 
 def _worker(db_url: str, queue: str, ledger: Path) -> Any:

@@ -23,15 +23,9 @@ from outbox.redis.worker import RedisWorker
 from tests.nats import app
 from tests.redis import entries
 
-rq, locked_redis = entries.rq, entries.locked_redis  # the fixtures, used by name
+rq, locked_redis, ledger = entries.rq, entries.locked_redis, entries.ledger  # fixtures, by name
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "ledger.txt"
-    path.touch()
-    monkeypatch.setenv("NATS_TEST_LEDGER", str(path))
-    return path
 
 
 def runs(ledger: Path, what: str = "ran") -> Counter[str]:
