@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from outbox.cli import preflight, tables
+from outbox.cli.broker_clients import require_client, require_redis_client
 from outbox.errors import ConfigurationError
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.jetstream import DEFAULT_DUPLICATE_WINDOW_S, MAX_IN_FLIGHT
@@ -66,16 +67,6 @@ def queue_admin() -> Any:
     from outbox.cli import queue_broker
 
     return queue_broker
-
-
-def require_client() -> None:
-    """nats-py is the ``nats`` extra: without it, one line saying how to get it."""
-    try:
-        import nats  # noqa: F401
-    except ImportError:
-        raise ConfigurationError(
-            "NATS needs the nats extra: pip install 'outbox-relay[nats]'"
-        ) from None
 
 
 def check_jetstream(url: BrokerUrl) -> None:
@@ -321,13 +312,3 @@ def _worker_maker(
     from outbox.jetstream.worker import JetStreamWorker
 
     return lambda hooks: JetStreamWorker(url, registry, config, hooks=hooks, database=database)
-
-
-def require_redis_client() -> None:
-    """redis-py is the ``redis`` extra: without it, one line saying how to get it."""
-    try:
-        import redis  # noqa: F401
-    except ImportError:
-        raise ConfigurationError(
-            "Redis needs the redis extra: pip install 'outbox-relay[redis]'"
-        ) from None

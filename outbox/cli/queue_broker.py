@@ -13,7 +13,7 @@ import click
 import orjson
 
 from outbox.cli import prompt, tables
-from outbox.cli.broker import require_client, require_redis_client
+from outbox.cli.broker_clients import require_client, require_redis_client
 from outbox.errors import ConfigurationError, MessageNotFound
 from outbox.jetstream.url import BrokerUrl
 from outbox.redis.connect import RedisUrl

@@ -4,6 +4,7 @@ messages as on JetStream, never a payload, an exception message or a password.""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,10 @@ from click.testing import CliRunner
 from outbox.cli import main
 from outbox.redis import names
 from tests.fixtures.databases import sqlite_url
+from tests.fixtures.fault_harness import cli_argv, finish, spawn
+from tests.fixtures.ports import free_port
+from tests.fixtures.processes import wait_until
+from tests.nats.test_metrics_broker import _get
 from tests.redis import entries
 from tests.redis.test_worker_redis import runs, work_until
 
@@ -84,3 +89,25 @@ def test_a_wrong_password_exits_1_with_one_line_and_no_password(
 def test_a_bad_redis_url_is_a_usage_error_that_never_echoes_it(tmp_path: Path) -> None:
     result = cli(tmp_path, "queue", "pause", "q", url="redis://:pw-xyz@host:notaport/0")
     assert result.exit_code == 2 and "pw-xyz" not in result.output
+
+
+def test_the_cli_worker_serves_metrics_and_readiness_with_the_redis_backlog(
+    rq: Any, tmp_path: Path, ledger: Path
+) -> None:
+    r, queue = rq
+    r.set(names.paused_key(queue), "1")  # the jobs stay ready while it is scraped
+    entries.add_jobs(r, queue, 3)
+    port = free_port()
+    argv = cli_argv(sqlite_url(tmp_path), "worker", queue, "--app", "tests.nats.app:registry",
+                    "--broker", entries.URL, "--metrics-port", str(port), "--sleep", "0.1")
+    proc = spawn(argv, {"NATS_TEST_LEDGER": str(ledger)})
+    try:
+        wait_until(lambda: _get(port, "/readyz")[0] == 200, 30, "the worker to be ready")
+        metrics = _get(port, "/metrics")[1]
+        assert f'outbox_queue_ready_jobs{{queue="{queue}"}} 3.0' in metrics
+        assert "s3cret" not in metrics
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code, _, err = finish(proc, 30)
+    assert code == 0, err[-2000:]
+
