@@ -303,8 +303,8 @@ class RedisLane(BrokerLane[Entry]):
         self._defer(e, due, job_fields(job, due, snoozes=snoozes, before=job.attempts))
 
     def _snooze(self, e: Entry, job: ClaimedJob, n: int, due_ms: int) -> None:
-        self.ctx.stats.snoozed += 1
-        self._defer(e, due_ms, job_fields(job, due_ms, snoozes=n, before=job.attempts - 1))
+        fields = job_fields(job, due_ms, snoozes=n, before=job.attempts - 1)
+        self._spawn(self._defer_now(e, due_ms, fields, snooze=True))
 
     def _snoozes(self, e: Entry) -> int:
         return codec.snooze_count(_headers(e))
@@ -328,17 +328,22 @@ class RedisLane(BrokerLane[Entry]):
     def _defer(self, e: Entry, due_ms: int, fields: list[str]) -> None:
         self._spawn(self._defer_now(e, due_ms, fields))
 
-    async def _defer_now(self, e: Entry, due_ms: int, fields: list[str]) -> None:
+    async def _defer_now(
+        self, e: Entry, due_ms: int, fields: list[str], *, snooze: bool = False
+    ) -> None:
         """Into the delayed set, due at ``due_ms``; the entry leaves (if still ours)."""
         member = orjson.dumps({"s": e.stream, "u": uuid.uuid4().hex, "f": fields})
         keys = [self.streams[e.stream], names.delayed_key(self.queue)]
         args = [names.GROUP, e.id, self.consumer, due_ms, member]
         try:
-            if not await self._run("DEFER", keys, args):
-                log.warning("worker.lease_lost", queue=self.queue, entry=e.id.decode())
+            deferred = bool(await self._run("DEFER", keys, args))
         except Exception as exc:  # left pending: back after its lease, nothing lost
             log.warning("worker.defer_failed", queue=self.queue, error=type(exc).__name__)
             return
+        if not deferred:
+            log.warning("worker.lease_lost", queue=self.queue, entry=e.id.decode())
+            return
+        self.ctx.stats.snoozed += snooze
         if self._next_due_ms is None or due_ms < self._next_due_ms:
             self._next_due_ms = due_ms
 
