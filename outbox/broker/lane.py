@@ -112,8 +112,20 @@ class BrokerLane(Generic[D]):
         raise NotImplementedError
 
     def _want(self) -> int:
-        """How many deliveries to fetch now (0: none; a freed slot asks again)."""
-        raise NotImplementedError
+        """How many to ask for now: 0 while a fetch is open (``_asking``), the queue is
+        paused or the window is full enough (refill by half windows while every slot has
+        work, not per job)."""
+        if self._asking() or self.paused():
+            return 0
+        held = self._held()
+        want = min(self.window - held, self._jobs_left())
+        if held >= self.cap and want < max(1, self.window // 2):
+            return 0
+        return max(0, want)
+
+    def _asking(self) -> bool:
+        """A fetch is open and may still deliver (no second one meanwhile)."""
+        return False
 
     def _decode(self, d: D) -> ClaimedJob | None:
         """The job ``d`` carries, its attempt counted; None when it is not one of ours

@@ -114,16 +114,8 @@ class Lane(BrokerLane[Msg]):
 
     # -- fetching -----------------------------------------------------------------
 
-    def _want(self) -> int:
-        """How many to ask for now: 0 while a request is open or the window is full
-        enough (refill by half windows while every slot has work, not per job)."""
-        if self.puller.busy(self.ctx.clock()) or self.paused():
-            return 0
-        held = self._held()
-        want = min(self.window - held, self._jobs_left())
-        if held >= self.cap and want < max(1, self.window // 2):
-            return 0
-        return max(0, want)
+    def _asking(self) -> bool:
+        return self.puller.busy(self.ctx.clock())
 
     async def _open(self) -> None:
         """Before the first fetch: the bucket of uncounted deliveries, every puller's inbox."""

@@ -104,15 +104,6 @@ class RedisLane(BrokerLane[Entry]):
 
     # -- fetching -----------------------------------------------------------------
 
-    def _want(self) -> int:
-        if self.paused():
-            return 0
-        held = self._held()
-        want = min(self.window - held, self._jobs_left())
-        if held >= self.cap and want < max(1, self.window // 2):
-            return 0
-        return max(0, want)
-
     def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         script = self._script.get(name)
         if script is None:
