@@ -31,6 +31,7 @@ SCENARIOS = (
     "plans",
     "hygiene",
     "nats",
+    "redis_worker",
     "limits",
     "tracing",
     "workflow",

@@ -14,9 +14,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from outbox.cli import preflight, tables
+from outbox.cli.broker_clients import require_client, require_redis_client
 from outbox.errors import ConfigurationError
+from outbox.hooks import NO_HOOKS, Hooks
 from outbox.jetstream import DEFAULT_DUPLICATE_WINDOW_S, MAX_IN_FLIGHT
 from outbox.jetstream.url import BrokerUrl, is_broker_url, parse_url
+from outbox.redis.connect import RedisUrl, is_redis_url
+from outbox.redis.connect import parse_url as parse_redis_url
 
 if TYPE_CHECKING:
     from outbox.cli.context import CliContext
@@ -28,14 +32,22 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def broker_url(value: str | None, option: str) -> BrokerUrl | None:
-    """``None`` for the SQL default; a parsed URL for ``nats://``; else a usage error that
-    lists what is accepted, never echoing the value (it may hold a password)."""
+def broker_url(value: str | None, option: str) -> Any:
+    """``None`` for the SQL default; a parsed URL for ``nats://`` (``BrokerUrl``) or, for
+    ``--broker``, ``redis://`` (``RedisUrl``); else a usage error that lists what is
+    accepted, never echoing the value (it may hold a password)."""
     if value is None or value == "sql":
         return None
+    redis_ok = option == "--broker"
+    if redis_ok and is_redis_url(value):
+        try:
+            return parse_redis_url(value)
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), param_hint=option) from None
     if not is_broker_url(value):
+        also = " or redis://host:6379/0" if redis_ok else ""
         raise click.BadParameter(
-            "accepted: sql or nats://host:4222[,host2:4222...]", param_hint=option
+            f"accepted: sql or nats://host:4222[,host2:4222...]{also}", param_hint=option
         )
     try:
         return parse_url(value)
@@ -44,27 +56,17 @@ def broker_url(value: str | None, option: str) -> BrokerUrl | None:
 
 
 QUEUE_BROKER_HELP = (
-    "Act on NATS JetStream (nats://host:4222[,...]) instead of the SQL queue. "
-    "Default: the SQL queue."
+    "Act on NATS JetStream (nats://host:4222[,...]) or Redis (redis://host:6379/0) "
+    "instead of the SQL queue. Default: the SQL queue."
 )
 
 
 def queue_admin() -> Any:
-    """``outbox.cli.queue_broker``, imported when a ``queue`` command gets --broker."""
-    require_client()
+    """``outbox.cli.queue_broker``, imported when a ``queue`` command gets --broker (it
+    asks for the client of the broker each URL names)."""
     from outbox.cli import queue_broker
 
     return queue_broker
-
-
-def require_client() -> None:
-    """nats-py is the ``nats`` extra: without it, one line saying how to get it."""
-    try:
-        import nats  # noqa: F401
-    except ImportError:
-        raise ConfigurationError(
-            "NATS needs the nats extra: pip install 'outbox-relay[nats]'"
-        ) from None
 
 
 def check_jetstream(url: BrokerUrl) -> None:
@@ -249,17 +251,21 @@ def _limit(n: int) -> str:
 
 def run_worker(
     cli: CliContext,
-    url: BrokerUrl,
+    url: BrokerUrl | RedisUrl,
     registry: Registry,
     config: WorkerConfig,
     metrics_port: int | None,
     metrics_bind: str,
 ) -> None:
-    """``outbox worker --broker``: checked at start (the server, JetStream, and for
+    """``outbox worker --broker``: checked at start (the server — for JetStream, that it
+    is enabled; for Redis, the login and the version, in the worker's connect — and for
     transactional handlers the inbox's database, migrated), then run until stopped."""
-    require_client()
-    from outbox.jetstream.worker import JetStreamWorker, refuse_sql_only, transactional_jobs
+    from outbox.broker.context import refuse_sql_only, transactional_jobs
 
+    if isinstance(url, RedisUrl):
+        require_redis_client()
+    else:
+        require_client()
     database = cli.database() if transactional_jobs(registry) else None
     refuse_sql_only(registry, config, database)  # before any connection
     if database is not None:
@@ -268,26 +274,41 @@ def run_worker(
                 preflight.ready(database, wait=True, stop=stop)
             except preflight.Stopped:
                 return
-    check_jetstream(url)
+    if not isinstance(url, RedisUrl):
+        check_jetstream(url)
+    make = _worker_maker(url, registry, config, database)
     if metrics_port is None:
-        worker = JetStreamWorker(url, registry, config, database=database)
-        if not worker.run().graceful:
+        if not make(NO_HOOKS).run().graceful:
             sys.exit(1)
         return
-    from outbox.cli.broker_metrics import BrokerExporter
+    from outbox.cli.broker_metrics import BrokerExporter, jetstream_pending, redis_pending
 
-    box: list[JetStreamWorker] = []
+    box: list[Any] = []
+    pending = redis_pending(url) if isinstance(url, RedisUrl) else jetstream_pending(url)
     exporter = BrokerExporter(
-        url, database, lambda: bool(box) and box[0].connected(), queues=list(config.queues),
-        jobs=registry,
+        url.shown, database, lambda: bool(box) and box[0].connected(), pending,
+        queues=list(config.queues), jobs=registry,
     )
     exporter.start(metrics_bind, metrics_port)
     if database is not None:
         database.on_retry = exporter.transaction_retried
     try:
-        box.append(JetStreamWorker(url, registry, config, hooks=exporter, database=database))
+        box.append(make(exporter))
         graceful = box[0].run().graceful
     finally:
         exporter.stop()
     if not graceful:
         sys.exit(1)
+
+
+def _worker_maker(
+    url: BrokerUrl | RedisUrl, registry: Registry, config: WorkerConfig, database: Any
+) -> Callable[[Hooks], Any]:
+    """Makes the transport's worker, given its hooks (the exporter, or none)."""
+    if isinstance(url, RedisUrl):
+        from outbox.redis.worker import RedisWorker
+
+        return lambda hooks: RedisWorker(url, registry, config, hooks=hooks, database=database)
+    from outbox.jetstream.worker import JetStreamWorker
+
+    return lambda hooks: JetStreamWorker(url, registry, config, hooks=hooks, database=database)

@@ -1,5 +1,6 @@
 """``outbox worker --broker --metrics-port``: the SQL worker's exporter
-(``outbox.metrics``), with what it reads from the database read from JetStream.
+(``outbox.metrics``), with what it reads from the database read from the broker
+(JetStream or Redis: ``jetstream_pending``, ``redis_pending``).
 
 The job metrics are the same hooks with the same names and meaning
 (``outbox_jobs_succeeded/failed/retried/dead``, ``outbox_job_run_seconds``,
@@ -7,7 +8,8 @@ The job metrics are the same hooks with the same names and meaning
 ``outbox_lease_renewals`` — here in-progress acks —, and
 ``outbox_transactions_retried`` for the inbox's transactions). Read at scrape time,
 at most every ``BACKLOG_REFRESH_S`` seconds: ``outbox_queue_ready_jobs`` is the
-consumer's count of messages not yet delivered. Not exported, having no meaning here:
+consumer's count of messages not yet delivered (on Redis: the band streams' entries not
+yet delivered to the group). Not exported, having no meaning here:
 ``outbox_queue_oldest_ready_age_seconds`` (a stream keeps no due time per message that
 can be asked for without reading it) and ``outbox_leases_lost`` (JetStream redelivers
 after the ack wait; no worker finds out). ``/readyz`` is the broker connection (and,
@@ -17,34 +19,45 @@ which reports every lease / 3.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Container, Iterable, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from outbox.db.connection import Database
 from outbox.jetstream import names
-from outbox.jetstream.connect import Broker, BrokerUrl
+from outbox.jetstream.url import BrokerUrl
 from outbox.log import get_logger
 from outbox.metrics import BACKLOG_REFRESH_S, Exporter
+from outbox.redis.connect import RedisUrl
+
+if TYPE_CHECKING:
+    from outbox.jetstream.connect import Broker
 
 log = get_logger("outbox.metrics")
 
 
+Pending = Callable[[list[str]], dict[str, int]]
+
+
 class BrokerExporter(Exporter):
-    """The worker exporter of a JetStream worker; ``connected`` says whether the
-    worker's broker connection is up."""
+    """The worker exporter of a broker worker; ``connected`` says whether the worker's
+    broker connection is up, ``read_pending`` reads each queue's backlog, and
+    ``shown`` names the broker (never a password)."""
 
     def __init__(
         self,
-        url: BrokerUrl,
+        shown: str,
         database: Database | None,
         connected: Callable[[], bool],
+        read_pending: Pending,
         *,
         queues: Sequence[str],
         jobs: Container[str],
     ) -> None:
         super().__init__(cast(Database, database), "worker", queues=queues, jobs=jobs)
-        self.url, self.inbox_database, self.connected = url, database, connected
+        self.shown, self.inbox_database, self.connected = shown, database, connected
+        self.read_pending = read_pending
         self.registry.unregister(self.collected)
         self.collected = _BrokerGauges(self)
         self.registry.register(self.collected)
@@ -52,7 +65,7 @@ class BrokerExporter(Exporter):
 
     def ready(self) -> tuple[bool, str]:
         if not self.connected():
-            return False, f"not connected to the broker at {self.url.shown}"
+            return False, f"not connected to the broker at {self.shown}"
         if self.inbox_database is not None:
             return super().ready()  # the inbox's database, at its schema version
         return True, "ok: broker connected"
@@ -63,13 +76,50 @@ class BrokerExporter(Exporter):
         if value is not None and time.monotonic() - at < BACKLOG_REFRESH_S:
             return value
         try:
-            with Broker(self.url) as broker:
-                value = broker.call(_pending(broker, sorted(self.queues)), 5.0)
+            value = self.read_pending(sorted(self.queues))
         except Exception as exc:
             log.warning("metrics.backlog_failed", error=type(exc).__name__)
             value = None
         self._read = (time.monotonic(), value)
         return value
+
+
+def jetstream_pending(url: BrokerUrl) -> Pending:
+    """Each queue's messages not yet delivered, from its band consumers."""
+
+    def read(queues: list[str]) -> dict[str, int]:
+        from outbox.jetstream.connect import Broker
+
+        with Broker(url) as broker:
+            return broker.call(_pending(broker, queues), 5.0)
+
+    return read
+
+
+def redis_pending(url: RedisUrl) -> Pending:
+    """Each queue's entries not yet delivered to the group, over its band streams."""
+
+    def read(queues: list[str]) -> dict[str, int]:
+        return asyncio.run(_redis_pending(url, queues))
+
+    return read
+
+
+async def _redis_pending(url: RedisUrl, queues: list[str]) -> dict[str, int]:
+    from outbox.redis import names as redis_names
+    from outbox.redis.connect import client
+
+    r = client(url)
+    try:
+        out = {}
+        for queue in queues:
+            out[queue] = 0
+            for stream in redis_names.band_streams(queue):
+                groups = await r.xinfo_groups(stream) if await r.exists(stream) else []
+                out[queue] += sum(int(g.get("lag") or 0) for g in groups)
+        return out
+    finally:
+        await r.aclose()
 
 
 async def _pending(broker: Broker, queues: list[str]) -> dict[str, int]:

@@ -1,19 +1,48 @@
-"""``outbox queue stats/failed/retry/forget --broker nats://…``: the same commands on
-JetStream. Output has the SQL commands' columns where JetStream has the figure; listings
-carry ids, names, classes and times, never a payload or an exception message."""
+"""``outbox queue stats/failed/retry/forget/pause/resume --broker nats://…|redis://…``:
+the same commands on JetStream (``outbox.jetstream.admin``) or Redis
+(``outbox.redis.control``). Output has the SQL commands' columns where the broker has the
+figure; listings carry ids, names, classes and times, never a payload or an exception
+message. ``queue jobs`` and ``queue cancel`` are JetStream's only for now."""
 
 from __future__ import annotations
+
+import asyncio
+from typing import Any
 
 import click
 import orjson
 
 from outbox.cli import prompt, tables
-from outbox.errors import MessageNotFound
-from outbox.jetstream import admin, control
-from outbox.jetstream.connect import Broker, BrokerUrl
+from outbox.cli.broker_clients import require_client, require_redis_client
+from outbox.errors import ConfigurationError, MessageNotFound
+from outbox.jetstream.url import BrokerUrl
+from outbox.redis.connect import RedisUrl
+
+Url = BrokerUrl | RedisUrl
 
 
-def stats(url: BrokerUrl, as_json: bool) -> None:
+def _nats() -> Any:
+    """The JetStream side (nats-py, the ``nats`` extra, imported only for it)."""
+    require_client()
+    from outbox.jetstream import admin, control
+    from outbox.jetstream.connect import Broker
+
+    return admin, control, Broker
+
+
+def _redis(url: RedisUrl, name: str, *args: Any) -> Any:
+    """``outbox.redis.control.<name>(url, *args)``, run to its end."""
+    require_redis_client()
+    from outbox.redis import control
+
+    return asyncio.run(getattr(control, name)(url, *args))
+
+
+def stats(url: Url, as_json: bool) -> None:
+    if isinstance(url, RedisUrl):
+        _redis_stats(url, as_json)
+        return
+    admin, _, Broker = _nats()
     with Broker(url) as broker:
         rows = admin.stats(broker)
     if as_json:
@@ -36,13 +65,33 @@ def stats(url: BrokerUrl, as_json: bool) -> None:
     )
 
 
-def failed(url: BrokerUrl, limit: int, show_id: str | None) -> None:
-    with Broker(url) as broker:
-        rows = admin.failed(broker, None if show_id else limit)
+def _redis_stats(url: RedisUrl, as_json: bool) -> None:
+    from outbox.redis import control
+
+    rows = _redis(url, "stats")
+    if as_json:
+        click.echo(control.dumps(rows, url.shown))
+        return
+    tables.echo_table(
+        ["QUEUE", "READY", "RESERVED", "DELAYED", "DEAD_LETTERS"],
+        [[r.queue, r.ready, r.reserved, r.delayed, r.dead] for r in rows],
+        nothing="no queues on Redis",
+        right={1, 2, 3, 4},
+    )
+
+
+def failed(url: Url, limit: int, show_id: str | None) -> None:
+    where = "Redis" if isinstance(url, RedisUrl) else "NATS"
+    if isinstance(url, RedisUrl):
+        rows = _redis(url, "failed", None if show_id else limit)
+    else:
+        admin, _, Broker = _nats()
+        with Broker(url) as broker:
+            rows = admin.failed(broker, None if show_id else limit)
     if show_id is not None:
         match = [r for r in rows if r.message_id == show_id]
         if not match:
-            raise MessageNotFound(f"no dead letter on NATS has message id {show_id}")
+            raise MessageNotFound(f"no dead letter on {where} has message id {show_id}")
         d = match[0]
         click.echo(f"MESSAGE_ID:  {d.message_id}")
         click.echo(f"QUEUE:       {d.queue}")
@@ -61,36 +110,56 @@ def failed(url: BrokerUrl, limit: int, show_id: str | None) -> None:
             for r in rows
         ],
         limit,
-        nothing="no dead letters on NATS",
+        nothing=f"no dead letters on {where}",
     )
 
 
-def retry(url: BrokerUrl, target: str) -> None:
-    with Broker(url) as broker:
-        n = admin.retry(broker, None if target == "all" else target)
+def retry(url: Url, target: str) -> None:
+    which = None if target == "all" else target
+    if isinstance(url, RedisUrl):
+        n = _redis(url, "retry", which)
+    else:
+        admin, _, Broker = _nats()
+        with Broker(url) as broker:
+            n = admin.retry(broker, which)
     click.echo(f"re-drove {n} job(s) onto their queues")
 
 
-def forget(url: BrokerUrl, message_id: str, yes: bool) -> None:
+def forget(url: Url, message_id: str, yes: bool) -> None:
+    if isinstance(url, RedisUrl):
+        prompt.confirm(yes, f"Delete dead letter {message_id} from Redis for good?")
+        _redis(url, "forget", message_id)
+        click.echo(f"forgot {message_id}")
+        return
+    admin, _, Broker = _nats()
     with Broker(url) as broker:
         prompt.confirm(yes, f"Delete dead letter {message_id} from NATS for good?")
         admin.forget(broker, message_id)
     click.echo(f"forgot {message_id}")
 
 
-def pause(url: BrokerUrl, queue: str) -> None:
-    with Broker(url) as broker:
-        changed = broker.call(control.pause(broker.js, queue), 10.0)
+def pause(url: Url, queue: str) -> None:
+    if isinstance(url, RedisUrl):
+        changed = _redis(url, "pause", queue)
+    else:
+        _, control, Broker = _nats()
+        with Broker(url) as broker:
+            changed = broker.call(control.pause(broker.js, queue), 10.0)
     click.echo(f"paused queue {queue}" if changed else f"queue {queue} was paused already")
 
 
-def resume(url: BrokerUrl, queue: str) -> None:
-    with Broker(url) as broker:
-        changed = broker.call(control.resume(broker.js, queue), 10.0)
+def resume(url: Url, queue: str) -> None:
+    if isinstance(url, RedisUrl):
+        changed = _redis(url, "resume", queue)
+    else:
+        _, control, Broker = _nats()
+        with Broker(url) as broker:
+            changed = broker.call(control.resume(broker.js, queue), 10.0)
     click.echo(f"resumed queue {queue}" if changed else f"queue {queue} was not paused")
 
 
-def cancel(url: BrokerUrl, message_id: str) -> None:
+def cancel(url: Url, message_id: str) -> None:
+    admin, _, Broker = _nats_only(url, "queue cancel")
     with Broker(url) as broker:
         how = admin.cancel(broker, message_id)
     if how == "dead":
@@ -101,9 +170,10 @@ def cancel(url: BrokerUrl, message_id: str) -> None:
         )
 
 
-def jobs(url: BrokerUrl, queue: str | None, limit: int) -> None:
+def jobs(url: Url, queue: str | None, limit: int) -> None:
     """The SQL listing's columns where JetStream has the figure (no lease, no priority
     column, no last error: a message carries none of them)."""
+    admin, _, Broker = _nats_only(url, "queue jobs")
     with Broker(url) as broker:
         rows = admin.jobs(broker, queue, limit)
     tables.echo_table(
@@ -125,3 +195,11 @@ def jobs(url: BrokerUrl, queue: str | None, limit: int) -> None:
     )
     if rows:
         click.echo(tables.shown(len(rows), limit))
+
+
+def _nats_only(url: Url, command: str) -> Any:
+    if isinstance(url, RedisUrl):
+        raise ConfigurationError(
+            f"{command} --broker redis:// is not available yet (JetStream's and SQL's only)"
+        )
+    return _nats()

@@ -97,6 +97,29 @@ def job_headers(
     return headers
 
 
+def headers_of(
+    job: ClaimedJob,
+    due_ms: int,
+    *,
+    snoozes: int,
+    attempts_before: int,
+    msg_id: str | None = None,
+) -> dict[str, str]:
+    """``job_headers`` of ``job`` sent again (a snooze, a retry on Redis), due at
+    ``due_ms``, with its snoozes and the attempts spent before the new message."""
+    return job_headers(
+        job.message_id,
+        job.job_name,
+        job.max_attempts,
+        due_ms,
+        job.created_at,
+        msg_id=msg_id,
+        snoozes=snoozes,
+        attempts_before=attempts_before,
+        trace_context=job.trace_context,
+    )
+
+
 def snooze_count(headers: dict[str, str] | None) -> int:
     """How often the job a message carries was snoozed (0 without the header)."""
     h = headers or {}

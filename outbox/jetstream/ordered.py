@@ -46,9 +46,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from outbox.broker.context import LaneContext
 from outbox.db.rows import ClaimedJob
 from outbox.jetstream import names, uncounted
-from outbox.jetstream.lane import Lane, LaneContext, delivery_meta
+from outbox.jetstream.lane import Lane, delivery_meta
 from outbox.jetstream.uncounted import Counts
 from outbox.log import get_logger
 

@@ -47,24 +47,23 @@ found it without them looks again every ``ORDERED_RECHECK_POLLS`` idle polls and
 the queue's ``OrderedLane`` when they appear. An ordered consumer that exists with
 another ``max_ack_pending`` than 1 is refused: the order rests on it.
 
-The lanes of a worker stop together: one that fails asks the others for a graceful stop
-(their fetched jobs NAKed, running ones given ``grace``) before its error is raised.
+The lanes of a worker stop together (``outbox.broker.worker``): one that fails asks the
+others for a graceful stop (their fetched jobs NAKed, running ones given ``grace``) before
+its error is raised.
 
 Graceful stop (SIGTERM/SIGINT): no new fetches; fetched jobs that have not started are
 NAKed at once, their delivery written down as one that spends no attempt (JetStream
 counts it; ``outbox.jetstream.uncounted``); running jobs get ``grace``
 seconds, after which the ack wait returns them. Transactional handlers run with an
-inbox in the database given (``outbox.jetstream.inbox``): their effects happen once.
+inbox in the database given (``outbox.broker.inbox``): their effects happen once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import cast
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -72,18 +71,18 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import APIError
 
 from outbox import tracing
+from outbox.broker import inbox
+from outbox.broker.worker import BrokerWorker
 from outbox.db.connection import Database
-from outbox.errors import BrokerError, ConfigurationError
+from outbox.errors import BrokerError
 from outbox.hooks import NO_HOOKS, Hooks
-from outbox.jetstream import control, inbox, names, provision
+from outbox.jetstream import control, names, provision
 from outbox.jetstream.connect import BrokerUrl, connect
-from outbox.jetstream.inbox import InboxRunner
-from outbox.jetstream.lane import Lane, LaneContext
+from outbox.jetstream.lane import Lane
 from outbox.jetstream.ordered import OrderedLane
 from outbox.job import MAX_ATTEMPTS_LIMIT
 from outbox.log import get_logger
-from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
-from outbox.queue.execute import Runner
+from outbox.queue.config import WorkerConfig
 from outbox.queue.registry import Registry
 
 log = get_logger("outbox.worker")
@@ -92,62 +91,12 @@ STEP_TIMEOUT_S = 30.0
 ORDERED_RECHECK_POLLS = 10  # idle polls (``sleep`` each) between looks for ordered subjects
 
 
-def transactional_jobs(registry: Registry) -> list[str]:
-    """The registry's transactional jobs: a broker worker runs them with an inbox."""
-    return sorted(n for n in registry if (h := registry.get(n)) and h.transactional)
-
-
-def refuse_sql_only(registry: Registry, config: WorkerConfig, database: Database | None) -> None:
-    """What a broker worker cannot run: say which, before anything runs.
-
-    A transactional handler needs the database its inbox is in (``outbox.jetstream.inbox``);
-    a dead letter that holds its ordering key cannot be kept (``outbox.jetstream.ordered``);
-    global concurrency and rate limits are held in the SQL queue's tables, and so are kept
-    results (``outbox.results``: written in the SQL acknowledgement's transaction).
-    """
-    names_ = transactional_jobs(registry)
-    if names_ and database is None:
-        raise ConfigurationError(
-            f"job {names_[0]} is transactional, which on a broker needs the database of its "
-            "inbox (give --database-url, migrated, or drop transactional=True)"
-        )
-    held = sorted(n for n in registry if (h := registry.get(n)) and h.dead_letter_holds_key)
-    if held:
-        raise ConfigurationError(
-            f"job {held[0]} has dead_letter_holds_key=True, which a broker worker cannot keep "
-            "(an unacked dead letter would block every key of its partition): drop it or run "
-            "without --broker"
-        )
-    kept = sorted(n for n in registry if (h := registry.get(n)) and h.keep_result_ms)
-    if kept:
-        raise ConfigurationError(
-            f"job {kept[0]} keeps its result (keep_result), which the SQL queue's "
-            "acknowledgement writes: a broker worker would drop it (drop keep_result, for "
-            "Django tasks OPTIONS RESULT_TTL None, or run without --broker)"
-        )
-    limited = sorted(registry.limited)
-    if limited:
-        raise ConfigurationError(
-            f"job {limited[0]} has a global concurrency or rate limit, which the SQL queue "
-            "holds: a broker worker does not apply them (drop the limit or run without "
-            "--broker)"
-        )
-    if config.queue_limits:
-        raise ConfigurationError(
-            "--queue-concurrency is held by the SQL queue: a broker worker does not apply "
-            "it (drop it or run without --broker)"
-        )
-
-
-class JetStreamWorker:
+class JetStreamWorker(BrokerWorker):
     """Runs the jobs of ``config.queues`` from JetStream until stopped (``run``), or one
-    round at a time (``run_once``); each queue is one ``Lane`` (``outbox.jetstream.lane``).
-
-    ``clock`` (monotonic seconds) schedules leases, timeouts and ``max_time``;
-    ``wall_clock`` (UNIX seconds) says when a job is due; ``hooks`` hears what happens
-    (``outbox.hooks``); ``database`` holds the inbox of transactional handlers
-    (``outbox.jetstream.inbox``), without which they are refused. Paused queues and
-    cancelled jobs come from the control bucket (``outbox.jetstream.control``).
+    round at a time (``run_once``); each queue is one ``Lane`` (``outbox.jetstream.lane``)
+    and, for keyed jobs, one ``OrderedLane``. The rest is ``outbox.broker.worker``'s;
+    paused queues and cancelled jobs come from the control bucket
+    (``outbox.jetstream.control``).
     """
 
     def __init__(
@@ -161,37 +110,22 @@ class JetStreamWorker:
         hooks: Hooks = NO_HOOKS,
         database: Database | None = None,
     ) -> None:
-        config = config or WorkerConfig()
-        config.check()
-        refuse_sql_only(registry, config, database)
-        self.url, self.registry, self.config = url, registry, config
-        self.worker_id = new_worker_id()
-        runner: Runner
-        self.inbox: InboxRunner | None
-        if database is not None and transactional_jobs(registry):
-            runner = self.inbox = InboxRunner(registry, self.worker_id, database, hooks)
-        else:  # no transactional handler runs here, so the Runner never opens a database
-            self.inbox = None
-            runner = Runner(registry, self.worker_id, cast(Database, None), hooks)
-        runner.system = tracing.NATS_SYSTEM  # the attempt spans' messaging.system
-        self.ctx = LaneContext(
-            config, registry, runner, WorkerStats(), hooks, clock, wall_clock, began=clock()
+        super().__init__(
+            registry,
+            config,
+            system=tracing.NATS_SYSTEM,
+            clock=clock,
+            wall_clock=wall_clock,
+            hooks=hooks,
+            database=database,
         )
-        self.ctx.inbox = self.inbox
-        self.stats = self.ctx.stats
-        self._lanes: list[Lane] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.url = url
         self._nc: Client | None = None
 
     def connected(self) -> bool:
         """The broker connection is up (``/readyz``); safe from any thread."""
         nc = self._nc
         return nc is not None and bool(nc.is_connected)
-
-    def run(self) -> WorkerStats:
-        """Connect, run until stopped (signal, limits, or empty with stop_when_empty)."""
-        asyncio.run(self._main())
-        return self.stats
 
     def run_once(self, timeout: float = STEP_TIMEOUT_S) -> int:
         """One round: for each queue, fetch what is deliverable now (up to its window),
@@ -202,19 +136,6 @@ class JetStreamWorker:
         before = self.stats.claimed
         asyncio.run(self._round(timeout))
         return self.stats.claimed - before
-
-    def stop(self) -> None:
-        """Ask for a graceful stop; safe from any thread (as a signal would)."""
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._stop)
-        else:
-            self.ctx.stopping.set()
-
-    def _stop(self) -> None:
-        self.ctx.stopping.set()
-        for lane in self._lanes:
-            lane.room.set()
 
     async def _round(self, timeout: float) -> None:
         nc = await connect(self.url)
@@ -241,53 +162,22 @@ class JetStreamWorker:
             with contextlib.suppress(Exception):
                 await nc.close()
 
-    async def _main(self) -> None:
-        loop = self._loop = asyncio.get_running_loop()
-        signals = 0
-
-        def on_signal() -> None:
-            nonlocal signals
-            signals += 1
-            if signals > 1:
-                self.stats.graceful = False
-                self.ctx.cancelled.set()
-                for lane in self._lanes:
-                    lane.cancel()
-            self._stop()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, on_signal)
+    async def serve(self) -> None:
         nc = self._nc = await connect(self.url)
         caps = self.config.caps()
-        self.ctx.began = self.ctx.clock()
-        watch = control.ControlWatch(self._paused_changed, self._cancel_asked)
+        watch = control.ControlWatch(self.paused_changed, self.cancel_asked)
         try:
             js = nc.jetstream()
             await watch.start(js)  # the paused queues, read before the first fetch
             self.ctx.paused, self.ctx.cancel_marks = watch.paused, watch.cancelled
-            log.info("worker.started", broker=self.url.shown, queues=list(caps))
-            await self._together([self._queue(nc, js, q, caps[q]) for q in caps])
+            self.started(self.url.shown)
+            await self.together([self._queue(nc, js, q, caps[q]) for q in caps])
         finally:
             await watch.stop()
             with contextlib.suppress(Exception):
                 await nc.flush(timeout=2)  # the last acks out, then close
             with contextlib.suppress(Exception):
                 await nc.close()
-            log.info(
-                "worker.stopped",
-                succeeded=self.stats.succeeded,
-                retried=self.stats.retried,
-                dead=self.stats.dead,
-            )
-
-    def _paused_changed(self) -> None:
-        for lane in self._lanes:
-            lane.wake()
-
-    def _cancel_asked(self, message_id: str) -> None:
-        for lane in self._lanes:
-            lane.cancel_job(message_id)
 
     async def _consumers(
         self, js: JetStreamContext, queue: str, *, wait: bool = True
@@ -353,23 +243,13 @@ class JetStreamWorker:
         runs: list[Awaitable[None]] = []
         ended = asyncio.Event()  # the keyless lane's run is over
         if bands:
-            runs.append(self._run_lane(Lane(self.ctx, nc, js, queue, cap, bands), ended))
+            runs.append(self.run_lane(Lane(self.ctx, nc, js, queue, cap, bands), ended))
         if parts:
-            runs.append(self._run_lane(OrderedLane(self.ctx, nc, js, queue, cap, parts)))
+            runs.append(self.run_lane(OrderedLane(self.ctx, nc, js, queue, cap, parts)))
         elif bands:
             log.info("worker.ordered_subjects_missing", queue=queue, stream=names.stream(queue))
             runs.append(self._ordered_later(nc, js, queue, cap, ended))
-        await self._together(runs)
-
-    async def _run_lane(self, lane: Lane, ended: asyncio.Event | None = None) -> None:
-        self._lanes.append(lane)
-        if self.ctx.stopping.is_set():
-            lane.room.set()
-        try:
-            await lane.run()
-        finally:
-            if ended is not None:
-                ended.set()
+        await self.together(runs)
 
     async def _ordered_later(
         self, nc: Client, js: JetStreamContext, queue: str, cap: int, ended: asyncio.Event
@@ -394,25 +274,7 @@ class JetStreamWorker:
                 break
         parts = await self._ordered_consumers(js, queue, True)
         log.info("worker.ordered_lane_started", queue=queue, partitions=parts)
-        await self._run_lane(OrderedLane(self.ctx, nc, js, queue, cap, parts))
-
-    async def _together(self, runs: list[Awaitable[None]]) -> None:
-        """Run ``runs`` to their ends; the first that fails asks the rest for a graceful
-        stop (NAKs and ``grace``, as a signal would), and its error is raised once all
-        have ended."""
-        failed: list[BaseException] = []
-
-        async def one(run: Awaitable[None]) -> None:
-            try:
-                await run
-            except Exception as exc:
-                failed.append(exc)
-                self._stop()
-
-        await asyncio.gather(*(one(r) for r in runs))
-        if failed:
-            raise failed[0]
-
+        await self.run_lane(OrderedLane(self.ctx, nc, js, queue, cap, parts))
 
 async def _refuse_unordered(js: JetStreamContext, queue: str, name: str) -> None:
     """An ordered partition's consumer that exists with other settings is kept, unless

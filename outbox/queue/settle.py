@@ -39,6 +39,7 @@ from outbox.db.rows import (
     LimitVerdict,
 )
 from outbox.errors import DatabaseError, ReadOnlyDatabase
+from outbox.queue import joblog
 from outbox.queue.config import WorkerStats
 from outbox.queue.control import MAX_SNOOZES
 from outbox.queue.execute import Kind, Outcome
@@ -179,7 +180,7 @@ class Settler:
 
     def _cancelled(self, job: ClaimedJob) -> None:
         self.stats.cancelled += 1
-        self.log.warning("job.cancelled", message_id=job.message_id, job=job.job_name)
+        joblog.job_cancelled(self.log, job)
 
     def decide(self, outcome: Outcome, *, cancelled: bool = False, snoozes: int = 0) -> Decision:
         """``outbox.queue.policy.decide`` with this job's limit and handler. The database
@@ -262,16 +263,8 @@ class Settler:
             self.unchanged([job], "fail")
             return
         self.tally.add(column, (job,))
-        self.log.warning(
-            f"job.{decision.action}",
-            message_id=job.message_id,
-            queue=job.queue,
-            job=job.job_name,
-            attempt=job.attempts,
-            duration_ms=None if ran_s is None else round(ran_s * 1000, 2),
-            max_attempts=self.registry.max_attempts(job.job_name, job.max_attempts),
-            error=failure.exception_class,
-        )
+        max_attempts = self.registry.max_attempts(job.job_name, job.max_attempts)
+        joblog.job_failed(self.log, job, decision.action, failure, ran_s, max_attempts)
 
     def give_back(self, jobs: Sequence[ClaimedJob]) -> None:
         """Jobs still running when the grace ran out: each back to the queue now, its

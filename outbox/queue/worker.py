@@ -67,7 +67,7 @@ from outbox.db.driver import JOBS_CHANNEL
 from outbox.db.listen import Listener
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.log import get_logger
-from outbox.queue import signals
+from outbox.queue import joblog, signals
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
 from outbox.queue.dispatch import WAKE, Dispatcher
 from outbox.queue.registry import Registry
@@ -291,7 +291,4 @@ class Worker:
             listener.close()
         self._d.flush_tally(self._clock(), due=True)
         self._d.db.close()
-        how = "stopped gracefully" if self.stats.graceful else "stopped with jobs unfinished"
-        s = self.stats
-        self._log.info("worker.stopped", outcome=how, claimed=s.claimed, succeeded=s.succeeded,
-                       retried=s.retried, dead=s.dead, released=s.released, lost=s.lost)
+        joblog.worker_stopped(self._log, self.stats)

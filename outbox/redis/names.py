@@ -11,6 +11,9 @@ Cluster all of a queue's keys live on one node and one script may touch any of t
 - ``{outbox:search}:seen:<msg id>``: the de-duplication marker of one published message,
   with a TTL (the window);
 - ``{outbox:search}:paused``: present while the queue is paused;
+- ``{outbox:search}:delayed``: a sorted set of jobs waiting to come back (a retry's
+  backoff, a snooze, a job handed off before it is due), scored by when they are due in
+  UNIX ms; a worker moves each back to its stream when due (``outbox.redis.scripts``);
 - consumer group ``outbox-workers`` on every job stream, shared by every worker process.
 
 An entry's fields are the JetStream headers of the same job
@@ -29,6 +32,7 @@ __all__ = [
     "ORDERED_PARTITIONS",
     "band_streams",
     "dead_stream",
+    "delayed_key",
     "job_streams",
     "ordered_stream",
     "ordered_streams",
@@ -88,3 +92,9 @@ def seen_key(queue: str, msg_id: str) -> str:
 def paused_key(queue: str) -> str:
     """Present while ``queue`` is paused on Redis."""
     return f"{tag(queue)}:paused"
+
+
+def delayed_key(queue: str) -> str:
+    """The sorted set of ``queue``'s jobs waiting to come back (retries, snoozes, early
+    deliveries), scored by their due time in UNIX ms."""
+    return f"{tag(queue)}:delayed"

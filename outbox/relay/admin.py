@@ -14,6 +14,7 @@ from typing import Literal
 import orjson
 
 from outbox import results
+from outbox.broker import inbox
 from outbox.db.connection import Connection
 from outbox.db.rows import FailedIntent, StoredIntent
 from outbox.errors import (
@@ -23,7 +24,6 @@ from outbox.errors import (
     RetryRefused,
 )
 from outbox.ids import is_message_id
-from outbox.jetstream import inbox
 from outbox.job import canonical_json
 from outbox.log import get_logger
 from outbox.relay.verify import reason_for, refingerprint

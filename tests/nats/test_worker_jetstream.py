@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 import pytest
+from structlog.testing import capture_logs
 
 from outbox import Job, Registry, record
 from outbox.db.connection import Database
@@ -152,6 +153,30 @@ def test_failing_job_is_retried_then_dead_lettered_with_class_message_and_trace(
         assert runs(ledger)[perm_id] == 2
         assert admin.forget(broker, fail_id) == 1
         assert [d.message_id for d in admin.failed(broker, 50) if d.queue == queue] == [perm_id]
+
+
+def test_the_worker_logs_each_retry_and_dead_letter_and_its_run_as_the_sql_worker_does(
+    db: tuple[Database, str], nats_url: str, ledger: Path
+) -> None:
+    queue = support.queue_name()
+    [fail_id] = handed_off(db, nats_url, queue, 1, "t.fail")
+    with capture_logs() as logs:
+        work_until(nats_url, queue, lambda: runs(ledger)[fail_id] == 2, sleep=1.0)
+    started = [e for e in logs if e["event"] == "worker.started"]
+    stopped = [e for e in logs if e["event"] == "worker.stopped"]
+    worker_id = started[0]["worker_id"]
+    assert worker_id and all(e["worker_id"] for e in started + stopped)
+    assert stopped[-1]["outcome"] == "stopped gracefully"
+    assert sum(e["claimed"] for e in stopped) == 2
+    assert {"succeeded", "retried", "dead", "released", "lost"} <= set(stopped[-1])
+    by_event = {e["event"]: e for e in logs if e["event"] in ("job.retry", "job.dead")}
+    for event, attempt in (("job.retry", 1), ("job.dead", 2)):
+        line = by_event[event]
+        assert line["message_id"] == fail_id and line["queue"] == queue
+        assert line["job"] == "t.fail" and line["attempt"] == attempt
+        assert line["max_attempts"] == 2 and line["error"] == "RuntimeError"
+        assert line["duration_ms"] >= 0 and line["worker_id"]
+        assert "secret-exception-text" not in str(line)
 
 
 def test_a_foreign_message_goes_to_the_dead_letter_stream_and_the_worker_goes_on(

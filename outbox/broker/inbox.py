@@ -1,10 +1,11 @@
-"""The inbox: exactly-once effects for transactional handlers on JetStream.
+"""The inbox: exactly-once effects for transactional handlers on a broker.
 
 A broker shares no transaction with the application's database, so a worker that dies
-between its handler's COMMIT and its ack would run the job again when JetStream
-redelivers it. The inbox closes that gap the way MassTransit, NServiceBus and Wolverine
-do: the table ``outbox_inbox`` in the consumer's own database holds the message id of
-every job whose transactional handler committed, written in that same transaction::
+between its handler's COMMIT and its ack would run the job again when the broker
+redelivers it (JetStream after its ack wait, Redis when ``XAUTOCLAIM`` takes it back).
+The inbox closes that gap the way MassTransit, NServiceBus and Wolverine do: the table
+``outbox_inbox`` in the consumer's own database holds the message id of every job whose
+transactional handler committed, written in that same transaction::
 
     BEGIN ─► INSERT the message id (ON CONFLICT DO NOTHING) ─┬─ 1 row: run the handler
                                                              │   on ctx.connection ─► COMMIT ─► ack
@@ -18,13 +19,13 @@ snoozes or is rolled back leaves no id behind: its next attempt runs.
 
 **Retention.** An id is kept at least ``RETENTION_S`` (a day), or the ``days`` of
 ``outbox prune`` when longer; ``outbox prune`` deletes older ones. A redelivery comes
-within the consumer's ack wait (``--lease``) of the last delivery, and a relay's
-re-publish of the same message within the stream's duplicate window is dropped by
-JetStream itself; a worker with transactional handlers refuses to start when the
-window plus its lease is longer than ``RETENTION_S``, so every copy JetStream can still
-hand out finds its id.
+within the lease (``--lease``: JetStream's ack wait, Redis's idle time before
+``XAUTOCLAIM``) of the last delivery, and a relay's re-publish of the same message within
+the stream's duplicate window is dropped by the broker itself; a worker with
+transactional handlers refuses to start when the window plus its lease is longer than
+``RETENTION_S``, so every copy the broker can still hand out finds its id.
 
-Nothing here imports nats: ``outbox prune`` calls ``prune`` without the extra.
+Nothing here imports a broker's client: ``outbox prune`` calls ``prune`` without the extras.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ DAY_MS = 86_400_000
 
 
 class InboxRunner(Runner):
-    """The ``Runner`` of a JetStream worker with a database: a transactional handler's
+    """The ``Runner`` of a broker worker with a database: a transactional handler's
     transaction also writes the message id into the inbox (the acknowledgement the SQL
     queue writes there instead); a job whose id is already there is not run."""
 
@@ -98,7 +99,8 @@ def _prune_batch(age_ms: int, batch: int, c: Connection) -> int:
 
 
 def check_retention(stream: str, duplicate_window_s: float, lease_s: float) -> None:
-    """At start: every copy JetStream may still hand out must find its id in the inbox."""
+    """At start: every copy the broker may still hand out must find its id in the inbox
+    (``duplicate_window_s``: how long the broker drops a re-published copy of ``stream``)."""
     if duplicate_window_s + lease_s > RETENTION_S:
         raise ConfigurationError(
             f"stream {stream}: duplicate_window {duplicate_window_s:g} s plus --lease "

@@ -1,0 +1,82 @@
+"""The worker on Redis Streams: the same ``Registry``, handlers and ``ctx`` as on SQL.
+
+Each queue's band streams (``outbox.redis.names``) have one consumer group,
+``outbox-workers``, shared by every worker process; each process is one consumer of it,
+named after its worker id. One asyncio loop runs all queues, each a ``RedisLane``
+(``outbox.redis.lane`` draws a delivery's life); everything that is not Redis — the
+window, the cap, threads, timeouts, settling through ``outbox.queue.policy``, graceful
+stop, the inbox of transactional handlers — is the broker worker's
+(``outbox.broker``), the same as on JetStream.
+
+Retries, snoozes and jobs handed off before they are due wait in the queue's delayed
+set (``names.delayed_key``) and come back as new entries when due; the attempts spent
+travel in the entry (``Outbox-Attempts-Before``). A worker that dies leaves its entries
+pending: any worker takes them back once idle past ``--lease`` (``XAUTOCLAIM``), their
+delivery counted as an attempt. Pausing a queue (``outbox queue pause --broker
+redis://``) sets ``names.paused_key``: every fetch reads it, so the fleet stops taking
+from the queue within one fetch (a blocking read, at most ``sleep`` or a second).
+
+Keyed jobs (the ordered partitions' streams) are not taken by this worker yet: it says
+so at start when a partition holds entries, and leaves them where they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from redis.asyncio import Redis
+
+from outbox.broker.worker import BrokerWorker
+from outbox.log import get_logger
+from outbox.queue.config import WorkerConfig
+from outbox.queue.registry import Registry
+from outbox.redis import names
+from outbox.redis.connect import RedisUrl, connect
+from outbox.redis.lane import RedisLane
+
+log = get_logger("outbox.worker")
+REDIS_SYSTEM = "redis"  # messaging.system of the attempt spans (OpenTelemetry's name)
+
+
+class RedisWorker(BrokerWorker):
+    """Runs the jobs of ``config.queues`` from Redis Streams until stopped (``run``); each
+    queue is one ``RedisLane``. The rest is ``outbox.broker.worker``'s."""
+
+    def __init__(
+        self, url: RedisUrl, registry: Registry, config: WorkerConfig | None = None, **kw: Any
+    ) -> None:
+        """``kw``: ``clock``, ``wall_clock``, ``hooks``, ``database``, as for
+        ``BrokerWorker``."""
+        super().__init__(registry, config, system=REDIS_SYSTEM, **kw)
+        self.url = url
+        self._r: Redis | None = None
+
+    def connected(self) -> bool:
+        """The last command on the broker connection went through (``/readyz``)."""
+        return self._r is not None
+
+    async def serve(self) -> None:
+        r = self._r = await connect(self.url)
+        blocking = await connect(self.url)  # the blocking reads wait on their own socket
+        caps = self.config.caps()
+        try:
+            for queue in caps:
+                await self._say_keyed(r, queue)
+            self.started(self.url.shown)
+            lanes = [
+                RedisLane(self.ctx, r, blocking, q, caps[q], self.worker_id) for q in caps
+            ]
+            await self.together([self.run_lane(lane) for lane in lanes])
+        finally:
+            self._r = None
+            for client in (blocking, r):
+                with contextlib.suppress(Exception):
+                    await client.aclose()
+
+    async def _say_keyed(self, r: Redis, queue: str) -> None:
+        waiting = 0
+        for stream in names.ordered_streams(queue):
+            waiting += int(await r.xlen(stream))
+        if waiting:
+            log.warning("worker.ordered_not_served", queue=queue, entries=waiting)
