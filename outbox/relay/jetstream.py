@@ -45,11 +45,12 @@ from dataclasses import dataclass, field
 from outbox.db.driver import Driver
 from outbox.db.rows import HandoffResult, OutboxHandoff, StoredIntent
 from outbox.errors import BrokerError, ConfigurationError, TargetRefused
-from outbox.ids import is_node_id
-from outbox.jetstream import MAX_IN_FLIGHT, codec, names, provision
+from outbox.jetstream import MAX_IN_FLIGHT, names, provision
 from outbox.jetstream.connect import Broker, BrokerUrl
 from outbox.jetstream.publish import Acked, BatchPublisher, Outcome, PublishRefused
 from outbox.log import get_logger
+from outbox.relay import message
+from outbox.relay.message import refuse_workflows
 from outbox.relay.verify import reason_for
 
 log = get_logger("outbox.relay")
@@ -236,19 +237,12 @@ class JetStreamTarget:
 
     def _message(self, i: StoredIntent, now_ms: int) -> tuple[str, bytes, dict[str, str]]:
         queue = str(i.queue)
-        if i.ordering_key is not None:  # a key's order wins over its priority
-            subject = names.ordered_subject(queue, names.partition(str(i.ordering_key)))
+        part = message.ordered_partition(i)
+        if part is not None:
+            subject = names.ordered_subject(queue, part)
         else:
-            subject = names.subject(queue, int(i.priority or 0) if queue in self._banded else 0)
-        headers = codec.job_headers(
-            i.message_id,
-            str(i.job_name),
-            i.max_attempts,
-            int(i.available_at or 0),
-            now_ms,
-            trace_context=i.trace_context,
-        )
-        return subject, str(i.payload).encode(), headers
+            subject = names.subject(queue, message.band(i) if queue in self._banded else 0)
+        return subject, message.body(i).encode(), message.headers(i, now_ms)
 
     def _drop(self) -> None:
         with self._lock:
@@ -265,20 +259,6 @@ class JetStreamTarget:
 
     def close(self) -> None:
         self._drop()
-
-
-def refuse_workflows(intents: list[StoredIntent]) -> None:
-    """A workflow's node is never published: its dependents become due in its
-    acknowledgement's database transaction, which a JetStream acknowledgement is not
-    (``outbox.workflows``). The batch rolls back, every row stays pending, and the relay
-    stops with this one line; a relay with the SQL queue target hands them off."""
-    node = next((i for i in intents if is_node_id(i.message_id)), None)
-    if node is not None:
-        raise ConfigurationError(
-            f"intent {node.message_id} is a workflow node: workflows run on the SQL queue "
-            "only (their nodes become due in a database transaction that a JetStream ack "
-            "is not); relay it without --target nats://"
-        )
 
 
 def _rounds(intents: list[StoredIntent]) -> list[list[StoredIntent]]:
