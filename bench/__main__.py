@@ -31,6 +31,7 @@ SCENARIOS = (
     "plans",
     "hygiene",
     "nats",
+    "redis",
     "limits",
     "tracing",
     "workflow",

@@ -7,8 +7,10 @@ client for a ``RedisUrl`` and ask the server once, with ``INFO server``, what it
   at start, not met later as an unknown command;
 - standalone or a Redis Cluster (``redis_mode``): a cluster gets redis-py's cluster client,
   which routes each queue's keys (one hash tag, ``outbox.redis.names``) to their node;
-- with ``fsync=always`` in the URL: ``appendonly yes`` and ``appendfsync always``, or the
-  relay does not start (``docs/how-to/redis.md``).
+- its durability settings (``CONFIG GET``, when granted): with ``fsync=always`` in the URL
+  it must say ``appendonly yes`` and ``appendfsync always``, or the relay does not start
+  (``docs/how-to/redis.md``); ``maxmemory-policy`` is reported, since an ``allkeys-*``
+  policy lets Redis evict a stream of unread jobs.
 
 Every failure becomes a ``BrokerError`` naming the URL as ``RedisUrl.shown`` (password as
 ``***``) and the exception's class, never its text: a wrong password is one line and
@@ -52,7 +54,7 @@ class Connected:
     client: Any  # redis.Redis, redis.cluster.RedisCluster, or their asyncio twins
     version: str
     cluster: bool
-    durability: dict[str, str] = field(default_factory=dict)  # appendonly, appendfsync
+    durability: dict[str, str] = field(default_factory=dict)  # appendonly, appendfsync, ...
 
     def node(self, key: str) -> redis.Redis:
         """A client of the node holding ``key`` (the client itself when standalone): a
@@ -171,9 +173,12 @@ def _parts(version: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+_SETTINGS = ("appendonly", "appendfsync", "maxmemory-policy")
+
+
 def _durability(url: RedisUrl, client: redis.Redis) -> dict[str, str]:
     try:
-        found = client.config_get("append*")
+        found = client.config_get(*_SETTINGS)
     except redis.ResponseError:  # CONFIG renamed or not granted (a managed Redis)
         found = {}
     return _read_durability(url, found)
@@ -181,18 +186,19 @@ def _durability(url: RedisUrl, client: redis.Redis) -> dict[str, str]:
 
 async def _config_get(client: redis.asyncio.Redis) -> dict[Any, Any]:
     try:
-        return await client.config_get("append*")
+        return await client.config_get(*_SETTINGS)
     except redis.ResponseError:
         return {}
 
 
 def _read_durability(url: RedisUrl, found: dict[Any, Any]) -> dict[str, str]:
-    """``appendonly`` and ``appendfsync`` as the server says them; with ``fsync=always``
-    anything but ``yes``/``always`` (or a server that will not say) is refused."""
+    """``appendonly``, ``appendfsync`` and ``maxmemory-policy`` as the server says them;
+    with ``fsync=always`` anything but ``yes``/``always`` (or a server that will not say)
+    is refused."""
     d = {_text(k): _text(v) for k, v in found.items()}
-    d = {k: d[k] for k in ("appendonly", "appendfsync") if k in d}
+    d = {k: d[k] for k in _SETTINGS if k in d}
     if url.fsync and (d.get("appendonly") != "yes" or d.get("appendfsync") != "always"):
-        said = ", ".join(f"{k} {v}" for k, v in sorted(d.items())) or "CONFIG GET refused"
+        said = ", ".join(f"{k} {d[k]}" for k in _SETTINGS[:2] if k in d) or "CONFIG GET refused"
         raise ConfigurationError(
             f"Redis at {url.shown} is not set to fsync every write ({said}); fsync=always "
             "needs appendonly yes and appendfsync always"

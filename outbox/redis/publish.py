@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import orjson
 import redis
 from redis.commands.core import Script
 
@@ -66,14 +67,11 @@ class Publisher:
     ) -> list[Outcome]:
         """Hand ``messages`` (all of ``queue``) to ``node``, the server of the queue's keys."""
         keys: list[str] = []
-        args: list[str | int] = [window_ms, max_len]
         for m in messages:
             keys += [names.seen_key(queue, m.message_id), m.stream]
-            args.append(len(m.fields))
-            for k, v in m.fields.items():
-                args += [k, v]
+        fields = orjson.dumps([[x for kv in m.fields.items() for x in kv] for m in messages])
         pipe = node.pipeline(transaction=False)
-        self._script(keys, args, client=pipe)
+        self._script(keys, [window_ms, max_len, fields], client=pipe)
         if wait:
             pipe.execute_command("WAIT", wait, max(1, int(wait_timeout * 1000)))  # type: ignore[no-untyped-call]
         replies = pipe.execute()

@@ -222,15 +222,19 @@ def _log_durability(conn: Connected) -> None:
     """At each connect: how much an acknowledged handoff survives (docs/how-to/redis.md)."""
     url, d = conn.url, conn.durability
     safe = url.wait > 0 or (d.get("appendonly") == "yes" and d.get("appendfsync") == "always")
+    evicts = d.get("maxmemory-policy", "").startswith("allkeys")
     fields = {
         "url": url.shown,
         "version": conn.version,
         "cluster": conn.cluster,
         "appendonly": d.get("appendonly", "unknown"),
         "appendfsync": d.get("appendfsync", "unknown"),
+        "maxmemory_policy": d.get("maxmemory-policy", "unknown"),
         "wait": url.wait,
     }
-    if safe:
+    if evicts:  # an allkeys policy at maxmemory deletes streams of jobs no worker has read
+        log.warning("relay.redis_evicts_keys", **fields)
+    elif safe:
         log.info("relay.redis_durability", **fields)
     else:
         log.warning("relay.redis_not_fsynced", **fields)

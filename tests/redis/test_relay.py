@@ -19,7 +19,8 @@ from outbox.relay import Relay, RelayConfig
 from outbox.relay.redis import RedisSettings, RedisTarget
 from outbox.relay.verify import reason_for
 from outbox.status import pending_count
-from tests.fixtures.redis_servers import entries, message_ids, record_jobs
+from tests.fixtures.databases import placeholder
+from tests.fixtures.redis_servers import RedisServer, entries, message_ids, record_jobs
 from tests.fixtures.relays import captured_logs
 
 
@@ -50,7 +51,7 @@ def test_every_intent_becomes_one_entry_on_its_band_then_leaves_the_outbox(
     q = redis_queue
     urgent = record_jobs(db_url, q, 4, prefix="u", priority=0)
     later = record_jobs(db_url, q, 3, prefix="l", priority=7)
-    with relay(database, redis_url, batch_size=3) as r:
+    with relay(database, redis_url, batch_size=3, in_flight=1) as r:  # in id order
         totals = r.run()
     assert (totals.handed_off, totals.batches) == (7, 3)
     assert pending(database) == 0
@@ -108,7 +109,7 @@ def test_a_full_stream_refuses_the_rest_and_they_stay_pending(
 ) -> None:
     q = redis_queue
     ids = record_jobs(db_url, q, 12)
-    with relay(database, redis_url, max_len=5) as r:
+    with relay(database, redis_url, max_len=5, in_flight=1) as r:
         with pytest.raises(TargetRefused) as err:
             r.run()
         assert (err.value.handed_off, err.value.limit) == (5, "max_len")
@@ -175,8 +176,8 @@ def test_waiting_for_replicas_a_server_has_not_keeps_the_batch_pending(
     assert message_ids(client, q) == {i: 1 for i in ids}
 
 
-def test_fsync_always_refuses_a_server_that_does_not(redis_url: str) -> None:
-    if redis.Redis.from_url(redis_url).config_get("appendfsync")["appendfsync"] == "always":
+def test_fsync_always_refuses_a_server_that_does_not(redis_url: str, client: Any) -> None:
+    if client.config_get("appendfsync")["appendfsync"] == "always":
         pytest.skip("the shared Redis fsyncs every write")
     with pytest.raises(ConfigurationError) as err:
         target(redis_url + "?fsync=always").open()
@@ -198,8 +199,48 @@ def test_an_unreachable_redis_fails_the_batch_and_keeps_it(
     from tests.fixtures.ports import free_port
 
     record_jobs(db_url, redis_queue, 3)
-    with pytest.raises(BrokerError) as err:
-        relay(database, f"redis://:hunter2@127.0.0.1:{free_port()}/0").run()
+    with (
+        relay(database, f"redis://:hunter2@127.0.0.1:{free_port()}/0") as r,
+        pytest.raises(BrokerError) as err,
+    ):
+        r.run()
     assert err.value.transient and "cannot reach Redis" in str(err.value)
     assert "hunter2" not in str(err.value) and "***" in str(err.value)
     assert pending(database) == 3
+
+
+def test_the_relay_says_at_connect_what_an_acknowledged_handoff_survives(
+    redis_url: str, redis_aof: RedisServer, client: Any
+) -> None:
+    shared_fsyncs = client.config_get("appendfsync")["appendfsync"]
+    aof = redis_aof.client()
+    with captured_logs() as logs:
+        for url in (redis_url, redis_aof.url + "?fsync=always"):
+            t = target(url)
+            t.open()
+            t.close()
+        aof.config_set("maxmemory-policy", "allkeys-lru")
+        try:
+            target(redis_aof.url).open()
+        finally:
+            aof.config_set("maxmemory-policy", "noeviction")
+    said = [(e["event"], e.get("appendfsync"), e.get("maxmemory_policy")) for e in logs]
+    if shared_fsyncs != "always":
+        assert said[0] == ("relay.redis_not_fsynced", shared_fsyncs, "noeviction")
+    assert said[1] == ("relay.redis_durability", "always", "noeviction")
+    assert said[2] == ("relay.redis_evicts_keys", "always", "allkeys-lru")
+    assert all("password" not in str(e) for e in logs)
+
+
+def test_a_payload_reaches_its_entry_exactly_as_the_outbox_stored_it(
+    database: Database, db_url: str, redis_url: str, redis_queue: str, client: Any
+) -> None:
+    payload = {"name": "Zoë ✓ 𝄞", "text": 'a "quote" \\ back\u0000slash\n', "n": [1, 2.5, None]}
+    [mid] = record_jobs(db_url, redis_queue, 1, payload=payload)
+    with database.connect() as conn:
+        sql = f"SELECT payload FROM outbox_messages WHERE message_id = {placeholder(conn)}"
+        [(stored,)] = conn.execute_sql(sql, (mid,))
+    with relay(database, redis_url) as r:
+        assert r.run().handed_off == 1
+    [entry] = entries(client, names.stream(redis_queue))
+    assert entry[names.DATA_FIELD] == stored  # byte for byte, through the script's JSON

@@ -34,8 +34,8 @@ def test_relay_to_redis_hands_every_intent_off(
     result = relay(db_url, "--target", redis_url, "--batch-size", "3")
     assert result.exit_code == 0, result.output
     assert "relayed 7 intents: 7 handed off" in result.output
-    client = redis.Redis.from_url(redis_url)
-    assert message_ids(client, redis_queue) == {i: 1 for i in ids}
+    with redis.Redis.from_url(redis_url) as client:
+        assert message_ids(client, redis_queue) == {i: 1 for i in ids}
     assert pending(database) == 0
 
 

@@ -70,7 +70,8 @@ def test_relays_killed_at_random_leave_every_intent_on_its_stream_once(
         wait_until(lambda: pending(database) == 0, 60, "the last relay to hand everything off")
     finally:
         stop_relay(proc)
-    seen = message_ids(redis.Redis.from_url(redis_url), redis_queue)
+    with redis.Redis.from_url(redis_url) as client:
+        seen = message_ids(client, redis_queue)
     assert len(producer.ids) == 600
     assert seen == {i: 1 for i in producer.ids}  # none lost, none twice
 
