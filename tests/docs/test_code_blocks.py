@@ -87,6 +87,7 @@ HOW: dict[tuple[str, str], str] = {
         "commands",
     ("how-to/jetstream.md", "outbox worker billing --app myapp.jobs:registry --broker nats://nats1:4222 \\"):
         "commands",
+    ("how-to/redis.md", "pip install 'outbox-relay[redis]'"): "commands",
     ("how-to/django.md", "from django.db import transaction"): "fragment",
     ("how-to/django.md", "OUTBOX = {"): "exec",
     ("how-to/django.md", "from outbox.contrib.django import idempotent"): "fragment",
