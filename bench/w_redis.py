@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bench.w_nats import relay_work
+
 
 def relay(
     url: str, batch: int, redis: str, in_flight: int | None = None
@@ -19,12 +21,4 @@ def relay(
     settings = RedisSettings() if in_flight is None else RedisSettings(in_flight=in_flight)
     target = RedisTarget(parse_url(redis), settings)
     target.open()
-    r = Relay(Database(url), RelayConfig(batch_size=batch), target=target)
-    r._conn.get()
-
-    def work() -> dict[str, Any]:
-        totals = r.run()
-        r.close()
-        return {"count": totals.handed_off}
-
-    return work
+    return relay_work(Relay(Database(url), RelayConfig(batch_size=batch), target=target))

@@ -37,15 +37,14 @@ import redis
 
 from outbox.db.driver import Driver
 from outbox.db.rows import HandoffResult, OutboxHandoff, StoredIntent
-from outbox.errors import BrokerError, ConfigurationError, TargetRefused
+from outbox.errors import ConfigurationError
 from outbox.jetstream import DEFAULT_DUPLICATE_WINDOW_S, MAX_IN_FLIGHT
 from outbox.log import get_logger
 from outbox.redis import names
 from outbox.redis.connect import Connected, RedisUrl, broker_error, connect
 from outbox.redis.publish import Added, Full, Message, Publisher
-from outbox.relay import message
+from outbox.relay import brokered, message
 from outbox.relay.message import refuse_workflows
-from outbox.relay.verify import reason_for
 
 log = get_logger("outbox.relay")
 
@@ -76,13 +75,6 @@ class RedisSettings:
         """The longest a running relay takes to re-publish a batch it lost."""
         wait = url.wait_timeout if url.wait else 0.0
         return 2 * (self.publish_timeout + wait) + reconnect_max
-
-
-@dataclass(slots=True)
-class _Refusal:
-    stream: str
-    limit: str
-    count: int = 0
 
 
 class RedisTarget:
@@ -126,31 +118,14 @@ class RedisTarget:
             return self._conn, self._publisher
 
     def handoff(self, driver: Driver, batch: OutboxHandoff) -> HandoffResult:
-        refused: list[_Refusal] = []
-        try:
-            result = driver.outbox_handoff_published(
-                batch, reason_for, lambda intents: self._publish(intents, refused)
-            )
-        except BrokerError as exc:
-            if exc.transient:
-                self._drop()
-            raise
-        if refused:
-            r = refused[0]
-            why = (
-                f"is full (setting max_len {self.settings.max_len}, never trimmed)"
-                if r.limit == "max_len"
-                else "did not accept them (Redis is at its maxmemory)"
-            )
-            raise TargetRefused(
-                f"stream {r.stream} {why}: {r.count} intents stay pending",
-                stream=r.stream,
-                limit=r.limit,
-                handed_off=result.handed_off,
-            )
-        return result
+        return brokered.handoff(driver, batch, self._publish, self._drop, self._why)
 
-    def _publish(self, intents: list[StoredIntent], refused: list[_Refusal]) -> set[str]:
+    def _why(self, r: brokered.Refusal) -> str:
+        if r.limit == "max_len":
+            return f"is full (setting max_len {self.settings.max_len}, never trimmed)"
+        return "did not accept them (Redis is at its maxmemory)"
+
+    def _publish(self, intents: list[StoredIntent], refused: list[brokered.Refusal]) -> set[str]:
         if not intents:
             return set()
         refuse_workflows(intents)
@@ -176,7 +151,7 @@ class RedisTarget:
             except redis.ResponseError as exc:
                 if not str(exc).startswith("OOM"):
                     raise broker_error(self.url, exc) from None
-                _note(refused, names.stream(queue), "maxmemory", len(messages))
+                brokered.note(refused, names.stream(queue), "maxmemory", len(messages))
                 continue
             except redis.RedisError as exc:
                 raise broker_error(self.url, exc) from None
@@ -184,7 +159,7 @@ class RedisTarget:
                 if isinstance(outcome, Added):
                     acked.add(m.message_id)
                 elif isinstance(outcome, Full):
-                    _note(refused, outcome.stream, "max_len", 1)
+                    brokered.note(refused, outcome.stream, "max_len")
         return acked
 
     def _drop(self) -> None:
@@ -209,13 +184,6 @@ def _message(i: StoredIntent, now_ms: int) -> Message:
     fields = message.headers(i, now_ms)
     fields[names.DATA_FIELD] = message.body(i)
     return Message(i.message_id, stream, fields)
-
-
-def _note(refused: list[_Refusal], stream: str, limit: str, count: int) -> None:
-    """The rows stay pending; remember why (the batch's first refusal), for ``TargetRefused``."""
-    if not refused:
-        refused.append(_Refusal(stream, limit))
-    refused[0].count += count
 
 
 def _log_durability(conn: Connected) -> None:
