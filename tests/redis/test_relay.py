@@ -20,7 +20,13 @@ from outbox.relay.redis import RedisSettings, RedisTarget
 from outbox.relay.verify import reason_for
 from outbox.status import pending_count
 from tests.fixtures.databases import placeholder
-from tests.fixtures.redis_servers import RedisServer, entries, message_ids, record_jobs
+from tests.fixtures.redis_servers import (
+    PASSWORD,
+    RedisServer,
+    entries,
+    message_ids,
+    record_jobs,
+)
 from tests.fixtures.relays import captured_logs
 
 
@@ -176,12 +182,12 @@ def test_waiting_for_replicas_a_server_has_not_keeps_the_batch_pending(
     assert message_ids(client, q) == {i: 1 for i in ids}
 
 
-def test_fsync_always_refuses_a_server_that_does_not(redis_url: str, client: Any) -> None:
-    if client.config_get("appendfsync")["appendfsync"] == "always":
-        pytest.skip("the shared Redis fsyncs every write")
-    with pytest.raises(ConfigurationError) as err:
-        target(redis_url + "?fsync=always").open()
-    assert "appendfsync always" in str(err.value) and "127.0.0.1:6379" in str(err.value)
+def test_fsync_always_refuses_a_server_that_does_not(redis_auth: RedisServer) -> None:
+    with pytest.raises(ConfigurationError) as err:  # a server without appendonly
+        target(redis_auth.url + "?fsync=always").open()
+    text = str(err.value)
+    assert "appendonly no" in text and "appendfsync always" in text
+    assert f"127.0.0.1:{redis_auth.port}" in text and PASSWORD not in text
 
 
 def test_a_window_shorter_than_the_retry_horizon_is_refused(redis_url: str) -> None:
