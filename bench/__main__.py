@@ -32,6 +32,7 @@ SCENARIOS = (
     "hygiene",
     "nats",
     "redis_worker",
+    "redis",
     "limits",
     "tracing",
     "workflow",

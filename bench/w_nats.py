@@ -26,8 +26,13 @@ def relay(
         settings = JetStreamSettings(streams, in_flight=in_flight)
     target = JetStreamTarget(parse_url(nats), settings)
     target.prepare([QUEUE])
-    r = Relay(Database(url), RelayConfig(batch_size=batch), target=target)
-    r._conn.get()  # connected before GO, as the SQL relay beside it (a lane opens its own)
+    return relay_work(Relay(Database(url), RelayConfig(batch_size=batch), target=target))
+
+
+def relay_work(r: Any) -> Callable[[], dict[str, Any]]:
+    """The measured part of a relay child: ``r`` connected before GO (a lane opens its
+    own), then run until nothing is pending."""
+    r._conn.get()
 
     def work() -> dict[str, Any]:
         totals = r.run()
@@ -66,15 +71,7 @@ def sql_relay(url: str, batch: int) -> Callable[[], dict[str, Any]]:
     from outbox.db.connection import Database
     from outbox.relay import Relay, RelayConfig
 
-    r = Relay(Database(url), RelayConfig(batch_size=batch))
-    r._conn.get()
-
-    def work() -> dict[str, Any]:
-        totals = r.run()
-        r.close()
-        return {"count": totals.handed_off}
-
-    return work
+    return relay_work(Relay(Database(url), RelayConfig(batch_size=batch)))
 
 
 EFFECTS_DDL = "CREATE TABLE IF NOT EXISTS bench_effects (message_id VARCHAR(64) PRIMARY KEY)"

@@ -103,8 +103,9 @@ def target_options(fn: F) -> F:
                 metavar="URL",
                 default="sql",
                 show_default=True,
-                help="Where intents go: sql (the queue table in this database) or "
-                "nats://host:4222[,host2:4222...] (one JetStream stream per queue).",
+                help="Where intents go: sql (the queue table in this database), "
+                "nats://host:4222[,host2:4222...] (one JetStream stream per queue) or "
+                "redis://host:6379/0 (Redis Streams, one per queue and band).",
             ),
             click.option(
                 "--provisioning",
@@ -119,16 +120,16 @@ def target_options(fn: F) -> F:
                 type=click.FloatRange(min=1),
                 default=DEFAULT_DUPLICATE_WINDOW_S,
                 show_default=True,
-                help="With nats:// and create: seconds JetStream remembers a message id; the "
-                "handoff is exactly once within it.",
+                help="With nats:// and create, or redis://: seconds the broker remembers a "
+                "message id; the handoff is exactly once within it.",
             ),
             click.option(
                 "--stream-max-msgs",
                 type=click.IntRange(min=-1),
                 default=-1,
                 show_default=True,
-                help="With nats:// and create: a new stream's message limit (-1: none); when "
-                "full the relay backs off.",
+                help="With nats:// and create, or redis://: a stream's message limit (-1: "
+                "none); when full the relay backs off (Redis never trims).",
             ),
             click.option(
                 "--stream-max-bytes",
@@ -149,15 +150,16 @@ def target_options(fn: F) -> F:
                 type=click.FloatRange(min=0.1, max=60),
                 default=10.0,
                 show_default=True,
-                help="With nats://: seconds to wait for one batch's PubAcks.",
+                help="With nats:// or redis://: seconds to wait for one batch's acknowledgements.",
             ),
             click.option(
                 "--in-flight",
                 type=click.IntRange(1, MAX_IN_FLIGHT),
                 default=2,
                 show_default=True,
-                help="With nats:// on PostgreSQL or MariaDB: batches in flight at once, each "
-                "in its own transaction (one is published while another awaits its PubAcks); "
+                help="With nats:// or redis:// on PostgreSQL or MariaDB: batches in flight at "
+                "once, each in its own transaction (one is published while another awaits its "
+                "acknowledgements); "
                 "1 publishes batch after batch in id order. SQLite always uses 1.",
             ),
         ]

@@ -15,7 +15,7 @@ import orjson
 
 from outbox import log, workflows
 from outbox import status as outbox_status
-from outbox.cli import broker, preflight, tables
+from outbox.cli import broker, preflight, redis_target, tables
 from outbox.cli.context import CliContext, pass_cli
 from outbox.cli.params import MESSAGE_ID
 from outbox.cli.serving import metrics_options
@@ -88,7 +88,8 @@ def relay_command(
     queue, each message published with Nats-Msg-Id = its message id and deleted from the
     outbox only after its PubAck (exactly once into the stream within the duplicate
     window, at least once beyond it). A full stream makes the relay back off; the intents
-    stay pending.
+    stay pending. --target redis://host:6379/0 hands them to Redis Streams the same way
+    (a seen marker per message id, ?wait=N for replicas: docs/how-to/redis.md).
 
     With --watch it runs until SIGTERM or SIGINT, then finishes the batch in flight and
     exits 0. Rows that do not verify are quarantined (see `outbox failed`).
@@ -109,7 +110,8 @@ def relay_command(
         notify=settings.notify,
     )
     database = cli.database()
-    jet = broker.make_target(
+    make = redis_target.make_target if redis_target.is_redis_url(target) else broker.make_target
+    jet = make(
         target, provisioning, duplicate_window, stream_max_msgs, stream_max_bytes, replicas,
         publish_timeout, in_flight, config.reconnect_max,
     )

@@ -24,7 +24,7 @@ from outbox.db.rows import ClaimedJob
 from outbox.errors import MessageNotFound
 from outbox.jetstream import codec
 from outbox.redis import names
-from outbox.redis.connect import RedisUrl, connect
+from outbox.redis.connect import RedisUrl, checked_client
 from outbox.redis.lane import job_fields
 
 _TAG = "{outbox:"
@@ -50,7 +50,7 @@ async def queues(r: Any) -> list[str]:
 
 
 async def stats(url: RedisUrl) -> list[QueueCounts]:
-    r = await connect(url)
+    r = await checked_client(url)
     try:
         out = []
         for queue in await queues(r):
@@ -71,7 +71,7 @@ async def stats(url: RedisUrl) -> list[QueueCounts]:
 
 async def failed(url: RedisUrl, limit: int | None) -> list[codec.DeadLetter]:
     """Dead letters of every queue, newest first, at most ``limit`` (None: all)."""
-    r = await connect(url)
+    r = await checked_client(url)
     try:
         return [d for _, _, d in await _dead_letters(r, limit)]
     finally:
@@ -91,7 +91,7 @@ async def _dead_letters(r: Any, limit: int | None) -> list[tuple[str, bytes, cod
 
 async def retry(url: RedisUrl, message_id: str | None) -> int:
     """Re-drive one dead letter (or all, ``None``); how many went back."""
-    r = await connect(url)
+    r = await checked_client(url)
     try:
         n = 0
         for queue, entry_id, dead in await _dead_letters(r, None):
@@ -130,7 +130,7 @@ async def _redrive(r: Any, queue: str, entry_id: bytes, dead: codec.DeadLetter) 
 
 
 async def forget(url: RedisUrl, message_id: str) -> int:
-    r = await connect(url)
+    r = await checked_client(url)
     try:
         n = 0
         for queue, entry_id, dead in await _dead_letters(r, None):
@@ -145,7 +145,7 @@ async def forget(url: RedisUrl, message_id: str) -> int:
 
 async def pause(url: RedisUrl, queue: str) -> bool:
     """Pause ``queue``; False when it was paused already."""
-    r = await connect(url)
+    r = await checked_client(url)
     try:
         return bool(await r.set(names.paused_key(queue), b"1", nx=True))
     finally:
@@ -154,7 +154,7 @@ async def pause(url: RedisUrl, queue: str) -> bool:
 
 async def resume(url: RedisUrl, queue: str) -> bool:
     """Resume ``queue``; False when it was not paused."""
-    r = await connect(url)
+    r = await checked_client(url)
     try:
         return bool(await r.delete(names.paused_key(queue)))
     finally:

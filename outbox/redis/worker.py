@@ -32,7 +32,7 @@ from outbox.log import get_logger
 from outbox.queue.config import WorkerConfig
 from outbox.queue.registry import Registry
 from outbox.redis import names
-from outbox.redis.connect import RedisUrl, connect
+from outbox.redis.connect import RedisUrl, checked_client
 from outbox.redis.lane import RedisLane
 
 log = get_logger("outbox.worker")
@@ -57,8 +57,8 @@ class RedisWorker(BrokerWorker):
         return self._r is not None
 
     async def serve(self) -> None:
-        r = self._r = await connect(self.url)
-        blocking = await connect(self.url)  # the blocking reads wait on their own socket
+        r = self._r = await checked_client(self.url)
+        blocking = await checked_client(self.url)  # the blocking reads wait on their own socket
         caps = self.config.caps()
         try:
             for queue in caps:

@@ -44,13 +44,13 @@ from dataclasses import dataclass, field
 
 from outbox.db.driver import Driver
 from outbox.db.rows import HandoffResult, OutboxHandoff, StoredIntent
-from outbox.errors import BrokerError, ConfigurationError, TargetRefused
-from outbox.ids import is_node_id
-from outbox.jetstream import MAX_IN_FLIGHT, codec, names, provision
+from outbox.errors import BrokerError, ConfigurationError
+from outbox.jetstream import MAX_IN_FLIGHT, names, provision
 from outbox.jetstream.connect import Broker, BrokerUrl
 from outbox.jetstream.publish import Acked, BatchPublisher, Outcome, PublishRefused
 from outbox.log import get_logger
-from outbox.relay.verify import reason_for
+from outbox.relay import brokered, message
+from outbox.relay.message import refuse_workflows
 
 log = get_logger("outbox.relay")
 
@@ -79,13 +79,6 @@ class JetStreamSettings:
     def retry_horizon(self, reconnect_max: float) -> float:
         """The longest a running relay takes to re-publish a batch it lost."""
         return 2 * self.publish_timeout + reconnect_max
-
-
-@dataclass(slots=True)
-class _Refusal:
-    stream: str
-    limit: str
-    count: int = 0
 
 
 class JetStreamTarget:
@@ -139,32 +132,13 @@ class JetStreamTarget:
 
     def handoff(self, driver: Driver, batch: OutboxHandoff) -> HandoffResult:
         broker = self._connected()
-        refused: list[_Refusal] = []
-        try:
-            result = driver.outbox_handoff_published(
-                batch, reason_for, lambda intents: self._publish(broker, intents, refused)
-            )
-        except BrokerError as exc:
-            if exc.transient:
-                self._drop()
-            raise
-        if refused:
-            r = refused[0]
-            why = (
-                f"is full (setting {r.limit}, discard new)"
-                if r.limit in ("max_msgs", "max_bytes")
-                else f"did not accept them ({r.limit})"
-            )
-            raise TargetRefused(
-                f"stream {r.stream} {why}: {r.count} intents stay pending",
-                stream=r.stream,
-                limit=r.limit,
-                handed_off=result.handed_off,
-            )
-        return result
+        return brokered.handoff(
+            driver, batch, lambda intents, refused: self._publish(broker, intents, refused),
+            self._drop, _why,
+        )  # fmt: skip
 
     def _publish(
-        self, broker: Broker, intents: list[StoredIntent], refused: list[_Refusal]
+        self, broker: Broker, intents: list[StoredIntent], refused: list[brokered.Refusal]
     ) -> set[str]:
         if not intents:
             return set()
@@ -236,19 +210,12 @@ class JetStreamTarget:
 
     def _message(self, i: StoredIntent, now_ms: int) -> tuple[str, bytes, dict[str, str]]:
         queue = str(i.queue)
-        if i.ordering_key is not None:  # a key's order wins over its priority
-            subject = names.ordered_subject(queue, names.partition(str(i.ordering_key)))
+        part = message.ordered_partition(i)
+        if part is not None:
+            subject = names.ordered_subject(queue, part)
         else:
-            subject = names.subject(queue, int(i.priority or 0) if queue in self._banded else 0)
-        headers = codec.job_headers(
-            i.message_id,
-            str(i.job_name),
-            i.max_attempts,
-            int(i.available_at or 0),
-            now_ms,
-            trace_context=i.trace_context,
-        )
-        return subject, str(i.payload).encode(), headers
+            subject = names.subject(queue, message.band(i) if queue in self._banded else 0)
+        return subject, message.body(i).encode(), message.headers(i, now_ms)
 
     def _drop(self) -> None:
         with self._lock:
@@ -265,20 +232,6 @@ class JetStreamTarget:
 
     def close(self) -> None:
         self._drop()
-
-
-def refuse_workflows(intents: list[StoredIntent]) -> None:
-    """A workflow's node is never published: its dependents become due in its
-    acknowledgement's database transaction, which a JetStream acknowledgement is not
-    (``outbox.workflows``). The batch rolls back, every row stays pending, and the relay
-    stops with this one line; a relay with the SQL queue target hands them off."""
-    node = next((i for i in intents if is_node_id(i.message_id)), None)
-    if node is not None:
-        raise ConfigurationError(
-            f"intent {node.message_id} is a workflow node: workflows run on the SQL queue "
-            "only (their nodes become due in a database transaction that a JetStream ack "
-            "is not); relay it without --target nats://"
-        )
 
 
 def _rounds(intents: list[StoredIntent]) -> list[list[StoredIntent]]:
@@ -298,9 +251,13 @@ def _rounds(intents: list[StoredIntent]) -> list[list[StoredIntent]]:
     return rounds
 
 
-def _note_failure(refused: list[_Refusal], queue: str, outcome: PublishRefused) -> None:
+def _note_failure(refused: list[brokered.Refusal], queue: str, outcome: PublishRefused) -> None:
     """The row stays pending; remember why (the batch's first refusal), for ``TargetRefused``."""
-    if not refused:
-        limit = outcome.full or f"error {outcome.err_code or outcome.code}"
-        refused.append(_Refusal(names.stream(queue), limit))
-    refused[0].count += 1
+    limit = outcome.full or f"error {outcome.err_code or outcome.code}"
+    brokered.note(refused, names.stream(queue), limit)
+
+
+def _why(r: brokered.Refusal) -> str:
+    if r.limit in ("max_msgs", "max_bytes"):
+        return f"is full (setting {r.limit}, discard new)"
+    return f"did not accept them ({r.limit})"

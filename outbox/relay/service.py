@@ -110,7 +110,7 @@ class Relay:
         self.config = config or RelayConfig()
         self.target: Target = target or SqlQueueTarget()
         # The relay span's messaging.system: where the batch goes.
-        self._system = tracing.SQL_SYSTEM if self.target.name == "sql" else tracing.NATS_SYSTEM
+        self._system = tracing.SQL_SYSTEM if self.target.name == "sql" else self.target.name
         self._conn = LazyConnection(database)
         self._more_conns: list[LazyConnection] = []
 

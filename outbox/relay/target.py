@@ -18,7 +18,9 @@ transaction that marks the intents, so the handoff is exactly once (the queue's
 unique ``message_id`` makes a second one fail loudly, not pass quietly).
 ``outbox.relay.jetstream.JetStreamTarget`` publishes to NATS JetStream instead and
 deletes a row only after its PubAck (exactly once into the stream within the duplicate
-window, at least once beyond it).
+window, at least once beyond it); ``outbox.relay.redis.RedisTarget`` does the same on
+Redis Streams, its seen markers standing in for the duplicate window. Both hand off
+through ``outbox.relay.brokered``.
 """
 
 from __future__ import annotations

@@ -133,6 +133,7 @@ HOW: dict[tuple[str, str], str] = {
     ("how-to/django.md", "OUTBOX = {"): RUN,
     ("how-to/django.md", "from outbox.contrib.django import idempotent"): DJANGO,
     ("how-to/django.md", "from django.test import TestCase"): DJANGO,
+    ("how-to/redis.md", "pip install 'outbox-relay[redis]'"): INSTALL,
     ("how-to/periodic-jobs.md", "from outbox import Registry"):
         T + "tests/docs/test_page_examples.py::test_the_periodic_jobs_example_declares_and_runs",
     ("how-to/periodic-jobs.md", "outbox scheduler --app myapp.jobs:registry      # as many as you like; each tick once"):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-import socket
 import subprocess
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,20 +17,12 @@ from typing import Any, TypeVar
 
 import nats
 
-from tests.fixtures.ports import free_port
+from tests.fixtures.ports import answers, free_port
 from tests.fixtures.processes import wait_until
 
 T = TypeVar("T")
 BINARY = shutil.which("nats-server") or "/usr/sbin/nats-server"
 
-
-
-def _answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 class NatsServer:
@@ -79,7 +70,7 @@ class NatsServer:
                 ",".join(self.routes),
             ]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(lambda: _answers(self.port), 30, f"nats-server {self.name} to listen")
+        wait_until(lambda: answers(self.port), 30, f"nats-server {self.name} to listen")
 
     def kill(self) -> None:
         """SIGKILL: the node vanishes as in a crash."""
