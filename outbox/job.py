@@ -29,7 +29,9 @@ and a row whose priority was changed after recording fails verification either w
 - ``ordering_key_digest``: SHA-256 (hex) of the ordering key (version 3 only). A job
   without an ordering key keeps version 1 or 2, so every key recorded before ordering
   keys existed replays unchanged.
-- ``payload``: the canonical JSON text (``canonical_json``), exactly as stored.
+- ``payload``: the canonical JSON text (``canonical_json``), exactly as stored: with
+  encryption on, its envelope (``outbox.sealing``), which makes the fingerprint a keyed
+  digest of the job.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from outbox import sealing
 from outbox.errors import InvalidJob, InvalidKey
 
 MAX_PAYLOAD_BYTES = 65_535
@@ -75,6 +78,7 @@ _MIN_INT = -(2**63)
 _INF = math.inf
 _sha256 = hashlib.sha256
 _new_tuple = tuple.__new__
+_SEALED = sealing.MARKER
 # True only inside scheduler_keys(): the scheduler's own record() calls.
 _SCHEDULER_KEYS: ContextVar[bool] = ContextVar("outbox_scheduler_keys", default=False)
 
@@ -170,6 +174,10 @@ def normalise(job: Job) -> NormalJob:
     if type(queue) is not str or queue not in _known_names:
         check_name(queue, "queue name")
     payload_json = canonical_json(job.payload)  # the checks run in the order they always did
+    # Sealed here, so every path that stores a payload stores the envelope (outbox.sealing);
+    # with encryption off and a plain payload this is two reads, not a call.
+    if sealing._ring is not None or payload_json.startswith(_SEALED):
+        payload_json = sealing.seal_payload(payload_json, MAX_PAYLOAD_BYTES)
     if attempts is not None:
         check_max_attempts(attempts)
     if priority != 0 or type(priority) is not int:

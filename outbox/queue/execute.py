@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from outbox import tracing
+from outbox import sealing, tracing
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
 from outbox.db.rows import ClaimedJob, Failure, JobFence, KeptResult
@@ -91,6 +91,7 @@ def class_name(exc: BaseException) -> str:
 
 
 UNPRINTABLE = "<the exception's str() raised>"
+_SEALED = sealing.MARKER
 
 
 def failure_of(exc: BaseException) -> Failure:
@@ -102,7 +103,8 @@ def failure_of(exc: BaseException) -> Failure:
         message = str(exc)
     except Exception:
         message = UNPRINTABLE
-    return Failure(class_name(exc), message, trace)
+    # Both may quote the payload: sealed like it when encryption is on (outbox.sealing).
+    return Failure(class_name(exc), sealing.seal(message), sealing.seal(trace))
 
 
 def _binder(fn: Callable[..., Any]) -> Callable[[Any], Any] | None:
@@ -146,8 +148,14 @@ class Runner:
         self.cancelled: set[int] = set()
 
     def _prepare(self, job: ClaimedJob) -> Any:
-        """Decode and bind the payload; a failure here is permanent."""
-        payload = orjson.loads(job.payload)
+        """Open, decode and bind the payload; a failure here is permanent (a sealed
+        payload whose key is missing or whose tag fails is dead-lettered as
+        ``MissingKey``/``TamperedPayload``, never run: ``outbox queue retry`` runs it
+        once the key is back)."""
+        text = job.payload
+        if text.startswith(_SEALED):
+            text = sealing.open_text(text)
+        payload = orjson.loads(text)
         binder = self._binders.get(job.job_name)
         if binder is not None:
             payload = binder(payload)
