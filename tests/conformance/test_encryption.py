@@ -18,6 +18,7 @@ from outbox.errors import IdempotencyConflict
 from outbox.queue import JobContext, Worker, WorkerConfig, push, push_many
 from outbox.queue.admin import failed_job, retry
 from outbox.results import get
+from outbox.schedule.service import Scheduler, SchedulerConfig
 from tests.fixtures.databases import placeholder
 from tests.fixtures.factories import count_rows
 
@@ -197,3 +198,19 @@ def test_a_tampered_ciphertext_is_parked_and_never_run(
     dead = failed_job(conn, message_id)
     assert dead is not None and dead.exception_class == "outbox.errors.TamperedPayload"
     assert conn.execute_sql("SELECT payload FROM outbox_failed_jobs")[0][0] == changed
+
+
+def test_a_periodic_jobs_tick_is_sealed_and_its_replay_recognised(
+    database: Database, conn: Connection
+) -> None:
+    periodic = Registry()
+    periodic.schedule("0 * * * *", name="enc.tick", job="enc.mail", payload={"to": SECRET})
+    clock = lambda: 1_800_000_000.0  # noqa: E731
+    config = SchedulerConfig(catch_up="all", catch_up_window=3600)
+    with Scheduler(database, periodic, config, clock=clock) as first:
+        [tick] = first.run_once()
+    _assert_all_sealed(conn)
+    with Scheduler(database, periodic, config, clock=clock) as again:
+        [replay] = again.run_once()  # the same tick: recognised, not a conflict
+    assert replay.message_id == tick.message_id
+    assert count_rows(conn, "outbox_messages") == 1
