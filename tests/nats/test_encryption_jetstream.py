@@ -16,15 +16,13 @@ from outbox import sealing
 from outbox.jetstream import admin, names
 from outbox.jetstream.connect import Broker, parse_url
 from tests.nats import support
+from tests.nats import test_worker_jetstream as jetstream_worker
 from tests.nats.servers import run
-from tests.nats.test_worker_jetstream import (  # noqa: F401 (fixtures)
-    db,
-    dead_letters,
-    handed_off,
-    ledger,
-    runs,
-    work,
-)
+from tests.nats.test_worker_jetstream import dead_letters, handed_off, runs, work
+
+# The worker tests' fixtures: a migrated SQLite database and the handlers' ledger.
+db = jetstream_worker.db
+ledger = jetstream_worker.ledger
 
 K1 = bytes(range(32))
 K2 = bytes(range(64, 96))
