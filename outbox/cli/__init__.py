@@ -19,6 +19,7 @@ from outbox.cli import (
     conventions,
     dashboard,
     init,
+    keys,
     migrate,
     queue,
     relay,
@@ -107,7 +108,7 @@ def main(ctx: click.Context, database_url: str, log_format: str, log_level: str)
     ctx.obj = CliContext(database_url=database_url, log_level=log_level)
 
 
-for _module in (migrate, relay, queue, scheduler, init, dashboard, result, workflow):
+for _module in (migrate, relay, queue, scheduler, init, dashboard, result, workflow, keys):
     for _command in _module.commands:
         main.add_command(_command)
 
