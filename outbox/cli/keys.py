@@ -85,4 +85,15 @@ def rotate_command(cli: CliContext, batch: int) -> None:
         )
 
 
+def echo_failure(exception_class: str, message: str | None, trace: str | None) -> None:
+    """A dead letter's exception, opened when this process has its key, else said to be
+    encrypted (key id and size; ``outbox.sealing.readable``). Shared by
+    ``queue failed ID`` on SQL and with ``--broker``."""
+    click.echo(f"EXCEPTION:   {exception_class}: {sealing.readable(message) or ''}")
+    shown = sealing.readable(trace)
+    if shown:
+        click.echo("")
+        click.echo(shown.rstrip())
+
+
 commands: list[click.Command] = [keys_group]
