@@ -25,6 +25,7 @@ from outbox.cli import (
     relay,
     result,
     scheduler,
+    schema,
     workflow,
 )
 from outbox.cli.context import CliContext
@@ -108,7 +109,7 @@ def main(ctx: click.Context, database_url: str, log_format: str, log_level: str)
     ctx.obj = CliContext(database_url=database_url, log_level=log_level)
 
 
-for _module in (migrate, relay, queue, scheduler, init, dashboard, result, workflow, keys):
+for _module in (migrate, relay, queue, scheduler, init, dashboard, result, workflow, keys, schema):
     for _command in _module.commands:
         main.add_command(_command)
 

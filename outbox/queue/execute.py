@@ -108,13 +108,19 @@ def failure_of(exc: BaseException) -> Failure:
 
 
 def _binder(fn: Callable[..., Any]) -> Callable[[Any], Any] | None:
-    """A converter from decoded JSON to the dataclass the payload parameter names."""
+    """A converter from decoded JSON to the type the payload parameter names: a typed
+    job's type (``outbox.typed``: upgraded from an older version, then validated), or
+    any other dataclass."""
     try:
         hints = typing.get_type_hints(fn)
         first = next(iter(inspect.signature(fn).parameters))
     except Exception:
         return None
     cls = hints.get(first)
+    spec = getattr(cls, "__outbox_job__", None)
+    if spec is not None:  # duck-typed: outbox.typed sits above this module
+        load: Callable[[Any], Any] = spec.load
+        return load
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         return None
     make: Callable[..., Any] = cls
