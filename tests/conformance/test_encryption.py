@@ -15,12 +15,13 @@ from structlog.testing import capture_logs
 from outbox import Event, Job, Registry, Relay, Workflow, emit, record, record_many, sealing
 from outbox.db.connection import Connection, Database
 from outbox.errors import IdempotencyConflict
-from outbox.queue import JobContext, Worker, WorkerConfig, push, push_many
+from outbox.queue import JobContext, push, push_many
 from outbox.queue.admin import failed_job, retry
 from outbox.results import get
 from outbox.schedule.service import Scheduler, SchedulerConfig
 from tests.fixtures.databases import placeholder
 from tests.fixtures.factories import count_rows
+from tests.fixtures.runs import drain, in_tx
 
 K1 = bytes(range(32))
 K2 = bytes(range(100, 132))
@@ -51,20 +52,10 @@ def keyring() -> Iterator[None]:
     sealing.reset()
 
 
-def _tx(database: Database, fn: Any) -> Any:
-    with database.connect() as c:
-        return c.transact(lambda t: fn(t.raw), operation="test")
 
 
-def _relay(database: Database) -> None:
-    with Relay(database) as relay:
-        relay.run_once()
 
 
-def _drain(database: Database) -> None:
-    _relay(database)
-    with Worker(database, registry, WorkerConfig(stop_when_empty=True, sleep=0.05)) as w:
-        w.run()
 
 
 # Every column that holds a payload, a result or a failure's text.
@@ -95,18 +86,19 @@ def test_every_producer_writes_ciphertext_and_the_handler_gets_plaintext(
     database: Database, conn: Connection
 ) -> None:
     payload = {"to": SECRET}
-    _tx(database, lambda c: record(c, "r1", Job("enc.mail", payload)))
-    _tx(database, lambda c: record_many(c, [("r2", Job("enc.mail", {"to": SECRET, "n": 2}))]))
-    _tx(database, lambda c: push(c, Job("enc.mail", {"to": SECRET, "n": 3})))
-    _tx(database, lambda c: push_many(c, [Job("enc.mail", {"to": SECRET, "n": 4})]))
-    _tx(database, lambda c: emit(c, "e1", Event("enc.signed_up", payload), registry=registry))
+    in_tx(database, lambda c: record(c, "r1", Job("enc.mail", payload)))
+    in_tx(database, lambda c: record_many(c, [("r2", Job("enc.mail", {"to": SECRET, "n": 2}))]))
+    in_tx(database, lambda c: push(c, Job("enc.mail", {"to": SECRET, "n": 3})))
+    in_tx(database, lambda c: push_many(c, [Job("enc.mail", {"to": SECRET, "n": 4})]))
+    in_tx(database, lambda c: emit(c, "e1", Event("enc.signed_up", payload), registry=registry))
     wf = Workflow("enc.flow")
     wf.add(Job("enc.mail", {"to": SECRET, "n": 5}), name="send")
-    _tx(database, lambda c: record(c, "w1", wf))
+    in_tx(database, lambda c: record(c, "w1", wf))
     _assert_all_sealed(conn)
-    _relay(database)
+    with Relay(database) as relay:
+        relay.run_once()
     _assert_all_sealed(conn)  # the relay moved ciphertext, and verified it as it is
-    _drain(database)
+    drain(database, registry)
     assert sorted(p.get("n", 0) for p in ran) == [0, 0, 2, 3, 4, 5]
     assert all(p["to"] == SECRET for p in ran)
     _assert_all_sealed(conn)  # the kept results too
@@ -115,8 +107,8 @@ def test_every_producer_writes_ciphertext_and_the_handler_gets_plaintext(
 def test_a_result_is_sealed_and_read_back_in_plaintext(
     database: Database, conn: Connection
 ) -> None:
-    message_id = _tx(database, lambda c: push(c, Job("enc.mail", {"to": SECRET})))
-    _drain(database)
+    message_id = in_tx(database, lambda c: push(c, Job("enc.mail", {"to": SECRET})))
+    drain(database, registry)
     stored = conn.execute_sql("SELECT return_value FROM outbox_job_results")[0][0]
     assert str(stored).startswith(sealing.MARKER)
     found = get(conn, message_id)
@@ -125,8 +117,8 @@ def test_a_result_is_sealed_and_read_back_in_plaintext(
 
 
 def test_a_dead_letters_message_and_trace_are_sealed(database: Database, conn: Connection) -> None:
-    message_id = _tx(database, lambda c: push(c, Job("enc.fails", {"to": SECRET})))
-    _drain(database)
+    message_id = in_tx(database, lambda c: push(c, Job("enc.fails", {"to": SECRET})))
+    drain(database, registry)
     _assert_all_sealed(conn)
     dead = failed_job(conn, message_id)
     assert dead is not None and dead.exception_class == "LookupError"
@@ -136,15 +128,15 @@ def test_a_dead_letters_message_and_trace_are_sealed(database: Database, conn: C
 def test_replays_are_recognised_across_a_rotation_and_conflicts_still_detected(
     database: Database, conn: Connection
 ) -> None:
-    first = _tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": SECRET})))
-    assert _tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": SECRET}))) == first
+    first = in_tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": SECRET})))
+    assert in_tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": SECRET}))) == first
     sealing.configure({"k2": K2, "k1": K1})  # rotated: k2 seals now
-    assert _tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": SECRET}))) == first
-    assert _tx(database, lambda c: record_many(c, [("k", Job("enc.mail", {"to": SECRET}))])) == [
+    assert in_tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": SECRET}))) == first
+    assert in_tx(database, lambda c: record_many(c, [("k", Job("enc.mail", {"to": SECRET}))])) == [
         first
     ]
     with pytest.raises(IdempotencyConflict):
-        _tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": "bob"})))
+        in_tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": "bob"})))
     assert count_rows(conn, "outbox_messages") == 1
 
 
@@ -152,22 +144,22 @@ def test_a_key_recorded_before_encryption_was_on_replays_after(
     database: Database, conn: Connection
 ) -> None:
     sealing.configure(None)
-    first = _tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": SECRET})))
+    first = in_tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": SECRET})))
     sealing.configure({"k1": K1})
-    assert _tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": SECRET}))) == first
+    assert in_tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": SECRET}))) == first
     with pytest.raises(IdempotencyConflict):
-        _tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": "bob"})))
-    _drain(database)
+        in_tx(database, lambda c: record(c, "k", Job("enc.mail", {"to": "bob"})))
+    drain(database, registry)
     assert ran == [{"to": SECRET}]  # the plaintext row still runs
 
 
 def test_a_job_whose_key_is_missing_is_parked_then_runs_once_the_key_is_back(
     database: Database, conn: Connection
 ) -> None:
-    message_id = _tx(database, lambda c: push(c, Job("enc.mail", {"to": SECRET})))
+    message_id = in_tx(database, lambda c: push(c, Job("enc.mail", {"to": SECRET})))
     sealing.configure({"k2": K2})  # k1 is gone from this process
     with capture_logs() as logs:
-        _drain(database)
+        drain(database, registry)
     assert ran == []
     dead = failed_job(conn, message_id)
     assert dead is not None and dead.exception_class == "outbox.errors.MissingKey"
@@ -178,14 +170,14 @@ def test_a_job_whose_key_is_missing_is_parked_then_runs_once_the_key_is_back(
     assert not any(SECRET in str(e) for e in logs)
     sealing.configure({"k2": K2, "k1": K1})  # the key is back
     assert retry(conn, message_id) == 1
-    _drain(database)
+    drain(database, registry)
     assert ran == [{"to": SECRET}]
 
 
 def test_a_tampered_ciphertext_is_parked_and_never_run(
     database: Database, conn: Connection
 ) -> None:
-    message_id = _tx(database, lambda c: push(c, Job("enc.mail", {"to": SECRET})))
+    message_id = in_tx(database, lambda c: push(c, Job("enc.mail", {"to": SECRET})))
     stored = str(conn.execute_sql("SELECT payload FROM outbox_jobs")[0][0])
     body_at = len('{"$sealed":"v1:k1:') + 20
     flipped = "A" if stored[body_at] != "A" else "B"
@@ -193,7 +185,7 @@ def test_a_tampered_ciphertext_is_parked_and_never_run(
     ph = placeholder(conn)
     with conn.transaction() as t:
         t.execute_sql(f"UPDATE outbox_jobs SET payload = {ph}", (changed,))
-    _drain(database)
+    drain(database, registry)
     assert ran == []
     dead = failed_job(conn, message_id)
     assert dead is not None and dead.exception_class == "outbox.errors.TamperedPayload"

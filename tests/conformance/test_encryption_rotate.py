@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from outbox import Job, Registry, Relay, record, sealing
+from outbox import Job, Registry, record, sealing
 from outbox.db import keys
 from outbox.db.connection import Connection, Database
 from outbox.errors import ConfigurationError, IdempotencyConflict
-from outbox.queue import JobContext, Worker, WorkerConfig, push
+from outbox.queue import JobContext, push
 from tests.fixtures.factories import count_rows
+from tests.fixtures.runs import drain, in_tx
 
 K1 = bytes(range(32))
 K2 = bytes(range(100, 132))
@@ -43,41 +44,33 @@ def keyring() -> Iterator[None]:
     sealing.reset()
 
 
-def _tx(database: Database, fn: Any) -> Any:
-    with database.connect() as c:
-        return c.transact(lambda t: fn(t.raw), operation="test")
 
 
-def _drain(database: Database) -> None:
-    with Relay(database) as relay:
-        relay.run_once()
-    with Worker(database, registry, WorkerConfig(stop_when_empty=True, sleep=0.05)) as w:
-        w.run()
 
 
 def _fill(database: Database) -> None:
     """Rows in every table a rotation touches: plaintext ones, then k1 ones."""
     sealing.configure(None)
-    _tx(database, lambda c: record(c, "plain", Job("rot.job", {"n": 0})))
+    in_tx(database, lambda c: record(c, "plain", Job("rot.job", {"n": 0})))
     sealing.configure({"k1": K1})
     for n in range(1, 6):
-        _tx(database, lambda c, n=n: record(c, f"r{n}", Job("rot.job", {"n": n})))
-    _tx(database, lambda c: push(c, Job("rot.job", {"n": 10})))
-    _tx(database, lambda c: push(c, Job("rot.fails", {"n": 11})))
-    _drain(database)  # a result and a dead letter
+        in_tx(database, lambda c, n=n: record(c, f"r{n}", Job("rot.job", {"n": n})))
+    in_tx(database, lambda c: push(c, Job("rot.job", {"n": 10})))
+    in_tx(database, lambda c: push(c, Job("rot.fails", {"n": 11})))
+    drain(database, registry)  # a result and a dead letter
     for n in range(20, 23):
-        _tx(database, lambda c, n=n: push(c, Job("rot.job", {"n": n})))  # queued jobs
+        in_tx(database, lambda c, n=n: push(c, Job("rot.job", {"n": n})))  # queued jobs
     for n in range(30, 33):
-        _tx(database, lambda c, n=n: record(c, f"p{n}", Job("rot.job", {"n": n})))  # pending
+        in_tx(database, lambda c, n=n: record(c, f"p{n}", Job("rot.job", {"n": n})))  # pending
     ran.clear()
 
 
 def test_status_counts_rows_per_key_id_and_plaintext(database: Database, conn: Connection) -> None:
     sealing.configure(None)
-    _tx(database, lambda c: record(c, "a", Job("rot.job", {"n": 1})))
+    in_tx(database, lambda c: record(c, "a", Job("rot.job", {"n": 1})))
     sealing.configure({"k1": K1})
-    _tx(database, lambda c: record(c, "b", Job("rot.job", {"n": 2})))
-    _tx(database, lambda c: push(c, Job("rot.job", {"n": 3})))
+    in_tx(database, lambda c: record(c, "b", Job("rot.job", {"n": 2})))
+    in_tx(database, lambda c: push(c, Job("rot.job", {"n": 3})))
     found = keys.status(conn)
     assert found["outbox_messages"] == {None: 1, "k1": 1}
     assert found["outbox_jobs"] == {"k1": 1}
@@ -104,14 +97,14 @@ def test_rotation_reseals_every_table_under_the_newest_key_in_batches(
     sealing.configure({"k2": K2})
     pending = count_rows(conn, "outbox_messages")
     for n in range(30, 33):
-        _tx(database, lambda c, n=n: record(c, f"p{n}", Job("rot.job", {"n": n})))
-    _tx(database, lambda c: record(c, "plain", Job("rot.job", {"n": 0})))
+        in_tx(database, lambda c, n=n: record(c, f"p{n}", Job("rot.job", {"n": n})))
+    in_tx(database, lambda c: record(c, "plain", Job("rot.job", {"n": 0})))
     assert count_rows(conn, "outbox_messages") == pending
     # A key handed off under k1 keeps k1's fingerprint until pruned: its replay is a
     # conflict (never a second job) once k1 is gone; the docs say to prune first.
     with pytest.raises(IdempotencyConflict):
-        _tx(database, lambda c: record(c, "r1", Job("rot.job", {"n": 1})))
-    _drain(database)
+        in_tx(database, lambda c: record(c, "r1", Job("rot.job", {"n": 1})))
+    drain(database, registry)
     assert sorted(p["n"] for p in ran) == [20, 21, 22, 30, 31, 32]
     assert count_rows(conn, "outbox_messages", "state <> 'pending'") == 0  # none quarantined
 
@@ -119,7 +112,7 @@ def test_rotation_reseals_every_table_under_the_newest_key_in_batches(
 def test_rotation_leaves_what_it_cannot_open_and_reports_it(
     database: Database, conn: Connection
 ) -> None:
-    _tx(database, lambda c: push(c, Job("rot.job", {"n": 1})))
+    in_tx(database, lambda c: push(c, Job("rot.job", {"n": 1})))
     sealing.configure({"k2": K2})  # k1 is not in the ring
     done = keys.rotate(conn)
     assert done.total == 0 and done.missing_key == 1

@@ -19,9 +19,10 @@ from outbox import Job, Registry, job_type, push, record, record_many, sealing
 from outbox.cli import main
 from outbox.db.connection import Connection, Database
 from outbox.errors import InvalidJob
-from outbox.queue import JobContext, Worker, WorkerConfig
+from outbox.queue import JobContext
 from outbox.queue.admin import failed_job
 from tests.fixtures.factories import count_rows
+from tests.fixtures.runs import drain, in_tx
 
 
 @job_type("typed.welcome", queue="typed")
@@ -64,29 +65,18 @@ def _clean() -> Iterator[None]:
     sealing.reset()
 
 
-def _tx(database: Database, fn: Any) -> Any:
-    with database.connect() as c:
-        return c.transact(lambda t: fn(t.raw), operation="test")
 
 
-def _drain(database: Database) -> None:
-    from outbox import Relay
-
-    with Relay(database) as relay:
-        relay.run_once()
-    config = WorkerConfig(queues={"typed": None}, stop_when_empty=True, sleep=0.05)
-    with Worker(database, registry, config) as w:
-        w.run()
 
 
 def test_the_handler_gets_the_typed_value(database: Database) -> None:
-    _tx(database, lambda c: record(c, "w1", Welcome(user_id=1, email="a@x")))  # type: ignore[arg-type]
-    _tx(database, lambda c: record_many(c, [("w2", Welcome(user_id=2, email="b@x"))]))  # type: ignore[list-item]
-    _tx(
+    in_tx(database, lambda c: record(c, "w1", Welcome(user_id=1, email="a@x")))  # type: ignore[arg-type]
+    in_tx(database, lambda c: record_many(c, [("w2", Welcome(user_id=2, email="b@x"))]))  # type: ignore[list-item]
+    in_tx(
         database,
         lambda c: push(c, Job("typed.welcome", Welcome(user_id=3, email="c@x"), queue="typed")),
     )
-    _drain(database)
+    drain(database, registry, ("typed",))
     assert sorted(got, key=lambda w: w.user_id) == [
         Welcome(1, "a@x"),
         Welcome(2, "b@x"),
@@ -98,9 +88,9 @@ def test_a_bad_value_is_refused_at_record_time_and_nothing_is_written(
     database: Database, conn: Connection
 ) -> None:
     with pytest.raises(InvalidJob, match="field 'user_id' must be int"):
-        _tx(database, lambda c: record(c, "w1", Welcome(user_id="1", email="a@x")))  # type: ignore[arg-type]
+        in_tx(database, lambda c: record(c, "w1", Welcome(user_id="1", email="a@x")))  # type: ignore[arg-type]
     with pytest.raises(InvalidJob, match="item 1: payload field 'email'"):
-        _tx(
+        in_tx(
             database,
             lambda c: record_many(
                 c,
@@ -117,14 +107,14 @@ def test_a_version_1_payload_runs_under_version_2_and_a_newer_one_is_parked(
     database: Database, conn: Connection
 ) -> None:
     # What version-1 code stored (no _version), and what a version-3 producer would.
-    _tx(
+    in_tx(
         database,
         lambda c: record(c, "p1", Job("typed.person", {"name": "Ada Lovelace"}, queue="typed")),
     )
     newer = {"_version": 3, "first": "Alan", "last": "Turing", "middle": "M"}
-    newer_id = _tx(database, lambda c: record(c, "p3", Job("typed.person", newer, queue="typed")))
-    _tx(database, lambda c: record(c, "p2", Person(first="Grace", last="Hopper")))  # type: ignore[arg-type]
-    _drain(database)
+    newer_id = in_tx(database, lambda c: record(c, "p3", Job("typed.person", newer, queue="typed")))
+    in_tx(database, lambda c: record(c, "p2", Person(first="Grace", last="Hopper")))  # type: ignore[arg-type]
+    drain(database, registry, ("typed",))
     assert sorted((p.first, p.last) for p in got) == [("Ada", "Lovelace"), ("Grace", "Hopper")]
     dead = failed_job(conn, newer_id)
     assert dead is not None and dead.exception_class == "outbox.typed.PayloadVersionError"
@@ -134,10 +124,10 @@ def test_a_version_1_payload_runs_under_version_2_and_a_newer_one_is_parked(
 
 def test_typed_and_encrypted_together(database: Database, conn: Connection) -> None:
     sealing.configure({"k1": bytes(range(32))})
-    _tx(database, lambda c: record(c, "w1", Welcome(user_id=7, email="secret@x")))  # type: ignore[arg-type]
+    in_tx(database, lambda c: record(c, "w1", Welcome(user_id=7, email="secret@x")))  # type: ignore[arg-type]
     stored = conn.execute_sql("SELECT payload FROM outbox_messages")[0][0]
     assert str(stored).startswith(sealing.MARKER) and "secret@x" not in str(stored)
-    _drain(database)
+    drain(database, registry, ("typed",))
     assert got == [Welcome(7, "secret@x")]
 
 
