@@ -23,6 +23,7 @@ from outbox.queue.registry import Registry
 from outbox.queue.worker import Worker, WorkerConfig, WorkerStats
 from outbox.record import record, record_async, record_many, record_many_async
 from outbox.relay import Relay, RelayConfig
+from outbox.typed import job_type, typed_job
 from outbox.workflows import Workflow
 
 __version__ = "0.1.0"
@@ -47,6 +48,7 @@ __all__ = [
     "cancel_job",
     "emit",
     "emit_async",
+    "job_type",
     "pause_queue",
     "paused_queues",
     "push",
@@ -58,4 +60,5 @@ __all__ = [
     "record_many",
     "record_many_async",
     "resume_queue",
+    "typed_job",
 ]

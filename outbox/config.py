@@ -88,8 +88,12 @@ settings = Settings()
 
 
 def check() -> None:
-    """Read every setting now, so a bad value is refused before anything runs."""
+    """Read every setting now, so a bad value is refused before anything runs (the
+    encryption keyring too: ``outbox.sealing``)."""
+    from outbox import sealing  # it reads its own variables; config stays below it
+
     _ = settings.notify, settings.pooler
+    sealing.check()
 
 
 def configure(*, notify: bool | None = None, pooler: bool | None = None) -> None:

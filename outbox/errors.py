@@ -27,6 +27,8 @@ One root, so an application can catch everything of ours in one place::
      ├── MessageNotFound                          no intent, job or dead letter has that id
      ├── RetryRefused                             ``outbox retry``: the intent is not quarantined,
      │                                            or it still does not verify
+     ├── MissingKey                               a sealed payload's key is not in the keyring
+     ├── TamperedPayload                          a sealed payload fails its authentication tag
      └── BrokerError                              NATS JetStream unreachable or a stream unusable
           │                                       (``transient``: waiting may help)
           └── TargetRefused                       a stream at its limits refused messages;
@@ -192,3 +194,26 @@ class TargetRefused(BrokerError):
         self.stream = stream
         self.limit = limit
         self.handed_off = handed_off
+
+
+class MissingKey(OutboxError):
+    """A payload is sealed under an encryption key that is not in this process's keyring
+    (or no keyring is configured). Nothing is lost: the job is dead-lettered with this
+    class, and ``outbox queue retry`` runs it once the key is back. ``key_id`` names
+    the key (never the key itself)."""
+
+    def __init__(self, key_id: str) -> None:
+        self.key_id = key_id
+        super().__init__(
+            f"the payload is encrypted under key {key_id!r}, which is not in the keyring"
+        )
+
+
+class TamperedPayload(OutboxError):
+    """A sealed payload failed its authentication tag (or is not a well-formed
+    envelope): it was changed after it was written. The job is dead-lettered with this
+    class, never run."""
+
+    def __init__(self, key_id: str) -> None:
+        self.key_id = key_id
+        super().__init__(f"the payload sealed under key {key_id!r} fails authentication")

@@ -29,7 +29,9 @@ and a row whose priority was changed after recording fails verification either w
 - ``ordering_key_digest``: SHA-256 (hex) of the ordering key (version 3 only). A job
   without an ordering key keeps version 1 or 2, so every key recorded before ordering
   keys existed replays unchanged.
-- ``payload``: the canonical JSON text (``canonical_json``), exactly as stored.
+- ``payload``: the canonical JSON text (``canonical_json``), exactly as stored: with
+  encryption on, its envelope (``outbox.sealing``), which makes the fingerprint a keyed
+  digest of the job.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -46,6 +48,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from outbox import sealing
 from outbox.errors import InvalidJob, InvalidKey
 
 MAX_PAYLOAD_BYTES = 65_535
@@ -75,6 +78,8 @@ _MIN_INT = -(2**63)
 _INF = math.inf
 _sha256 = hashlib.sha256
 _new_tuple = tuple.__new__
+_SEALED = sealing.MARKER
+_JSON_TYPES = frozenset({dict, list, tuple, str, int, float, bool, type(None)})
 # True only inside scheduler_keys(): the scheduler's own record() calls.
 _SCHEDULER_KEYS: ContextVar[bool] = ContextVar("outbox_scheduler_keys", default=False)
 
@@ -98,6 +103,21 @@ class Job:
     max_attempts: int | None = None
     priority: int = 0
     ordering_key: str | None = None
+
+
+def _no_typed_job(value: object) -> Job | None:
+    return None
+
+
+def _untyped(payload: object) -> Any:
+    return payload
+
+
+# outbox.typed sits above this module (it builds Jobs), so it plugs its conversions in
+# when it loads, and `import outbox` always loads it: a typed value given where a Job is
+# expected becomes its Job, and a typed payload is validated and dumped to JSON.
+typed_job: Callable[[object], Job | None] = _no_typed_job
+typed_payload: Callable[[object], Any] = _untyped
 
 
 class NormalJob(NamedTuple):
@@ -163,13 +183,23 @@ def normalise(job: Job) -> NormalJob:
     key) skip the check functions' calls; anything else goes through them.
     """
     if not isinstance(job, Job):
-        raise InvalidJob(f"expected an outbox.Job (got {type(job).__name__})")
+        converted = typed_job(job)
+        if converted is None:
+            raise InvalidJob(f"expected an outbox.Job (got {type(job).__name__})")
+        job = converted
     name, queue, attempts, priority = job.name, job.queue, job.max_attempts, job.priority
     if type(name) is not str or name not in _known_names:
         check_name(name, "job name")
     if type(queue) is not str or queue not in _known_names:
         check_name(queue, "queue name")
-    payload_json = canonical_json(job.payload)  # the checks run in the order they always did
+    payload = job.payload
+    if type(payload) not in _JSON_TYPES:  # a typed value: validated and dumped (outbox.typed)
+        payload = typed_payload(payload)
+    payload_json = canonical_json(payload)  # the checks run in the order they always did
+    # Sealed here, so every path that stores a payload stores the envelope (outbox.sealing);
+    # with encryption off and a plain payload this is two reads, not a call.
+    if sealing._ring is not None or payload_json.startswith(_SEALED):
+        payload_json = sealing.seal_payload(payload_json, MAX_PAYLOAD_BYTES)
     if attempts is not None:
         check_max_attempts(attempts)
     if priority != 0 or type(priority) is not int:

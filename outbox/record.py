@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from outbox import sealing
 from outbox.config import settings
 from outbox.db.adapters import adapt, adapt_async
 from outbox.db.caller import (
@@ -25,7 +26,7 @@ from outbox.db.caller import (
 from outbox.db.dialect import Dialect
 from outbox.errors import IdempotencyConflict, InvalidJob, InvalidKey, RetryTransaction
 from outbox.ids import new_message_id, new_message_ids
-from outbox.job import Job, availability_ms, fingerprint, key_digest, normalise
+from outbox.job import Job, NormalJob, availability_ms, fingerprint, key_digest, normalise
 
 
 @runtime_checkable
@@ -120,9 +121,26 @@ def _holder_id(intent: Intent, holder: KeyHolder | None) -> str:
             "record: the key was taken by a concurrent transaction this snapshot cannot "
             "see; roll the transaction back and run all of it again"
         )
-    if holder.message_id == intent.message_id or holder.fingerprint == intent.fingerprint:
+    if holder.message_id == intent.message_id or _same_job(intent, holder.fingerprint):
         return holder.message_id
     raise IdempotencyConflict(holder.message_id)
+
+
+def _same_job(intent: Intent, held: str) -> bool:
+    """Whether the key's stored fingerprint is this job's. With encryption on, a job
+    recorded in plaintext before it was turned on, or sealed under an older key of the
+    ring before a rotation, has another fingerprint: the job is sealed again under each
+    (the conflict path only) and a match is a replay (``outbox.sealing``)."""
+    if held == intent.fingerprint:
+        return True
+    if not intent.payload.startswith(sealing.MARKER):
+        return False
+    normal = NormalJob(intent.job_name, intent.queue, intent.payload, intent.max_attempts,
+                       intent.priority, intent.ordering_key)
+    return any(
+        fingerprint(normal._replace(payload_json=text), intent.available_at) == held
+        for text in sealing.replay_texts(intent.payload)
+    )
 
 
 def record(conn: Any, key: str, job: Job | Recordable, *, available_at: Any = 0) -> str:
@@ -238,7 +256,7 @@ def resolve(intents: list[Intent], held: dict[str, KeyHolder]) -> list[str]:
     out: list[str] = []
     for intent in intents:
         holder = held[intent.key_digest]
-        if holder.fingerprint != intent.fingerprint:
+        if not _same_job(intent, holder.fingerprint):
             raise IdempotencyConflict(holder.message_id)
         out.append(holder.message_id)
     return out

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from outbox import sealing
 from outbox.db.connection import Connection, Database
 from outbox.db.rows import FAILED, SUCCESSFUL, Failure, StoredResult, without_messages
 from outbox.errors import ConfigurationError, OutboxError
@@ -102,7 +103,7 @@ def encode(value: Any) -> str:
             f"{MAX_RESULT_BYTES:,} can be kept (store large results elsewhere and return "
             "a reference)"
         )
-    return data.decode()
+    return sealing.seal(data.decode())  # as a payload is: sealed when encryption is on
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,12 +148,12 @@ def _from_stored(r: StoredResult) -> JobResult:
         job_name=r.job_name,
         queue=r.queue,
         status=r.status,
-        payload=orjson.loads(r.payload),
+        payload=sealing.loads(r.payload),
         attempts=r.attempts,
         enqueued_at=_at(r.enqueued_at),
         started_at=_at(r.started_at),
         finished_at=_at(r.finished_at),
-        return_value=None if r.return_value is None else orjson.loads(r.return_value),
+        return_value=None if r.return_value is None else sealing.loads(r.return_value),
         worker_ids=[r.worker_id] if r.worker_id else [],
         errors=errors,
     )
@@ -169,7 +170,7 @@ def read(conn: Connection, message_id: str) -> JobResult | None:
             job_name=queued.job_name,
             queue=queued.queue,
             status=RUNNING if held else READY,
-            payload=orjson.loads(queued.payload),
+            payload=sealing.loads(queued.payload),
             attempts=queued.attempts,
             enqueued_at=_at(queued.created_at),
             started_at=_at(queued.reserved_at) if held else None,

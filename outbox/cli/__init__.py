@@ -19,11 +19,13 @@ from outbox.cli import (
     conventions,
     dashboard,
     init,
+    keys,
     migrate,
     queue,
     relay,
     result,
     scheduler,
+    schema,
     workflow,
 )
 from outbox.cli.context import CliContext
@@ -110,7 +112,7 @@ def main(ctx: click.Context, database_url: str, log_format: str, log_level: str)
     ctx.obj = CliContext(database_url=database_url, log_level=log_level)
 
 
-for _module in (migrate, relay, queue, scheduler, init, dashboard, result, workflow):
+for _module in (migrate, relay, queue, scheduler, init, dashboard, result, workflow, keys, schema):
     for _command in _module.commands:
         main.add_command(_command)
 

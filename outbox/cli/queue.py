@@ -16,7 +16,7 @@ import orjson
 
 from outbox import status
 from outbox.cli import broker as cli_broker
-from outbox.cli import preflight, prompt, tables
+from outbox.cli import keys, preflight, prompt, tables
 from outbox.cli.app import load_registry
 from outbox.cli.context import CliContext, pass_cli
 from outbox.cli.params import MESSAGE_ID, MESSAGE_ID_OR_ALL, QUEUE_NAME, Seconds
@@ -405,10 +405,8 @@ def _echo_detail(d: admin.FailedDetail) -> None:
     click.echo(f"JOB:         {d.job_name}")
     click.echo(f"TRIES:       {d.attempts}/{d.max_attempts or tables.NONE}")
     click.echo(f"DEAD_AT:     {tables.utc(d.failed_at)}")
-    click.echo(f"EXCEPTION:   {d.exception_class}: {d.exception_message or ''}")
-    if d.exception_trace:
-        click.echo("")
-        click.echo(d.exception_trace.rstrip())
+    keys.echo_failure(d.exception_class, d.exception_message, d.exception_trace)
+
 
 
 @queue_group.command("retry")

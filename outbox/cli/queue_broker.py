@@ -12,7 +12,7 @@ from typing import Any
 import click
 import orjson
 
-from outbox.cli import prompt, tables
+from outbox.cli import keys, prompt, tables
 from outbox.cli.broker_clients import require_client, require_redis_client
 from outbox.errors import ConfigurationError, MessageNotFound
 from outbox.jetstream.url import BrokerUrl
@@ -98,11 +98,9 @@ def failed(url: Url, limit: int, show_id: str | None) -> None:
         click.echo(f"JOB:         {d.job_name or tables.NONE}")
         click.echo(f"TRIES:       {d.attempts}/{d.max_attempts or tables.NONE}")
         click.echo(f"DEAD_AT:     {tables.utc(d.failed_at_ms)}")
-        click.echo(f"EXCEPTION:   {d.exception_class}: {d.body.get('exception_message', '')}")
-        trace = str(d.body.get("exception_trace") or "")
-        if trace:
-            click.echo("")
-            click.echo(trace.rstrip())
+        message, trace = d.body.get("exception_message"), d.body.get("exception_trace")
+        keys.echo_failure(d.exception_class, None if message is None else str(message),
+                     None if trace is None else str(trace))
         return
     tables.echo_dead_letters(
         [

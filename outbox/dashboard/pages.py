@@ -14,6 +14,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from outbox import sealing
 from outbox import status as outbox_status
 from outbox.dashboard import chart, store
 from outbox.dashboard import schedules as schedule_reads
@@ -140,12 +141,19 @@ async def job(dash: Dashboard, request: Request) -> Response:
             "now_ms": conn.driver.clock_now(),
             "payload": None,
         }
+        of: store.PayloadOf | None = (
+            "job" if found["job"] else "dead" if found["dead"] else
+            "intent" if found["intent"] else None
+        )
+        raw = store.payload(conn, of, message_id) if of else None
+        # "encrypted (key k1, 312 bytes)" for every viewer (no secret in it); the text
+        # itself only for a private view, opened when this process has the key.
+        found["sealed"] = sealing.describe(raw)
+        dead = found["dead"]
+        found["dead_message"] = None if dead is None else sealing.readable(dead.exception_message)
+        found["dead_trace"] = None if dead is None else sealing.readable(dead.exception_trace)
         if private:
-            of: store.PayloadOf | None = (
-                "job" if found["job"] else "dead" if found["dead"] else
-                "intent" if found["intent"] else None
-            )
-            found["payload"] = store.payload(conn, of, message_id) if of else None
+            found["payload"] = sealing.readable(raw)
         return found
 
     found = await dash.backend.call(read)

@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from outbox import tracing
+from outbox import sealing, tracing
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
 from outbox.db.rows import ClaimedJob, Failure, JobFence, KeptResult
@@ -91,6 +91,7 @@ def class_name(exc: BaseException) -> str:
 
 
 UNPRINTABLE = "<the exception's str() raised>"
+_SEALED = sealing.MARKER
 
 
 def failure_of(exc: BaseException) -> Failure:
@@ -102,17 +103,24 @@ def failure_of(exc: BaseException) -> Failure:
         message = str(exc)
     except Exception:
         message = UNPRINTABLE
-    return Failure(class_name(exc), message, trace)
+    # Both may quote the payload: sealed like it when encryption is on (outbox.sealing).
+    return Failure(class_name(exc), sealing.seal(message), sealing.seal(trace))
 
 
 def _binder(fn: Callable[..., Any]) -> Callable[[Any], Any] | None:
-    """A converter from decoded JSON to the dataclass the payload parameter names."""
+    """A converter from decoded JSON to the type the payload parameter names: a typed
+    job's type (``outbox.typed``: upgraded from an older version, then validated), or
+    any other dataclass."""
     try:
         hints = typing.get_type_hints(fn)
         first = next(iter(inspect.signature(fn).parameters))
     except Exception:
         return None
     cls = hints.get(first)
+    spec = getattr(cls, "__outbox_job__", None)
+    if spec is not None:  # duck-typed: outbox.typed sits above this module
+        load: Callable[[Any], Any] = spec.load
+        return load
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         return None
     make: Callable[..., Any] = cls
@@ -146,8 +154,14 @@ class Runner:
         self.cancelled: set[int] = set()
 
     def _prepare(self, job: ClaimedJob) -> Any:
-        """Decode and bind the payload; a failure here is permanent."""
-        payload = orjson.loads(job.payload)
+        """Open, decode and bind the payload; a failure here is permanent (a sealed
+        payload whose key is missing or whose tag fails is dead-lettered as
+        ``MissingKey``/``TamperedPayload``, never run: ``outbox queue retry`` runs it
+        once the key is back)."""
+        text = job.payload
+        if text.startswith(_SEALED):
+            text = sealing.open_text(text)
+        payload = orjson.loads(text)
         binder = self._binders.get(job.job_name)
         if binder is not None:
             payload = binder(payload)

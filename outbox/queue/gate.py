@@ -52,8 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import orjson
-
+from outbox import sealing
 from outbox.db.rows import ClaimedJob, Failure, LimitAsk, LimitScope, LimitSlot
 from outbox.queue.limits import Limits
 from outbox.queue.registry import Registry
@@ -218,7 +217,7 @@ def _job_scope(job: ClaimedJob, limits: Limits) -> LimitScope:
 def _key_value(job: ClaimedJob, limits: Limits) -> str:
     assert limits.key is not None
     try:
-        value = limits.key(orjson.loads(job.payload))
+        value = limits.key(sealing.loads(job.payload))
     except Exception as exc:
         message = f"concurrency_key of job {job.job_name!r} raised {type(exc).__name__}: {exc}"
         raise _BadKey(Failure(KEY_ERROR, message, traceback.format_exc())) from None

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import orjson
+from outbox import sealing
 
 Loader = Callable[[], list[tuple[str, str, str, str | None]]]
 
@@ -37,7 +37,7 @@ class DependencyResults(Mapping[str, Any]):
                 if state != "succeeded":
                     self._failed.append(name)
                     continue
-                decoded = None if value is None else orjson.loads(value)
+                decoded = None if value is None else sealing.loads(value)
                 values[name] = values[node_id] = decoded
             self._values = values
             self._failed.sort()

@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from outbox import sealing
 from outbox.db.adapters import adapt
 from outbox.db.caller import jobs_recorded, run
 from outbox.job import canonical_json
@@ -50,7 +49,7 @@ def recorded(
         text = row.payload
         if wanted is not None and (text is None or _canonical(text) != wanted):
             continue
-        value = None if text is None else orjson.loads(text)
+        value = None if text is None else sealing.loads(text)
         out.append(
             RecordedJob(row.where, row.message_id, row.job_name, row.queue, value, row.state)
         )
@@ -83,4 +82,4 @@ def assert_recorded(
 
 
 def _canonical(text: str) -> str:
-    return canonical_json(orjson.loads(text))
+    return canonical_json(sealing.loads(text))

@@ -1,0 +1,29 @@
+"""``outbox schema JOB --app MODULE:ATTR``: the JSON Schema of a typed job's payload
+(``outbox.typed``), for the services on the other side of the queue. Importing the app
+imports its payload types; a job without one is an error naming it."""
+
+from __future__ import annotations
+
+import click
+import orjson
+
+from outbox import typed
+from outbox.cli.app import load_registry
+
+
+@click.command("schema")
+@click.argument("job")
+@click.option("--app", "app", required=True, help="The application's registry, MODULE:ATTR.")
+def schema_command(job: str, app: str) -> None:
+    """Print the JSON Schema of JOB's payload type (declared with outbox.job_type)."""
+    load_registry(app)
+    spec = typed.by_name(job)
+    if spec is None:
+        known = ", ".join(sorted(typed.names())) or "none"
+        raise click.BadParameter(
+            f"job {job!r} has no payload type (typed jobs: {known})", param_hint="JOB"
+        )
+    click.echo(orjson.dumps(spec.schema(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+
+
+commands: list[click.Command] = [schema_command]
