@@ -49,8 +49,6 @@ nothing is written — the one who holds it now settles it.
 
 from __future__ import annotations
 
-
-
 ADDED, DUPLICATE, FULL = 0, 1, 2
 
 HANDOFF = """
