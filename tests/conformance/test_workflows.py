@@ -119,9 +119,8 @@ def test_a_diamond_runs_in_dependency_order_with_results_passed_along(
     by_node = {n: seen for _, n, seen in LEDGER}
     assert by_node["a"] == {}
     assert by_node["b"]["a"] == {"n": "a", "got": []}
-    d_ids = {n.name: n.node_id for n in shown.nodes}
-    assert by_node["d"]["b"] == {"n": "b", "got": sorted(["a", d_ids["a"]])}
-    assert by_node["d"]["c"]["n"] == "c" and by_node["d"][d_ids["c"]]["n"] == "c"
+    assert by_node["d"]["b"] == {"n": "b", "got": ["a"]}  # names only: ids look up
+    assert by_node["d"]["c"]["n"] == "c" and list(by_node["d"]) == ["b", "c"]
     done = get(database, wf_id)
     assert done is not None and done.state == "succeeded"
     assert all(n.state == "succeeded" and n.attempts == 1 for n in done.nodes)
@@ -145,6 +144,55 @@ def test_fan_out_and_fan_in_of_a_hundred(database: Database, conn: Connection) -
     shown = get(conn, wf_id)
     assert shown is not None and shown.state == "succeeded"
     assert count_rows(conn, "outbox_jobs") == 0
+
+
+MERGED: list[tuple[dict[str, Any], Any]] = []  # (what the merge saw, its ctx.results)
+
+
+@registry.job("wf.count")
+def count(payload: Any, ctx: JobContext) -> Any:
+    return {"count": payload["count"]}
+
+
+@registry.job("wf.merge")
+def merge(payload: Any, ctx: JobContext) -> Any:
+    """A merge step written the obvious way: each dependency's count, summed once."""
+    seen = {
+        "sum": sum(r["count"] for r in ctx.results.values()),
+        "len": len(ctx.results), "keys": list(ctx.results.keys()), "iter": list(ctx.results),
+        "items": [k for k, _ in ctx.results.items()], "dict": len(dict(ctx.results)),
+    }
+    with _lock:
+        MERGED.append((seen, ctx.results))
+    return seen["sum"]
+
+
+def test_a_forty_wide_fan_in_sees_each_dependency_once_by_name(
+    database: Database, conn: Connection
+) -> None:
+    """Forty unnamed nodes of one job name (named wf.count, wf.count:2 … wf.count:40)
+    into one merge: iteration, len, keys, values and items see each dependency once, by
+    its name; a lookup by node id still finds it. (They listed names and ids: 80 values,
+    so the obvious sum doubled.)"""
+    MERGED.clear()
+    wf = Workflow("fan-in")
+    parts = [wf.add(Job("wf.count", {"count": i + 1})) for i in range(40)]
+    names = ["wf.count"] + [f"wf.count:{i}" for i in range(2, 41)]
+    assert [p.name for p in parts] == names
+    wf.add(Job("wf.merge", {}), name="merge", after=parts)
+    wf_id = _record(database, "fan-in:1", wf)
+    _run(database)
+    ((seen, results),) = MERGED
+    assert seen == {"sum": 820, "len": 40, "keys": sorted(names), "iter": sorted(names),
+                    "items": sorted(names), "dict": 40}
+    shown = get(conn, wf_id)
+    assert shown is not None and shown.state == "succeeded"
+    for node in (n for n in shown.nodes if n.name != "merge"):
+        n = node.name.partition(":")[2] or "1"
+        assert results[node.node_id] == results[node.name] == {"count": int(n)}
+        assert node.node_id in results and results.get(node.node_id) is not None
+    with pytest.raises(KeyError, match="not a succeeded dependency"):
+        results[shown.node("merge").node_id]
 
 
 def test_a_failing_middle_node_dead_letters_its_dependents_without_running_them(
