@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import orjson
 import pytest
 
 from outbox import Job, Registry, Relay, Workflow, record
@@ -647,3 +648,43 @@ def test_get_and_cancel_take_an_applications_connection_in_its_transaction(
     app_conn.commit()
     assert get(conn, wf_id).state == "cancelled"  # type: ignore[union-attr]
     assert count_rows(conn, "outbox_messages") == 0
+
+
+@registry.job("wf.again", max_attempts=3)
+def again(payload: Any, ctx: JobContext) -> None:
+    raise TimeoutError(f"secret {payload['n']} timed out")
+
+
+def _cli(database: Database, *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from outbox.cli import main
+
+    return CliRunner().invoke(main, ["--database-url", database.url, *args])
+
+
+def test_show_gives_a_node_waiting_to_retry_its_retrys_due_time_and_last_error(
+    database: Database, conn: Connection
+) -> None:
+    """A node whose first attempt failed and waits for its backoff: show gives the
+    retry's due time (the queue row's, as `queue jobs` does) and the last error's class,
+    not the time it first became due (issue 38, item 21)."""
+    wf = Workflow("again")
+    wf.add(_j("wf.again", "a"), name="a")
+    wf_id = _record(database, "again:1", wf)
+    _run(database)
+    shown = get(conn, wf_id)
+    assert shown is not None
+    a = shown.node("a")
+    ((due_ms, error),) = conn.execute_sql("SELECT available_at, last_error FROM outbox_jobs")
+    assert (a.state, a.attempts, a.error) == ("due", 1, "TimeoutError") and error == a.error
+    assert a.due_at is not None and int(a.due_at.timestamp() * 1000) == int(due_ms)
+    assert a.started_at is None or a.due_at > a.started_at
+    out = _cli(database, "workflow", "show", wf_id)
+    assert out.exit_code == 0, out.output
+    assert a.due_at.strftime("%H:%M:%S.%f")[:-3] in out.output and "TimeoutError" in out.output
+    assert "secret" not in out.output
+    as_json = _cli(database, "workflow", "show", "--json", wf_id)
+    (node,) = orjson.loads(as_json.output)["nodes"]
+    assert (node["error"], node["due_at"]) == ("TimeoutError", a.due_at.isoformat(
+        timespec="milliseconds"))
