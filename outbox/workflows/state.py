@@ -13,7 +13,7 @@ from outbox.db.connection import Connection
 from outbox.db.dialect import Dialect
 from outbox.db.driver import Row
 from outbox.db.rows import own_due_ms
-from outbox.ids import is_message_id
+from outbox.ids import is_message_id, is_node_id
 from outbox.log import get_logger
 from outbox.queue.control import Target, call, cancel_plan
 
@@ -125,6 +125,24 @@ def get(db: Target, workflow_id: str) -> WorkflowState | None:
     (never recorded, or pruned). One transaction, so one consistent view."""
     workflow_id = _check_id(workflow_id)
     return _shaped(call(db, lambda _: steps.show_plan(workflow_id), "workflow show"))
+
+
+def why_not_retried(db: Target, message_id: str) -> str | None:
+    """Why ``queue retry`` requeued nothing for ``message_id``, when it is a skipped
+    workflow node (its dead letter stays: it comes back with the failed node it waits
+    for): one line naming the node and the failed node(s) to retry. None otherwise."""
+    if not is_node_id(message_id):
+        return None
+    found = call(db, lambda _: steps.skip_cause_plan(message_id), "queue retry")
+    if found is None:
+        return None
+    name, causes = found
+    if not causes:
+        return (f"{message_id} is workflow node {name!r}, skipped when its workflow was "
+                "cancelled: it has no failed node to retry")
+    which = ", ".join(f"{n!r} (outbox queue retry {i})" for n, i in causes)
+    return (f"{message_id} is workflow node {name!r}, skipped because a dependency "
+            f"failed; it runs again when that node is retried: {which}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -688,3 +688,40 @@ def test_show_gives_a_node_waiting_to_retry_its_retrys_due_time_and_last_error(
     (node,) = orjson.loads(as_json.output)["nodes"]
     assert (node["error"], node["due_at"]) == ("TimeoutError", a.due_at.isoformat(
         timespec="milliseconds"))
+
+
+def test_queue_retry_of_a_skipped_node_says_it_was_skipped_and_which_node_to_retry(
+    database: Database, conn: Connection
+) -> None:
+    """`queue failed` lists a skipped node's DependencyFailed dead letter; `queue retry`
+    of it requeues nothing (it comes back with its cause) and says so, naming the failed
+    node two levels up and its id, instead of "no dead letter" (issue 38, item 12)."""
+    wf = Workflow("skip-why")
+    a = wf.add(_j("wf.fails", "a"), name="a")
+    b = wf.add(_j("wf.step", "b"), name="b", after=[a])
+    wf.add(_j("wf.step", "c"), name="c", after=[b])
+    wf_id = _record(database, "skip-why:1", wf)
+    _run(database)
+    a_id, c_id = _node(conn, wf_id, "a"), _node(conn, wf_id, "c")
+    assert c_id in _cli(database, "queue", "failed").output
+    before = count_rows(conn, "outbox_failed_jobs")
+    out = _cli(database, "queue", "retry", c_id)
+    assert out.exit_code == 1
+    assert out.output.strip().endswith(
+        f"{c_id} is workflow node 'c', skipped because a dependency failed; it runs again "
+        f"when that node is retried: 'a' (outbox queue retry {a_id})")
+    assert "no dead letter" not in out.output and "secret" not in out.output
+    assert count_rows(conn, "outbox_failed_jobs") == before == 3  # nothing requeued
+    plain = _cli(database, "queue", "retry", "01a242de-8755-4480-aded-796f44b9085a")
+    assert plain.exit_code == 1 and "no dead letter with message id" in plain.output
+
+
+def test_queue_retry_of_a_node_skipped_by_cancel_says_there_is_nothing_to_retry(
+    database: Database, conn: Connection
+) -> None:
+    wf_id = _record(database, "skip-why:2", _diamond())
+    assert cancel(conn, wf_id) == 1
+    d_id = _node(conn, wf_id, "d")
+    out = _cli(database, "queue", "retry", d_id)
+    assert out.exit_code == 1
+    assert f"{d_id} is workflow node 'd', skipped when its workflow was cancelled" in out.output
