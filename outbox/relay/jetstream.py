@@ -50,6 +50,7 @@ from outbox.jetstream import MAX_IN_FLIGHT, codec, names, provision
 from outbox.jetstream.connect import Broker, BrokerUrl
 from outbox.jetstream.publish import Acked, BatchPublisher, Outcome, PublishRefused
 from outbox.log import get_logger
+from outbox.relay.key_queues import KeyQueues
 from outbox.relay.verify import reason_for
 
 log = get_logger("outbox.relay")
@@ -114,6 +115,7 @@ class JetStreamTarget:
         self._ready: set[str] = set()
         self._banded: set[str] = set()  # queues whose stream has every priority band
         self._ordered: set[str] = set()  # queues whose stream has the ordered partitions
+        self._key_queues = KeyQueues()  # a key in two queues is ordered in each only
         self._lock = threading.Lock()
 
     @property
@@ -169,6 +171,7 @@ class JetStreamTarget:
         if not intents:
             return set()
         refuse_workflows(intents)
+        self._key_queues.check(intents)
         timeout = self.settings.publish_timeout
         try:
             broker.call(self._ensure(broker, {str(i.queue) for i in intents}), timeout * 2)
