@@ -52,19 +52,26 @@ SELECT count(*), count(DISTINCT ordering_key) FROM outbox_jobs
 WHERE ordering_key IS NOT NULL AND available_at >= {blocked_offset_ms};
 
 -- name: ordering_stranded
--- Keys with no job in its turn and no dead letter holding them, oldest first: their
--- waiting jobs (if any) were left without a turn by a writer that does not pass it on
--- (code of the previous version during a rolling upgrade). The reaper passes it on
--- (outbox.db.ordering.leave re-checks each under the key's lock); a key with no job at
--- all is dropped. In steady state this finds only keys being entered right now.
-SELECT k.key_digest FROM outbox_ordering_keys k
-WHERE NOT EXISTS (
-    SELECT 1 FROM outbox_jobs j
-    WHERE j.ordering_key = k.key_digest AND j.available_at < {blocked_offset_ms})
-  AND NOT EXISTS (
-    SELECT 1 FROM outbox_failed_jobs f
-    WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1)
-ORDER BY k.created_at
+-- A page of key rows, by primary key from :after up to :until, each with 1 when no job
+-- of the key is in its turn and no dead letter holds it: its waiting jobs (if any) were
+-- left without a turn by a writer that does not pass it on (code of the previous
+-- version during a rolling upgrade). The reaper passes it on (outbox.db.ordering.leave
+-- re-checks each under the key's lock); a key with no job at all is dropped. In steady
+-- state this finds only keys being entered right now. A range of the primary key and
+-- two index probes a row: each reap pass reads one page from a random digest
+-- (outbox.db.shared.ordering_heal), never every key row (it read them all, with both
+-- probes each, to sort them by age).
+SELECT k.key_digest,
+    CASE WHEN EXISTS (
+        SELECT 1 FROM outbox_jobs j
+        WHERE j.ordering_key = k.key_digest AND j.available_at < {blocked_offset_ms})
+      OR EXISTS (
+        SELECT 1 FROM outbox_failed_jobs f
+        WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1)
+    THEN 0 ELSE 1 END
+FROM outbox_ordering_keys k
+WHERE k.key_digest > :after AND k.key_digest <= :until
+ORDER BY k.key_digest
 LIMIT :limit;
 
 -- name: ordering_key_of_job
