@@ -237,22 +237,23 @@ class SharedDriver(LimitOps, ResultOps):
         costs the same at a million keys as at ten, and every key comes up within a few
         passes; fewer keys than ``limit`` are all read every pass."""
         start = secrets.token_hex(32)  # key rows are SHA-256 digests: spread evenly
-        stranded: list[str] = []
+        stranded: list[tuple[str, bool]] = []  # (key, has a waiting job)
         left = limit
         for after, until in ((start, "g"), ("", start)):  # "g" sorts after every digest
             page = self._read("reap", "ordering_stranded",
                               {"after": after, "until": until, "limit": left})
-            stranded += [str(key) for key, lost in page if int(lost)]
+            stranded += [(str(key), bool(waits)) for key, lost, waits in page if int(lost)]
             left -= len(page)
             if left <= 0:
                 break
         promoted = 0
-        for key in stranded:
+        for key, waits in stranded:
 
-            def heal(c: Executor, key: str = str(key)) -> int:
-                return int(drive(ordering.leave([key]), c))  # a fresh plan per try
+            def heal(c: Executor, key: str = key) -> None:
+                drive(ordering.leave([key]), c)  # a fresh plan per try; re-checks locked
 
-            promoted += self._transact("reap", heal)
+            self._transact("reap", heal)
+            promoted += waits
         return promoted
 
     def job_reap_scan(self, limit: int) -> list[ExpiredJob]:

@@ -2,36 +2,10 @@
 -- order they entered the queue. Every statement here finds a key's jobs through
 -- outbox_jobs_ordering (keyed rows only); none runs for a job without a key.
 
--- name: ordering_live
--- Is a job of the key in its turn (claimable, running, in backoff or snoozed), or does
--- a dead letter hold the key? Read after the key's row is locked, so no other
--- transaction changes the answer.
-SELECT id FROM outbox_jobs
-WHERE ordering_key = :ordering_key AND available_at < {blocked_offset_ms}
-UNION ALL
-SELECT id FROM outbox_failed_jobs WHERE ordering_key = :ordering_key AND ordering_held = 1
-LIMIT 1;
-
--- name: ordering_next
--- The key's first waiting job: the lowest id, which is the order the jobs entered.
-SELECT id FROM outbox_jobs
-WHERE ordering_key = :ordering_key AND available_at >= {blocked_offset_ms}
-ORDER BY id
-LIMIT 1;
-
--- name: ordering_promote
--- Its turn: the due time it had before it waited, so it is claimable at once if due.
-UPDATE outbox_jobs SET available_at = available_at - {blocked_offset_ms}
-WHERE id = :id AND available_at >= {blocked_offset_ms};
-
 -- name: ordering_block
 -- A job just put in the queue behind another of its key: it waits its turn.
 UPDATE outbox_jobs SET available_at = available_at + {blocked_offset_ms}
 WHERE message_id = :message_id AND available_at < {blocked_offset_ms};
-
--- name: ordering_drop
--- The key has no job left: its row goes (the next job of the key creates it again).
-DELETE FROM outbox_ordering_keys WHERE key_digest = :ordering_key;
 
 -- name: ordering_held_keys
 -- `outbox status` and the dashboard: the keys dead letters hold (dead_letter_holds_key),
@@ -53,7 +27,7 @@ WHERE ordering_key IS NOT NULL AND available_at >= {blocked_offset_ms};
 
 -- name: ordering_stranded
 -- A page of key rows, by primary key from :after up to :until, each with 1 when no job
--- of the key is in its turn and no dead letter holds it: its waiting jobs (if any) were
+-- of the key is in its turn and no dead letter holds it, and 1 when it has a waiting job: its waiting jobs (if any) were
 -- left without a turn by a writer that does not pass it on (code of the previous
 -- version during a rolling upgrade). The reaper passes it on (outbox.db.ordering.leave
 -- re-checks each under the key's lock); a key with no job at all is dropped. In steady
@@ -68,7 +42,11 @@ SELECT k.key_digest,
       OR EXISTS (
         SELECT 1 FROM outbox_failed_jobs f
         WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1)
-    THEN 0 ELSE 1 END
+    THEN 0 ELSE 1 END,
+    CASE WHEN EXISTS (
+        SELECT 1 FROM outbox_jobs w
+        WHERE w.ordering_key = k.key_digest AND w.available_at >= {blocked_offset_ms})
+    THEN 1 ELSE 0 END
 FROM outbox_ordering_keys k
 WHERE k.key_digest > :after AND k.key_digest <= :until
 ORDER BY k.key_digest
