@@ -40,6 +40,7 @@ from outbox.status import status
 from tests.fixtures.databases import raw_connect
 from tests.fixtures.gaps import Gap, skip_gap
 from tests.fixtures.queue_ops import Failure, ack, claim, dead_letter, now_ms, release
+from tests.fixtures.statements import Counting
 from tests.fixtures.tracing import spans  # noqa: F401  (the fixture)
 from tests.fixtures.workers import count
 
@@ -511,18 +512,6 @@ def test_push_many_under_a_span_leaves_keyless_jobs_out_of_any_line(
     assert sorted(_names(claim(conn, "default", 10, "w1", LEASE))) == [0, 1, 2]
 
 
-class _Sent:
-    """An executor that keeps the name of each statement it runs."""
-
-    def __init__(self, c: Any) -> None:
-        self.c = c
-        self.names: list[str] = []
-
-    def execute(self, name: str, params: Any = None) -> Any:
-        self.names.append(name)
-        return self.c.execute(name, params)
-
-
 def test_a_batch_enters_and_leaves_the_line_in_a_fixed_number_of_statements(
     conn: Connection,
 ) -> None:
@@ -536,7 +525,7 @@ def test_a_batch_enters_and_leaves_the_line_in_a_fixed_number_of_statements(
     keys = [hashlib.sha256(f"order:{i}".encode()).hexdigest() for i in range(100)]
 
     def enter(t: Any) -> list[bool]:
-        sent = _Sent(t)
+        sent = Counting(t)
         waits = drive(ordering.enter(keys + keys), sent)  # type: ignore[arg-type]
         assert sent.names == ["ordering_lock", "ordering_any_job"]
         return waits
@@ -554,7 +543,7 @@ def test_a_batch_enters_and_leaves_the_line_in_a_fixed_number_of_statements(
             conn.execute_sql(f"DELETE FROM outbox_jobs WHERE id = {j.id}")  # as old code
 
     def leave(t: Any) -> None:
-        sent = _Sent(t)
+        sent = Counting(t)
         drive(ordering.leave(keys), sent)  # type: ignore[arg-type]
         assert sent.names == ["ordering_lock", "ordering_promote_free", "ordering_drop_free"]
 

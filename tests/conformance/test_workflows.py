@@ -21,6 +21,7 @@ from outbox.queue.admin import retry, retry_all
 from outbox.status import status
 from outbox.workflows import MAX_NODES, InvalidWorkflow, cancel, get, prune
 from tests.fixtures.factories import count_rows
+from tests.fixtures.statements import Counting
 
 registry = Registry()
 _lock = threading.Lock()
@@ -584,18 +585,6 @@ def test_available_at_delays_the_roots_and_is_part_of_the_fingerprint(
     assert count_rows(conn, "outbox_jobs") == 1
 
 
-class _Counting:
-    """One of our connections, with the name of every statement run through it."""
-
-    def __init__(self, c: Any) -> None:
-        self.c = c
-        self.names: list[str] = []
-
-    def execute(self, name: str, params: Any = None) -> Any:
-        self.names.append(name)
-        return self.c.execute(name, params)
-
-
 def test_a_leaf_acknowledged_releases_no_children_and_a_parent_does(
     database: Database, conn: Connection
 ) -> None:
@@ -618,7 +607,7 @@ def test_a_leaf_acknowledged_releases_no_children_and_a_parent_does(
         node_id = before.node(name).node_id
 
         def settle(t: Any) -> None:
-            counting = _Counting(t)
+            counting = Counting(t)
             drive(steps.succeeded(node_id), counting)  # type: ignore[arg-type]
             seen[name] = counting.names
 

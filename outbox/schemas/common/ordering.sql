@@ -27,7 +27,7 @@ WHERE ordering_key IS NOT NULL AND available_at >= {blocked_offset_ms};
 
 -- name: ordering_stranded
 -- A page of key rows, by primary key from :after up to :until, each with 1 when no job
--- of the key is in its turn and no dead letter holds it, and 1 when it has a waiting job: its waiting jobs (if any) were
+-- of the key is in its turn and no dead letter holds it, and 1 when it has a job (then a waiting one): its waiting jobs (if any) were
 -- left without a turn by a writer that does not pass it on (code of the previous
 -- version during a rolling upgrade). The reaper passes it on (outbox.db.ordering.leave
 -- re-checks each under the key's lock); a key with no job at all is dropped. In steady
@@ -44,8 +44,8 @@ SELECT k.key_digest,
         WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1)
     THEN 0 ELSE 1 END,
     CASE WHEN EXISTS (
-        SELECT 1 FROM outbox_jobs w
-        WHERE w.ordering_key = k.key_digest AND w.available_at >= {blocked_offset_ms})
+        SELECT 1 FROM outbox_jobs w WHERE w.ordering_key = k.key_digest
+        ORDER BY w.id LIMIT 1)  -- a probe of outbox_jobs_ordering, never a hashed scan
     THEN 1 ELSE 0 END
 FROM outbox_ordering_keys k
 WHERE k.key_digest > :after AND k.key_digest <= :until
