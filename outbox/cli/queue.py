@@ -14,7 +14,7 @@ from collections.abc import Callable
 import click
 import orjson
 
-from outbox import status
+from outbox import status, workflows
 from outbox.cli import broker as cli_broker
 from outbox.cli import keys, preflight, prompt, tables
 from outbox.cli.app import load_registry
@@ -23,7 +23,7 @@ from outbox.cli.params import MESSAGE_ID, MESSAGE_ID_OR_ALL, QUEUE_NAME, Seconds
 from outbox.cli.serving import metrics_options
 from outbox.db.connection import Connection
 from outbox.db.rows import job_state, own_due_ms
-from outbox.errors import MessageNotFound
+from outbox.errors import MessageNotFound, OutboxError
 from outbox.hooks import NO_HOOKS
 from outbox.job import NAME_PATTERN
 from outbox.metrics import serving
@@ -427,6 +427,8 @@ def retry_command(cli: CliContext, target: str, broker: str | None) -> None:
             n = admin.retry_all(conn)
         else:
             n = admin.retry(conn, target)
+            if n == 0 and (skipped := workflows.why_not_retried(conn, target)):
+                raise OutboxError(skipped)
             if n == 0:
                 raise MessageNotFound(f"no dead letter with message id {target}")
     click.echo(f"requeued {n} job(s)")

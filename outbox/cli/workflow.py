@@ -1,8 +1,9 @@
 """``outbox workflow show ID`` / ``outbox workflow cancel ID`` (``outbox.workflows``).
 
 ``show`` prints each node's state (waiting, due, running, succeeded, dead, skipped), its
-attempts and times, and the class of the exception that dead-lettered it: never a
-payload, never an exception's message (``outbox queue failed`` is where those are).
+attempts and times, and the class of the exception that dead-lettered it, or for a job
+waiting to retry its last error class and the retry's due time (as ``outbox queue jobs``):
+never a payload, never an exception's message (``outbox queue failed`` is where those are).
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def workflow_group() -> None:
 @pass_cli
 def show_command(cli: CliContext, workflow_id: str, as_json: bool) -> None:
     """Each node of workflow ID: state, attempts, times (UTC) and, for a dead node, the
-    exception's class. Exit 1 when there is no such workflow."""
+    exception's class; for a node waiting to retry, the retry's due time and the last
+    error's class. Exit 1 when there is no such workflow."""
     with cli.connect() as conn:
         found = workflows.get(conn, workflow_id)
     if found is None:

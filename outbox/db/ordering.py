@@ -24,6 +24,12 @@ Entering and leaving both start by locking the key's row in ``outbox_ordering_ke
 last one leaves either sees it gone (and runs at once) or waits and is promoted by it.
 SQLite has one writer anyway. Locks are taken in sorted key order within a batch.
 
+Each step is a fixed number of statements per batch, whatever its keys (a round trip
+each on a server): entering is the lock and one read; leaving is the lock, one
+promotion and one drop. The read after the lock cannot join it in one statement on
+PostgreSQL: a statement reads one snapshot, taken before it waited for a lock, so it
+would miss the transaction that held the lock.
+
 Every step of the line is a plan (``outbox.db.caller``): the same steps run on the
 caller's connection (``push``, ``outbox.testing``) or on one of ours (``drive``).
 """
@@ -33,27 +39,38 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import orjson
+
 from outbox.db.caller import Plan, drive
 from outbox.db.driver import Executor
 
 
 def lock(keys: Iterable[str]) -> Plan[None]:
     """Lock each key's row, in sorted order (two batches never wait on each other in a
-    circle), creating the rows that do not exist."""
-    for key in sorted(set(keys)):
-        yield ("ordering_lock", {"ordering_key": key})
+    circle), creating the rows that do not exist: one statement for the batch."""
+    distinct = sorted(set(keys))
+    if distinct:
+        yield ("ordering_lock", _keys(distinct))
+
+
+def _keys(distinct: list[str]) -> dict[str, Any]:
+    """A batch's keys as the ordering statements take them: a list (``:keys``), and a
+    JSON array for MariaDB's multi-row insert (``:keys_json``, read by JSON_TABLE)."""
+    return {"keys": distinct, "keys_json": orjson.dumps(distinct).decode()}
 
 
 def enter(keys: Sequence[str | None]) -> Plan[list[bool]]:
     """Lock the keys of jobs about to enter the queue, in sorted order; for each, whether
     it must wait (True) or runs in its turn. Run *before* the jobs are inserted: the
-    first job of a key with no job in the queue runs, every other one waits."""
+    first job of a key with no job in the queue runs, every other one waits. Two
+    statements for the batch, whatever its keys: the lock, then one read of which keys
+    have a job (a statement of its own, so that it sees what the lock waited for)."""
     distinct = sorted({k for k in keys if k is not None})
+    if not distinct:
+        return [False] * len(keys)
     yield from lock(distinct)
-    free: set[str] = set()
-    for key in distinct:
-        if not (yield ("ordering_any_job", {"ordering_key": key})):
-            free.add(key)
+    busy = yield ("ordering_any_job", _keys(distinct))
+    free = set(distinct) - {str(r[0]) for r in busy}
     waits: list[bool] = []
     for job_key in keys:
         if job_key is not None and job_key not in free:
@@ -71,24 +88,20 @@ def block(message_ids: Iterable[str]) -> Plan[None]:
         yield ("ordering_block", {"message_id": message_id})
 
 
-def leave(keys: Iterable[str], *, locked: bool = False) -> Plan[int]:
+def leave(keys: Iterable[str | None], *, locked: bool = False) -> Plan[None]:
     """After jobs of ``keys`` left the queue in this transaction: give each key's turn
-    to its next waiting job, or drop the key's row when it has none. Returns how many
-    jobs got their turn. Locks the rows first, unless the caller did (``locked``)."""
-    promoted = 0
+    to its next waiting job, or drop the key's row when it has none; a key with a job in
+    its turn (a requeued dead letter) or a dead letter that holds it keeps its line.
+    Locks the rows first, unless the caller did (``locked``). Two statements for the
+    batch (promote, drop), whatever its keys, plus the lock."""
     distinct = sorted({k for k in keys if k is not None})
+    if not distinct:
+        return
     if not locked:
         yield from lock(distinct)
-    for key in distinct:
-        if (yield ("ordering_live", {"ordering_key": key})):
-            continue  # a job of the key is still in its turn (a requeued dead letter)
-        nxt = yield ("ordering_next", {"ordering_key": key})
-        if nxt:
-            yield ("ordering_promote", {"id": int(nxt[0][0])})
-            promoted += 1
-        else:
-            yield ("ordering_drop", {"ordering_key": key})
-    return promoted
+    batch = _keys(distinct)
+    yield ("ordering_promote_free", batch)
+    yield ("ordering_drop_free", batch)
 
 
 def handoff_ordered(c: Executor, rows: Sequence[tuple[int, str]]) -> tuple[list[int], list[int]]:

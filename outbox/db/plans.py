@@ -35,7 +35,7 @@ from typing import Any, Literal
 from outbox.db.connection import Connection
 
 Kind = Literal["index", "full index", "full scan", "other"]
-BIG_TABLES = ("outbox_keys", "outbox_messages", "outbox_jobs")
+BIG_TABLES = ("outbox_keys", "outbox_messages", "outbox_jobs", "outbox_ordering_keys")
 # The limits' tables (outbox.db.limits): seeded smaller than the big three (n starts, n/10
 # slots and waits, n/100 keys) but never to be read whole either: every statement there
 # runs inside an admission, for one key.
@@ -197,6 +197,8 @@ HOT: tuple[Hot, ...] = (
     _h("limit_wake", {**_LIMIT, "job_id": 3}, "outbox_jobs", "outbox_jobs_pkey", "limit wake"),
     _h("limit_job_wait", {**_HELD_ONE, "until": 1_700_000_060_000}, "outbox_jobs", "outbox_jobs_pkey", "limit: job waits"),
     _h("limit_job_return", _HELD_ONE, "outbox_jobs", "outbox_jobs_pkey", "limit: job returned"),
+    # ordering keys (outbox.db.ordering): the reaper's heal reads a page of key rows
+    _h("ordering_stranded", {"after": "0" * 58 + "100005", "until": "g", "limit": 100}, "outbox_ordering_keys", "outbox_ordering_keys_pkey", "reap: ordering heal (a page of keys)", kinds=_WALK),
 )
 # fmt: on
 
@@ -212,6 +214,7 @@ _NAMES: dict[str, dict[str, str]] = {
         "outbox_limits_pkey": "sqlite_autoindex_outbox_limits_1",
         "outbox_limit_slots_pkey": "sqlite_autoindex_outbox_limit_slots_1",
         "outbox_limit_waits_pkey": "sqlite_autoindex_outbox_limit_waits_1",
+        "outbox_ordering_keys_pkey": "sqlite_autoindex_outbox_ordering_keys_1",
     },
     "mysql": {
         "outbox_jobs_pkey": "PRIMARY",
@@ -226,6 +229,7 @@ _NAMES: dict[str, dict[str, str]] = {
         "outbox_limits_pkey": "PRIMARY",
         "outbox_limit_slots_pkey": "PRIMARY",
         "outbox_limit_waits_pkey": "PRIMARY",
+        "outbox_ordering_keys_pkey": "PRIMARY",
     },
 }
 
@@ -237,8 +241,8 @@ def index_name(dialect: str, index: str) -> str:
 
 def seed(conn: Connection, n: int) -> None:
     """2n key rows, n intents, n jobs and n/100 dead letters; 20 paused queues; n/100
-    limited keys with n starts, n/10 slots and n/10 waiting jobs: one INSERT each; then
-    fresh statistics. The tables must be empty (ids start at 1)."""
+    limited keys with n starts, n/10 slots and n/10 waiting jobs; n ordering key rows:
+    one INSERT each; then fresh statistics. The tables must be empty (ids start at 1)."""
     for name in (
         "plan_seed_keys",
         "plan_seed_messages",
@@ -249,6 +253,7 @@ def seed(conn: Connection, n: int) -> None:
         "plan_seed_limit_starts",
         "plan_seed_limit_slots",
         "plan_seed_limit_waits",
+        "plan_seed_ordering_keys",
     ):
         conn.execute(name, {"n": n})
     conn.execute("plan_analyze")

@@ -6,6 +6,7 @@ contracts are the Protocol's docstrings.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -231,14 +232,28 @@ class SharedDriver(LimitOps, ResultOps):
 
     def ordering_heal(self, limit: int) -> int:
         """Pass on the turn of keys whose waiting jobs have none (``ordering_stranded``),
-        each key in a transaction of its own; how many jobs got their turn."""
+        each key in a transaction of its own; how many jobs got their turn. Each pass
+        reads ``limit`` key rows from a random digest on (wrapping round), so a pass
+        costs the same at a million keys as at ten, and every key comes up within a few
+        passes; fewer keys than ``limit`` are all read every pass."""
+        start = secrets.token_hex(32)  # key rows are SHA-256 digests: spread evenly
+        stranded: list[tuple[str, bool]] = []  # (key, has a waiting job)
+        left = limit
+        for after, until in ((start, "g"), ("", start)):  # "g" sorts after every digest
+            page = self._read("reap", "ordering_stranded",
+                              {"after": after, "until": until, "limit": left})
+            stranded += [(str(key), bool(waits)) for key, lost, waits in page if int(lost)]
+            left -= len(page)
+            if left <= 0:
+                break
         promoted = 0
-        for (key,) in self._read("reap", "ordering_stranded", {"limit": limit}):
+        for key, waits in stranded:
 
-            def heal(c: Executor, key: str = str(key)) -> int:
-                return int(drive(ordering.leave([key]), c))  # a fresh plan per try
+            def heal(c: Executor, key: str = key) -> None:
+                drive(ordering.leave([key]), c)  # a fresh plan per try; re-checks locked
 
-            promoted += self._transact("reap", heal)
+            self._transact("reap", heal)
+            promoted += waits
         return promoted
 
     def job_reap_scan(self, limit: int) -> list[ExpiredJob]:

@@ -114,6 +114,27 @@ def parents_plan(node_id: str) -> Plan[list[tuple[str, str, str, str | None]]]:
     return [(str(n), str(i), str(s), None if v is None else str(v)) for n, i, s, v in rows]
 
 
+def skip_cause_plan(node_id: str) -> Plan[tuple[str, list[tuple[str, str]]] | None]:
+    """For a skipped node: its name and the dead nodes (name, id) its skip comes from,
+    found up through its skipped ancestors (none: its workflow was cancelled); None when
+    the node is not skipped. ``queue retry`` of a skipped node says which to retry."""
+    node = yield ("workflow_node_get", {"node_id": node_id})
+    if not node or node[0][3] != "skipped":
+        return None
+    causes: dict[str, str] = {}
+    seen, todo = {node_id}, [node_id]
+    while todo:
+        for name, parent, state, _ in (yield from parents_plan(todo.pop())):
+            if parent in seen:
+                continue
+            seen.add(parent)
+            if state == "dead":
+                causes[parent] = name
+            elif state == "skipped":
+                todo.append(parent)
+    return str(node[0][2]), sorted((name, i) for i, name in causes.items())
+
+
 def parent_results(database: Any, node_id: str) -> list[tuple[str, str, str, str | None]]:
     """``parents_plan`` on a connection of ``database`` (a ``Database``) of its own."""
     with database.connect() as conn:

@@ -30,7 +30,8 @@ class JobContext:
     and returns early. Whatever it returns, the job is recorded as cancelled.
 
     ``results``: for a workflow node, its dependencies' JSON return values by node name
-    or id (``ctx.results["charge"]``), read once on first use; empty for other jobs.
+    (``ctx.results["charge"]``; a lookup also takes the node id), read once on first
+    use; empty for other jobs.
     """
 
     __slots__ = (

@@ -51,6 +51,7 @@ from outbox.jetstream.publish import Acked, BatchPublisher, Outcome, PublishRefu
 from outbox.log import get_logger
 from outbox.relay import brokered, message
 from outbox.relay.message import refuse_workflows
+from outbox.relay.key_queues import KeyQueues
 
 log = get_logger("outbox.relay")
 
@@ -107,6 +108,7 @@ class JetStreamTarget:
         self._ready: set[str] = set()
         self._banded: set[str] = set()  # queues whose stream has every priority band
         self._ordered: set[str] = set()  # queues whose stream has the ordered partitions
+        self._key_queues = KeyQueues()  # a key in two queues is ordered in each only
         self._lock = threading.Lock()
 
     @property
@@ -143,6 +145,7 @@ class JetStreamTarget:
         if not intents:
             return set()
         refuse_workflows(intents)
+        self._key_queues.check(intents)
         timeout = self.settings.publish_timeout
         try:
             broker.call(self._ensure(broker, {str(i.queue) for i in intents}), timeout * 2)

@@ -53,6 +53,7 @@ from outbox.workflows.state import (
     get,
     prune,
     recent,
+    why_not_retried,
 )
 
 __all__ = [
@@ -76,4 +77,5 @@ __all__ = [
     "recent",
     "record_workflow",
     "record_workflow_async",
+    "why_not_retried",
 ]

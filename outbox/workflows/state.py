@@ -12,7 +12,8 @@ from outbox.db.caller import Plan, drive
 from outbox.db.connection import Connection
 from outbox.db.dialect import Dialect
 from outbox.db.driver import Row
-from outbox.ids import is_message_id
+from outbox.db.rows import own_due_ms
+from outbox.ids import is_message_id, is_node_id
 from outbox.log import get_logger
 from outbox.queue.control import Target, call, cancel_plan
 
@@ -28,8 +29,10 @@ log = get_logger("outbox.workflows")
 @dataclass(frozen=True, slots=True)
 class NodeState:
     """One node as ``get`` reads it. Times are aware UTC datetimes by the database's
-    clock; ``attempts`` counts the runs started; ``error`` is the class of the exception
-    that dead-lettered it (never its message)."""
+    clock; ``attempts`` counts the runs started. ``error`` is the class of the exception
+    that dead-lettered it, or, while its job is in the queue, of its last failed attempt
+    (never a message); ``due_at`` is then the job's own due time: a retry's, after its
+    backoff, as ``outbox queue jobs`` shows it."""
 
     node_id: str
     name: str
@@ -71,15 +74,19 @@ def _at(ms: Any) -> datetime | None:
 def _node(r: Row, after: list[str]) -> NodeState:
     (node_id, name, job_name, queue, state, on_failure, _total, _left, created, due,
      finished, held_by, held_at, job_attempts, result_attempts, result_started,
-     dead_attempts, dead_class) = r
+     dead_attempts, dead_class, job_due, job_error) = r
     attempts = next((int(a) for a in (job_attempts, result_attempts, dead_attempts)
                      if a is not None), 0)
     shown = RUNNING if state == DUE and held_by is not None else str(state)
     started = held_at if held_by is not None else result_started
+    if job_due is not None:  # in the queue: its own due time (a retry's backoff) and error
+        due, error = own_due_ms(int(job_due)), job_error
+    else:
+        error = dead_class
     return NodeState(
         str(node_id), str(name), str(job_name), str(queue), shown, attempts, after,
         str(on_failure), _at(created), _at(due), _at(started), _at(finished),
-        None if dead_class is None else str(dead_class),
+        None if error is None else str(error),
     )
 
 
@@ -118,6 +125,24 @@ def get(db: Target, workflow_id: str) -> WorkflowState | None:
     (never recorded, or pruned). One transaction, so one consistent view."""
     workflow_id = _check_id(workflow_id)
     return _shaped(call(db, lambda _: steps.show_plan(workflow_id), "workflow show"))
+
+
+def why_not_retried(db: Target, message_id: str) -> str | None:
+    """Why ``queue retry`` requeued nothing for ``message_id``, when it is a skipped
+    workflow node (its dead letter stays: it comes back with the failed node it waits
+    for): one line naming the node and the failed node(s) to retry. None otherwise."""
+    if not is_node_id(message_id):
+        return None
+    found = call(db, lambda _: steps.skip_cause_plan(message_id), "queue retry")
+    if found is None:
+        return None
+    name, causes = found
+    if not causes:
+        return (f"{message_id} is workflow node {name!r}, skipped when its workflow was "
+                "cancelled: it has no failed node to retry")
+    which = ", ".join(f"{n!r} (outbox queue retry {i})" for n, i in causes)
+    return (f"{message_id} is workflow node {name!r}, skipped because a dependency "
+            f"failed; it runs again when that node is retried: {which}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,8 +37,10 @@ from outbox.db.rows import (
     StoredIntent,
 )
 from outbox.errors import DatabaseError, MessageNotFound
+from outbox.job import BLOCKED_OFFSET_MS
 from outbox.queue import push
 from outbox.queue.control import cancel, pause, resume
+from tests.fixtures.factories import count_rows
 from tests.fixtures.relays import set_column
 
 W = "w:ops"
@@ -604,3 +606,26 @@ def test_workflow_counts_are_of_unfinished_workflows_and_their_waiting_nodes(
     assert d.workflow_counts() == (1, 2)  # the root is due, its two children wait
     conn.execute_sql("UPDATE outbox_workflow_nodes SET state = 'succeeded'")
     assert d.workflow_counts() == (0, 0)  # every node finished: nothing runs
+
+
+def test_ordering_heal_reads_one_page_of_key_rows_a_pass_and_reaches_every_key(
+    conn: Connection,
+) -> None:
+    """250 key rows left without jobs and one key whose waiting jobs lost their turn: a
+    pass reads (and here drops) ``limit`` key rows from a random digest, wrapping round,
+    so three passes of 100 reach every key, the stranded one included."""
+    d = conn.driver
+    _keyed(conn, 2, "order:lost")
+    with conn.transaction():
+        conn.execute_sql(f"DELETE FROM outbox_jobs WHERE available_at < {BLOCKED_OFFSET_MS}")
+        rows = ", ".join(f"('{hashlib.sha256(f'empty:{i}'.encode()).hexdigest()}', 0)"
+                         for i in range(250))  # the head above was taken by old code
+        conn.execute_sql(f"INSERT INTO outbox_ordering_keys (key_digest, created_at) VALUES {rows}")
+    passes, promoted = [], 0
+    for _ in range(3):
+        promoted += d.ordering_heal(100)
+        passes.append(count_rows(conn, "outbox_ordering_keys"))
+    # 100 rows read a pass: all of them dropped but the lost key's, if it was among them
+    assert passes[0] in (151, 152) and 51 <= passes[1] <= 53, passes
+    assert passes[2] == 1 and promoted == 1  # the lost key's row stays: its job has a turn
+    assert len(_claim(conn)) == 1

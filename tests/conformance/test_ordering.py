@@ -40,6 +40,7 @@ from outbox.status import status
 from tests.fixtures.databases import raw_connect
 from tests.fixtures.gaps import Gap, skip_gap
 from tests.fixtures.queue_ops import Failure, ack, claim, dead_letter, now_ms, release
+from tests.fixtures.statements import Counting
 from tests.fixtures.tracing import spans  # noqa: F401  (the fixture)
 from tests.fixtures.workers import count
 
@@ -509,3 +510,49 @@ def test_push_many_under_a_span_leaves_keyless_jobs_out_of_any_line(
     app_conn.commit()
     assert count(conn, "outbox_ordering_keys") == 0
     assert sorted(_names(claim(conn, "default", 10, "w1", LEASE))) == [0, 1, 2]
+
+
+def test_a_batch_enters_and_leaves_the_line_in_a_fixed_number_of_statements(
+    conn: Connection,
+) -> None:
+    """200 jobs of 100 keys (the second of each key waits): entering is the lock and one
+    read for the whole batch, leaving the lock, one promotion and one drop, whatever the
+    number of keys (they were 2 statements a key entering and 3-4 leaving). The line
+    still holds: each key's first job runs, its second gets the turn when it leaves."""
+    from outbox.db import ordering
+    from outbox.db.caller import drive
+
+    keys = [hashlib.sha256(f"order:{i}".encode()).hexdigest() for i in range(100)]
+
+    def enter(t: Any) -> list[bool]:
+        sent = Counting(t)
+        waits = drive(ordering.enter(keys + keys), sent)  # type: ignore[arg-type]
+        assert sent.names == ["ordering_lock", "ordering_any_job"]
+        return waits
+
+    waits = conn.transact(enter, operation="test")
+    assert waits == [False] * 100 + [True] * 100
+    with conn.transaction():
+        jobs = [Job("t.ok", {"i": i}, queue="q", ordering_key=f"order:{i % 100}")
+                for i in range(200)]
+        push_many(conn.raw, jobs)
+    held = claim(conn, "q", 500, "w:order", LEASE)
+    assert sorted(_i(j) for j in held) == list(range(100))  # one a key
+    with conn.transaction():
+        for j in held:
+            conn.execute_sql(f"DELETE FROM outbox_jobs WHERE id = {j.id}")  # as old code
+
+    def leave(t: Any) -> None:
+        sent = Counting(t)
+        drive(ordering.leave(keys), sent)  # type: ignore[arg-type]
+        assert sent.names == ["ordering_lock", "ordering_promote_free", "ordering_drop_free"]
+
+    conn.transact(leave, operation="test")
+    assert sorted(_i(j) for j in claim(conn, "q", 500, "w:order", LEASE)) == list(range(100, 200))
+    assert count(conn, "outbox_ordering_keys") == 100  # each key still has its job
+
+
+def _i(job: Any) -> int:
+    import orjson
+
+    return int(orjson.loads(job.payload)["i"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import orjson
 import pytest
 
 from outbox import Job, Registry, Relay, Workflow, record
@@ -20,6 +21,7 @@ from outbox.queue.admin import retry, retry_all
 from outbox.status import status
 from outbox.workflows import MAX_NODES, InvalidWorkflow, cancel, get, prune
 from tests.fixtures.factories import count_rows
+from tests.fixtures.statements import Counting
 
 registry = Registry()
 _lock = threading.Lock()
@@ -119,9 +121,8 @@ def test_a_diamond_runs_in_dependency_order_with_results_passed_along(
     by_node = {n: seen for _, n, seen in LEDGER}
     assert by_node["a"] == {}
     assert by_node["b"]["a"] == {"n": "a", "got": []}
-    d_ids = {n.name: n.node_id for n in shown.nodes}
-    assert by_node["d"]["b"] == {"n": "b", "got": sorted(["a", d_ids["a"]])}
-    assert by_node["d"]["c"]["n"] == "c" and by_node["d"][d_ids["c"]]["n"] == "c"
+    assert by_node["d"]["b"] == {"n": "b", "got": ["a"]}  # names only: ids look up
+    assert by_node["d"]["c"]["n"] == "c" and list(by_node["d"]) == ["b", "c"]
     done = get(database, wf_id)
     assert done is not None and done.state == "succeeded"
     assert all(n.state == "succeeded" and n.attempts == 1 for n in done.nodes)
@@ -145,6 +146,55 @@ def test_fan_out_and_fan_in_of_a_hundred(database: Database, conn: Connection) -
     shown = get(conn, wf_id)
     assert shown is not None and shown.state == "succeeded"
     assert count_rows(conn, "outbox_jobs") == 0
+
+
+MERGED: list[tuple[dict[str, Any], Any]] = []  # (what the merge saw, its ctx.results)
+
+
+@registry.job("wf.count")
+def count(payload: Any, ctx: JobContext) -> Any:
+    return {"count": payload["count"]}
+
+
+@registry.job("wf.merge")
+def merge(payload: Any, ctx: JobContext) -> Any:
+    """A merge step written the obvious way: each dependency's count, summed once."""
+    seen = {
+        "sum": sum(r["count"] for r in ctx.results.values()),
+        "len": len(ctx.results), "keys": list(ctx.results.keys()), "iter": list(ctx.results),
+        "items": [k for k, _ in ctx.results.items()], "dict": len(dict(ctx.results)),
+    }
+    with _lock:
+        MERGED.append((seen, ctx.results))
+    return seen["sum"]
+
+
+def test_a_forty_wide_fan_in_sees_each_dependency_once_by_name(
+    database: Database, conn: Connection
+) -> None:
+    """Forty unnamed nodes of one job name (named wf.count, wf.count:2 … wf.count:40)
+    into one merge: iteration, len, keys, values and items see each dependency once, by
+    its name; a lookup by node id still finds it. (They listed names and ids: 80 values,
+    so the obvious sum doubled.)"""
+    MERGED.clear()
+    wf = Workflow("fan-in")
+    parts = [wf.add(Job("wf.count", {"count": i + 1})) for i in range(40)]
+    names = ["wf.count"] + [f"wf.count:{i}" for i in range(2, 41)]
+    assert [p.name for p in parts] == names
+    wf.add(Job("wf.merge", {}), name="merge", after=parts)
+    wf_id = _record(database, "fan-in:1", wf)
+    _run(database)
+    ((seen, results),) = MERGED
+    assert seen == {"sum": 820, "len": 40, "keys": sorted(names), "iter": sorted(names),
+                    "items": sorted(names), "dict": 40}
+    shown = get(conn, wf_id)
+    assert shown is not None and shown.state == "succeeded"
+    for node in (n for n in shown.nodes if n.name != "merge"):
+        n = node.name.partition(":")[2] or "1"
+        assert results[node.node_id] == results[node.name] == {"count": int(n)}
+        assert node.node_id in results and results.get(node.node_id) is not None
+    with pytest.raises(KeyError, match="not a succeeded dependency"):
+        results[shown.node("merge").node_id]
 
 
 def test_a_failing_middle_node_dead_letters_its_dependents_without_running_them(
@@ -535,18 +585,6 @@ def test_available_at_delays_the_roots_and_is_part_of_the_fingerprint(
     assert count_rows(conn, "outbox_jobs") == 1
 
 
-class _Counting:
-    """One of our connections, with the name of every statement run through it."""
-
-    def __init__(self, c: Any) -> None:
-        self.c = c
-        self.names: list[str] = []
-
-    def execute(self, name: str, params: Any = None) -> Any:
-        self.names.append(name)
-        return self.c.execute(name, params)
-
-
 def test_a_leaf_acknowledged_releases_no_children_and_a_parent_does(
     database: Database, conn: Connection
 ) -> None:
@@ -569,7 +607,7 @@ def test_a_leaf_acknowledged_releases_no_children_and_a_parent_does(
         node_id = before.node(name).node_id
 
         def settle(t: Any) -> None:
-            counting = _Counting(t)
+            counting = Counting(t)
             drive(steps.succeeded(node_id), counting)  # type: ignore[arg-type]
             seen[name] = counting.names
 
@@ -599,3 +637,80 @@ def test_get_and_cancel_take_an_applications_connection_in_its_transaction(
     app_conn.commit()
     assert get(conn, wf_id).state == "cancelled"  # type: ignore[union-attr]
     assert count_rows(conn, "outbox_messages") == 0
+
+
+@registry.job("wf.again", max_attempts=3)
+def again(payload: Any, ctx: JobContext) -> None:
+    raise TimeoutError(f"secret {payload['n']} timed out")
+
+
+def _cli(database: Database, *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from outbox.cli import main
+
+    return CliRunner().invoke(main, ["--database-url", database.url, *args])
+
+
+def test_show_gives_a_node_waiting_to_retry_its_retrys_due_time_and_last_error(
+    database: Database, conn: Connection
+) -> None:
+    """A node whose first attempt failed and waits for its backoff: show gives the
+    retry's due time (the queue row's, as `queue jobs` does) and the last error's class,
+    not the time it first became due (issue 38, item 21)."""
+    wf = Workflow("again")
+    wf.add(_j("wf.again", "a"), name="a")
+    wf_id = _record(database, "again:1", wf)
+    _run(database)
+    shown = get(conn, wf_id)
+    assert shown is not None
+    a = shown.node("a")
+    ((due_ms, error),) = conn.execute_sql("SELECT available_at, last_error FROM outbox_jobs")
+    assert (a.state, a.attempts, a.error) == ("due", 1, "TimeoutError") and error == a.error
+    assert a.due_at is not None and int(a.due_at.timestamp() * 1000) == int(due_ms)
+    assert a.started_at is None or a.due_at > a.started_at
+    out = _cli(database, "workflow", "show", wf_id)
+    assert out.exit_code == 0, out.output
+    assert a.due_at.strftime("%H:%M:%S.%f")[:-3] in out.output and "TimeoutError" in out.output
+    assert "secret" not in out.output
+    as_json = _cli(database, "workflow", "show", "--json", wf_id)
+    (node,) = orjson.loads(as_json.output)["nodes"]
+    assert (node["error"], node["due_at"]) == ("TimeoutError", a.due_at.isoformat(
+        timespec="milliseconds"))
+
+
+def test_queue_retry_of_a_skipped_node_says_it_was_skipped_and_which_node_to_retry(
+    database: Database, conn: Connection
+) -> None:
+    """`queue failed` lists a skipped node's DependencyFailed dead letter; `queue retry`
+    of it requeues nothing (it comes back with its cause) and says so, naming the failed
+    node two levels up and its id, instead of "no dead letter" (issue 38, item 12)."""
+    wf = Workflow("skip-why")
+    a = wf.add(_j("wf.fails", "a"), name="a")
+    b = wf.add(_j("wf.step", "b"), name="b", after=[a])
+    wf.add(_j("wf.step", "c"), name="c", after=[b])
+    wf_id = _record(database, "skip-why:1", wf)
+    _run(database)
+    a_id, c_id = _node(conn, wf_id, "a"), _node(conn, wf_id, "c")
+    assert c_id in _cli(database, "queue", "failed").output
+    before = count_rows(conn, "outbox_failed_jobs")
+    out = _cli(database, "queue", "retry", c_id)
+    assert out.exit_code == 1
+    assert out.output.strip().endswith(
+        f"{c_id} is workflow node 'c', skipped because a dependency failed; it runs again "
+        f"when that node is retried: 'a' (outbox queue retry {a_id})")
+    assert "no dead letter" not in out.output and "secret" not in out.output
+    assert count_rows(conn, "outbox_failed_jobs") == before == 3  # nothing requeued
+    plain = _cli(database, "queue", "retry", "01a242de-8755-4480-aded-796f44b9085a")
+    assert plain.exit_code == 1 and "no dead letter with message id" in plain.output
+
+
+def test_queue_retry_of_a_node_skipped_by_cancel_says_there_is_nothing_to_retry(
+    database: Database, conn: Connection
+) -> None:
+    wf_id = _record(database, "skip-why:2", _diamond())
+    assert cancel(conn, wf_id) == 1
+    d_id = _node(conn, wf_id, "d")
+    out = _cli(database, "queue", "retry", d_id)
+    assert out.exit_code == 1
+    assert f"{d_id} is workflow node 'd', skipped when its workflow was cancelled" in out.output

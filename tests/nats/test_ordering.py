@@ -432,3 +432,28 @@ def test_an_ordered_consumer_letting_more_than_one_message_out_is_refused_in_one
     assert f"consumer {consumer} of stream {names.stream(queue)} has max_ack_pending=5" in message
     assert run(nats_url, pending) == 5  # left as it was
 
+
+
+def test_a_key_used_in_two_queues_is_said_by_the_relay_in_one_warning(
+    sqlite_db: tuple[Database, str], nats_url: str
+) -> None:
+    """On JetStream a key is kept per queue (each queue its own stream): the relay logs
+    relay.ordering_key_queues (how many keys, which queues; never a key) for a batch that
+    puts a key in another queue than the one it last went to, in the batch or before."""
+    from structlog.testing import capture_logs
+
+    db, url = sqlite_db
+    q1, q2 = support.queue_name(), support.queue_name()
+    _record(url, [("one0", _keyed(q1, "order:one", 1)[0]), ("solo", _keyed(q1, "order:s", 1)[0])])
+    with support.relay(db, nats_url, batch_size=10) as relay, capture_logs() as logs:
+        relay.run()  # each key in one queue so far: nothing to say
+        assert not [e for e in logs if e["event"] == "relay.ordering_key_queues"]
+        _record(url, [("one1", _keyed(q2, "order:one", 1)[0]),
+                      ("two0", _keyed(q1, "order:two", 1)[0]),
+                      ("two1", _keyed(q2, "order:two", 1)[0]),
+                      ("solo1", _keyed(q1, "order:s", 1)[0])])
+        assert relay.run().handed_off == 4
+    (warned,) = [e for e in logs if e["event"] == "relay.ordering_key_queues"]
+    assert warned["log_level"] == "warning"
+    assert (warned["keys"], warned["queues"]) == (2, sorted([q1, q2]))
+    assert "order:" not in str(warned) and str(ordering_digest("order:one")) not in str(warned)

@@ -2,36 +2,10 @@
 -- order they entered the queue. Every statement here finds a key's jobs through
 -- outbox_jobs_ordering (keyed rows only); none runs for a job without a key.
 
--- name: ordering_live
--- Is a job of the key in its turn (claimable, running, in backoff or snoozed), or does
--- a dead letter hold the key? Read after the key's row is locked, so no other
--- transaction changes the answer.
-SELECT id FROM outbox_jobs
-WHERE ordering_key = :ordering_key AND available_at < {blocked_offset_ms}
-UNION ALL
-SELECT id FROM outbox_failed_jobs WHERE ordering_key = :ordering_key AND ordering_held = 1
-LIMIT 1;
-
--- name: ordering_next
--- The key's first waiting job: the lowest id, which is the order the jobs entered.
-SELECT id FROM outbox_jobs
-WHERE ordering_key = :ordering_key AND available_at >= {blocked_offset_ms}
-ORDER BY id
-LIMIT 1;
-
--- name: ordering_promote
--- Its turn: the due time it had before it waited, so it is claimable at once if due.
-UPDATE outbox_jobs SET available_at = available_at - {blocked_offset_ms}
-WHERE id = :id AND available_at >= {blocked_offset_ms};
-
 -- name: ordering_block
 -- A job just put in the queue behind another of its key: it waits its turn.
 UPDATE outbox_jobs SET available_at = available_at + {blocked_offset_ms}
 WHERE message_id = :message_id AND available_at < {blocked_offset_ms};
-
--- name: ordering_drop
--- The key has no job left: its row goes (the next job of the key creates it again).
-DELETE FROM outbox_ordering_keys WHERE key_digest = :ordering_key;
 
 -- name: ordering_held_keys
 -- `outbox status` and the dashboard: the keys dead letters hold (dead_letter_holds_key),
@@ -52,19 +26,30 @@ SELECT count(*), count(DISTINCT ordering_key) FROM outbox_jobs
 WHERE ordering_key IS NOT NULL AND available_at >= {blocked_offset_ms};
 
 -- name: ordering_stranded
--- Keys with no job in its turn and no dead letter holding them, oldest first: their
--- waiting jobs (if any) were left without a turn by a writer that does not pass it on
--- (code of the previous version during a rolling upgrade). The reaper passes it on
--- (outbox.db.ordering.leave re-checks each under the key's lock); a key with no job at
--- all is dropped. In steady state this finds only keys being entered right now.
-SELECT k.key_digest FROM outbox_ordering_keys k
-WHERE NOT EXISTS (
-    SELECT 1 FROM outbox_jobs j
-    WHERE j.ordering_key = k.key_digest AND j.available_at < {blocked_offset_ms})
-  AND NOT EXISTS (
-    SELECT 1 FROM outbox_failed_jobs f
-    WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1)
-ORDER BY k.created_at
+-- A page of key rows, by primary key from :after up to :until, each with 1 when no job
+-- of the key is in its turn and no dead letter holds it, and 1 when it has a job (then a waiting one): its waiting jobs (if any) were
+-- left without a turn by a writer that does not pass it on (code of the previous
+-- version during a rolling upgrade). The reaper passes it on (outbox.db.ordering.leave
+-- re-checks each under the key's lock); a key with no job at all is dropped. In steady
+-- state this finds only keys being entered right now. A range of the primary key and
+-- two index probes a row: each reap pass reads one page from a random digest
+-- (outbox.db.shared.ordering_heal), never every key row (it read them all, with both
+-- probes each, to sort them by age).
+SELECT k.key_digest,
+    CASE WHEN EXISTS (
+        SELECT 1 FROM outbox_jobs j
+        WHERE j.ordering_key = k.key_digest AND j.available_at < {blocked_offset_ms})
+      OR EXISTS (
+        SELECT 1 FROM outbox_failed_jobs f
+        WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1)
+    THEN 0 ELSE 1 END,
+    CASE WHEN EXISTS (
+        SELECT 1 FROM outbox_jobs w WHERE w.ordering_key = k.key_digest
+        ORDER BY w.id LIMIT 1)  -- a probe of outbox_jobs_ordering, never a hashed scan
+    THEN 1 ELSE 0 END
+FROM outbox_ordering_keys k
+WHERE k.key_digest > :after AND k.key_digest <= :until
+ORDER BY k.key_digest
 LIMIT :limit;
 
 -- name: ordering_key_of_job

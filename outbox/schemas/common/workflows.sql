@@ -104,11 +104,13 @@ FROM outbox_workflows WHERE workflow_id = :workflow_id;
 
 -- name: workflow_nodes_show
 -- Every node of a workflow with what the queue, the results and the dead letters say of
--- its run: held by a worker (running), attempts and times. Never a payload.
+-- its run: held by a worker (running), attempts and times, and for a job in the queue
+-- its due time and last error class (a retry's, as `outbox queue jobs` shows them).
+-- Never a payload.
 SELECT n.node_id, n.name, n.job_name, n.queue, n.state, n.on_failure, n.deps_total,
        n.deps_left, n.created_at, n.due_at, n.finished_at,
        j.reserved_by, j.reserved_at, j.attempts, r.attempts, r.started_at, f.attempts,
-       f.exception_class
+       f.exception_class, j.available_at, j.last_error
 FROM outbox_workflow_nodes n
 LEFT JOIN outbox_jobs j ON j.message_id = n.node_id
 LEFT JOIN outbox_job_results r ON r.message_id = n.node_id

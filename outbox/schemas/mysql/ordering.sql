@@ -1,19 +1,54 @@
 -- name: ordering_lock
--- Lock the key's row, creating it if the key has none: entering the line and leaving
--- it both start here, so the two serialise per key (the no-op update takes the lock).
+-- Lock a batch's key rows (:keys_json, a JSON array, sorted), creating those that do
+-- not exist: entering the line and leaving it both start here, so the two serialise per
+-- key (the no-op update takes the lock). One statement for the batch; the rows are
+-- taken in the order given, so two batches never wait on each other in a circle.
 INSERT INTO outbox_ordering_keys (key_digest, created_at)
-VALUES (:ordering_key, {now_ms})
+SELECT k.key_digest, {now_ms}
+FROM JSON_TABLE(:keys_json, '$[*]' COLUMNS (
+    ord FOR ORDINALITY,
+    key_digest VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$'
+)) AS k
+ORDER BY k.ord
 ON DUPLICATE KEY UPDATE created_at = outbox_ordering_keys.created_at;
 
 -- name: ordering_any_job
--- Has the key a job in the queue (in its turn or waiting), or a dead letter that holds
--- it (dead_letter_holds_key)? Read after ordering_lock. Locking reads: they see the
+-- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter that
+-- holds it (dead_letter_holds_key)? Read after ordering_lock. Locking reads: they see the
 -- latest committed rows even in a caller's REPEATABLE READ transaction (push), whose
--- snapshot may predate the last job's acknowledgement.
-(SELECT id FROM outbox_jobs WHERE ordering_key = :ordering_key LIMIT 1 LOCK IN SHARE MODE)
-UNION ALL
-(SELECT id FROM outbox_failed_jobs WHERE ordering_key = :ordering_key AND ordering_held = 1
- LIMIT 1 LOCK IN SHARE MODE);
+-- snapshot may predate the last job's acknowledgement. Each key's first entry of
+-- outbox_jobs_ordering (ordering_key, id) answers for it.
+(SELECT ordering_key FROM outbox_jobs WHERE ordering_key IN :keys
+ GROUP BY ordering_key LOCK IN SHARE MODE)
+UNION
+(SELECT ordering_key FROM outbox_failed_jobs WHERE ordering_key IN :keys AND ordering_held = 1
+ GROUP BY ordering_key LOCK IN SHARE MODE);
+
+-- name: ordering_promote_free
+-- After jobs of :keys left the queue (their rows locked by ordering_lock): each key with
+-- no job in its turn and no dead letter holding it gives its turn to its waiting job
+-- with the lowest id (the due time it had before it waited). One statement for the
+-- batch (the derived table is materialised: MariaDB reads the jobs it updates first);
+-- ordering_drop_free follows.
+UPDATE outbox_jobs SET available_at = available_at - {blocked_offset_ms}
+WHERE available_at >= {blocked_offset_ms} AND id IN (SELECT n.id FROM (
+    SELECT MIN(w.id) AS id FROM outbox_jobs w
+    WHERE w.ordering_key IN :keys AND w.available_at >= {blocked_offset_ms}
+      AND NOT EXISTS (SELECT 1 FROM outbox_jobs j
+                      WHERE j.ordering_key = w.ordering_key
+                        AND j.available_at < {blocked_offset_ms})
+      AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
+                      WHERE f.ordering_key = w.ordering_key AND f.ordering_held = 1)
+    GROUP BY w.ordering_key) AS n);
+
+-- name: ordering_drop_free
+-- ... and the rows of those of :keys with no job left at all (nor a dead letter holding
+-- them) go (the next job of the key creates its row again).
+DELETE FROM outbox_ordering_keys
+WHERE key_digest IN :keys
+  AND NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.ordering_key = outbox_ordering_keys.key_digest)
+  AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
+                  WHERE f.ordering_key = outbox_ordering_keys.key_digest AND f.ordering_held = 1);
 
 -- name: relay_block_jobs
 -- The relay's keyed rows (outbox ids, :ids) that entered behind another job of their

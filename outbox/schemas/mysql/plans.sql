@@ -84,8 +84,16 @@ INSERT INTO outbox_limit_waits (limit_key, job_id)
 SELECT CONCAT('k', LPAD(g % (:n DIV 100), 8, '0')), :n DIV 10 + g
 FROM (SELECT seq AS g FROM seq_1_to_100000000 WHERE seq BETWEEN 1 AND :n DIV 10) AS s;
 
+-- name: plan_seed_ordering_keys
+-- n ordering key rows (as many keys with a job in the queue), whose jobs are not seeded:
+-- the reaper's heal must read a page of them, never all.
+INSERT INTO outbox_ordering_keys (key_digest, created_at)
+SELECT LPAD(g, 64, '0'), c.now_ms - g
+FROM (SELECT seq AS g FROM seq_1_to_100000000 WHERE seq BETWEEN 1 AND :n) AS s,
+    (SELECT {now_ms} AS now_ms) AS c;
+
 -- name: plan_analyze
 -- Fresh statistics and visibility map after the bulk load, as autovacuum leaves them.
 ANALYZE TABLE outbox_keys, outbox_messages, outbox_jobs, outbox_failed_jobs,
     outbox_paused_queues, outbox_limits, outbox_limit_starts, outbox_limit_slots,
-    outbox_limit_waits;
+    outbox_limit_waits, outbox_ordering_keys;

@@ -1,17 +1,50 @@
 -- name: ordering_lock
--- Lock the key's row, creating it if the key has none: entering the line and leaving
--- it both start here, so the two serialise per key (the no-op update takes the lock).
+-- Lock a batch's key rows (:keys, sorted), creating those that do not exist: entering
+-- the line and leaving it both start here, so the two serialise per key (the no-op
+-- update takes the lock). One statement for the batch; the rows are taken in the order
+-- given, so two batches never wait on each other in a circle.
 INSERT INTO outbox_ordering_keys (key_digest, created_at)
-VALUES (:ordering_key, {now_ms})
+SELECT k.key_digest, {now_ms}
+FROM unnest(CAST(:keys AS varchar[])) WITH ORDINALITY AS k (key_digest, ord)
+ORDER BY k.ord
 ON CONFLICT (key_digest) DO UPDATE SET created_at = outbox_ordering_keys.created_at;
 
 -- name: ordering_any_job
--- Has the key a job in the queue (in its turn or waiting), or a dead letter that holds
--- it (dead_letter_holds_key)? Read after ordering_lock.
-SELECT id FROM outbox_jobs WHERE ordering_key = :ordering_key
-UNION ALL
-SELECT id FROM outbox_failed_jobs WHERE ordering_key = :ordering_key AND ordering_held = 1
-LIMIT 1;
+-- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter
+-- that holds it (dead_letter_holds_key). Read after ordering_lock, in a statement of its
+-- own: its snapshot then sees every transaction that held a key's lock before us
+-- (one statement with the lock would read a snapshot taken before the wait).
+SELECT k.key_digest
+FROM unnest(CAST(:keys AS varchar[])) AS k (key_digest)
+WHERE EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.ordering_key = k.key_digest)
+   OR EXISTS (SELECT 1 FROM outbox_failed_jobs f
+              WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1);
+
+-- name: ordering_promote_free
+-- After jobs of :keys left the queue (their rows locked by ordering_lock): each key with
+-- no job in its turn and no dead letter holding it gives its turn to its waiting job
+-- with the lowest id (the due time it had before it waited). One statement for the
+-- batch, in a snapshot taken after the locks; ordering_drop_free follows.
+UPDATE outbox_jobs SET available_at = available_at - {blocked_offset_ms}
+WHERE available_at >= {blocked_offset_ms} AND id IN (
+    SELECT (SELECT w.id FROM outbox_jobs w
+            WHERE w.ordering_key = k.key_digest AND w.available_at >= {blocked_offset_ms}
+            ORDER BY w.id LIMIT 1)
+    FROM unnest(CAST(:keys AS varchar[])) AS k (key_digest)
+    WHERE NOT EXISTS (SELECT 1 FROM outbox_jobs j
+                      WHERE j.ordering_key = k.key_digest
+                        AND j.available_at < {blocked_offset_ms})
+      AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
+                      WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1));
+
+-- name: ordering_drop_free
+-- ... and the rows of those of :keys with no job left at all (nor a dead letter holding
+-- them) go (the next job of the key creates its row again).
+DELETE FROM outbox_ordering_keys k
+WHERE k.key_digest = ANY(CAST(:keys AS varchar[]))
+  AND NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.ordering_key = k.key_digest)
+  AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
+                  WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1);
 
 -- name: relay_block_jobs
 -- The relay's keyed rows (outbox ids, :ids) that entered behind another job of their

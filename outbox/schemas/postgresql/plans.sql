@@ -77,8 +77,16 @@ INSERT INTO outbox_limit_waits (limit_key, job_id)
 SELECT 'k' || lpad((g % (CAST(:n AS integer) / 100))::text, 8, '0'), CAST(:n AS integer) / 10 + g
 FROM generate_series(1, CAST(:n AS integer) / 10) AS g;
 
+-- name: plan_seed_ordering_keys
+-- n ordering key rows (as many keys with a job in the queue), whose jobs are not seeded:
+-- the reaper's heal must read a page of them, never all.
+INSERT INTO outbox_ordering_keys (key_digest, created_at)
+SELECT lpad(g::text, 64, '0'), c.now_ms - g
+FROM generate_series(1, CAST(:n AS integer)) AS g,
+    (SELECT {now_ms} AS now_ms) AS c;
+
 -- name: plan_analyze
 -- Fresh statistics and visibility map after the bulk load, as autovacuum leaves them.
 VACUUM ANALYZE outbox_keys, outbox_messages, outbox_jobs, outbox_failed_jobs,
     outbox_paused_queues, outbox_limits, outbox_limit_starts, outbox_limit_slots,
-    outbox_limit_waits;
+    outbox_limit_waits, outbox_ordering_keys;

@@ -1,17 +1,43 @@
 -- name: ordering_lock
--- Lock the key's row, creating it if the key has none: entering the line and leaving
--- it both start here, so the two serialise per key (the no-op update takes the lock).
+-- A batch's key rows (:keys), created where they do not exist, in one statement. SQLite
+-- has one writer, so nothing waits here; the rows mark the keys with jobs (the reaper's
+-- heal and ordering_leave read them).
 INSERT INTO outbox_ordering_keys (key_digest, created_at)
-VALUES (:ordering_key, {now_ms})
+SELECT k.value, {now_ms} FROM json_each(:keys_json) AS k WHERE true
+ORDER BY k.key
 ON CONFLICT (key_digest) DO UPDATE SET created_at = outbox_ordering_keys.created_at;
 
 -- name: ordering_any_job
--- Has the key a job in the queue (in its turn or waiting), or a dead letter that holds
--- it (dead_letter_holds_key)? Read after ordering_lock.
-SELECT id FROM outbox_jobs WHERE ordering_key = :ordering_key
-UNION ALL
-SELECT id FROM outbox_failed_jobs WHERE ordering_key = :ordering_key AND ordering_held = 1
-LIMIT 1;
+-- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter
+-- that holds it (dead_letter_holds_key). Read after ordering_lock.
+SELECT k.value FROM json_each(:keys_json) AS k
+WHERE EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.ordering_key = k.value)
+   OR EXISTS (SELECT 1 FROM outbox_failed_jobs f
+              WHERE f.ordering_key = k.value AND f.ordering_held = 1);
+
+-- name: ordering_promote_free
+-- After jobs of :keys left the queue: each key with no job in its turn and no dead
+-- letter holding it gives its turn to its waiting job with the lowest id (the due time
+-- it had before it waited). One statement for the batch; ordering_drop_free follows.
+UPDATE outbox_jobs SET available_at = available_at - {blocked_offset_ms}
+WHERE available_at >= {blocked_offset_ms} AND id IN (
+    SELECT (SELECT w.id FROM outbox_jobs w
+            WHERE w.ordering_key = k.value AND w.available_at >= {blocked_offset_ms}
+            ORDER BY w.id LIMIT 1)
+    FROM json_each(:keys_json) AS k
+    WHERE NOT EXISTS (SELECT 1 FROM outbox_jobs j
+                      WHERE j.ordering_key = k.value AND j.available_at < {blocked_offset_ms})
+      AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
+                      WHERE f.ordering_key = k.value AND f.ordering_held = 1));
+
+-- name: ordering_drop_free
+-- ... and the rows of those of :keys with no job left at all (nor a dead letter holding
+-- them) go (the next job of the key creates its row again).
+DELETE FROM outbox_ordering_keys
+WHERE key_digest IN (SELECT value FROM json_each(:keys_json))
+  AND NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.ordering_key = outbox_ordering_keys.key_digest)
+  AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
+                  WHERE f.ordering_key = outbox_ordering_keys.key_digest AND f.ordering_held = 1);
 
 -- name: relay_block_jobs
 -- The relay's keyed rows (outbox ids, :ids) that entered behind another job of their
