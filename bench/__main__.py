@@ -35,6 +35,7 @@ SCENARIOS = (
     "tracing",
     "workflow",
     "ordering",
+    "held_xmin",
 )
 ANY_BACKEND = (
     "record", "relay", "worker", "tally", "plans", "limits", "tracing", "workflow", "ordering"

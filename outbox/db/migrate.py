@@ -30,6 +30,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from outbox.config import settings
 from outbox.db.connection import Connection
 from outbox.db.dialect import DIALECTS, Dialect
 from outbox.db.errors import translated
@@ -185,7 +186,7 @@ def migrate(conn: Connection) -> list[int]:
     Idempotent, and safe when several processes run it at once.
     """
     if conn.dialect.transactional_ddl:
-        return conn.transact(lambda c: apply_locked(c), operation="migrate")
+        return conn.transact(lambda c: _with_storage(c, apply_locked(c)), operation="migrate")
     with translated("migrate"):  # no ``transact`` here to translate driver errors
         return apply_locked(conn)
 
@@ -208,6 +209,24 @@ def apply_locked(conn: Connection, to: int | None = None) -> list[int]:
         return _apply_missing(conn, to)
     finally:
         conn.execute("migrate_unlock")
+
+
+def _with_storage(conn: Connection, applied: list[int]) -> list[int]:
+    """After the numbered migrations, the queue storage ``OUTBOX_QUEUE_STORAGE`` asks for:
+    on PostgreSQL, ``ring`` converts a heap ``outbox_jobs`` in place (this transaction,
+    under the migration lock), rows and all; a ring stays a ring."""
+    if conn.dialect.name != "postgresql" or settings.queue_storage != "ring":
+        return applied
+    if not conn.execute("ring_installed")[0][0]:
+        for stmt in _storage_ddl(conn.dialect.name, "ring"):
+            conn.execute_sql(stmt)
+    return applied
+
+
+@cache
+def _storage_ddl(dialect_name: str, storage: str) -> list[str]:
+    entry = resources.files("outbox.schemas") / dialect_name / "storage" / f"{storage}.sql"
+    return split_statements(entry.read_text(encoding="utf-8"))
 
 
 def _apply_missing(conn: Connection, to: int | None) -> list[int]:
