@@ -3,8 +3,8 @@
 ``outbox worker bench --app bench.w_outbox:APP`` with the CLI's defaults, plus a timer
 around the PostgreSQL driver's two claim calls (``job_claim``, ``job_ack_claim``: the
 claim's round trip, acknowledgements riding along). Every call appends ``time,
-seconds, claimed, acked`` to SAMPLES (flushed once a second), and every acknowledgement alone (``job_ack``) its
-``acked`` with ``claimed`` -1, which the parent reads
+seconds, claimed, acked`` to SAMPLES (flushed once a second), and so does every
+acknowledgement sent alone (``job_ack``, with ``claimed`` -1); the parent reads them
 per minute. The timer is the only difference from a production worker.
 """
 

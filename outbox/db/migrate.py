@@ -186,7 +186,7 @@ def migrate(conn: Connection) -> list[int]:
     Idempotent, and safe when several processes run it at once.
     """
     if conn.dialect.transactional_ddl:
-        return conn.transact(lambda c: _with_storage(c, apply_locked(c)), operation="migrate")
+        return conn.transact(lambda c: apply_locked(c), operation="migrate")
     with translated("migrate"):  # no ``transact`` here to translate driver errors
         return apply_locked(conn)
 
@@ -200,7 +200,8 @@ def apply_locked(conn: Connection, to: int | None = None) -> list[int]:
     """
     got = conn.execute("migrate_lock")
     if conn.dialect.transactional_ddl:
-        return _apply_missing(conn, to)
+        applied = _apply_missing(conn, to)
+        return applied if to is not None and to < LATEST else _with_storage(conn, applied)
     if not got or got[0][0] != 1:
         raise DatabaseError(
             "migrate failed: another migration held the lock for 120 s", operation="migrate"
@@ -214,7 +215,9 @@ def apply_locked(conn: Connection, to: int | None = None) -> list[int]:
 def _with_storage(conn: Connection, applied: list[int]) -> list[int]:
     """After the numbered migrations, the queue storage ``OUTBOX_QUEUE_STORAGE`` asks for:
     on PostgreSQL, ``ring`` converts a heap ``outbox_jobs`` in place (this transaction,
-    under the migration lock), rows and all; a ring stays a ring."""
+    under the migration lock), rows and all; a ring stays a ring. ``outbox migrate`` and
+    Alembic's ``upgrade`` both come here once at the latest version (a revision pinned to
+an earlier one converts nothing), so both make the same schema."""
     if conn.dialect.name != "postgresql" or settings.queue_storage != "ring":
         return applied
     if not conn.execute("ring_installed")[0][0]:

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# The relations the ring adds beside outbox_jobs (storage/ring.sql makes two slots).
+TABLES = ("outbox_queue_ring", "outbox_jobs_ring_0", "outbox_jobs_ring_1")
+
 CHECK_EVERY_S = 1.0
 EVERY_MS = 2_000
 MIN_DEAD = 2_000

@@ -75,6 +75,7 @@ def _every_state(database: Database, conn: Connection) -> dict[str, Any]:
     return {"running": running}
 
 
+@pytest.mark.slow
 def test_every_state_survives_the_ring_conversion_and_both_releases_drain_it(
     backend: str, database: Database, conn: Connection, db_url: str, base_package: Path,
     monkeypatch: pytest.MonkeyPatch,
