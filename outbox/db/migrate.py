@@ -161,6 +161,10 @@ def render_sql(dialect: Dialect) -> str:
         lines.append(row.replace(":description", f"'{m.description}'") + ";")
         if dialect.transactional_ddl:
             lines.append("COMMIT;")
+    if dialect.name == "postgresql" and settings.queue_storage == "ring":
+        lines.append("\n-- the queue storage: ring (OUTBOX_QUEUE_STORAGE)\nBEGIN;")
+        lines.extend(_printable(stmt, dialect) for stmt in _storage_ddl(dialect.name, "ring"))
+        lines.append("COMMIT;")
     return "\n".join(lines) + "\n"
 
 
