@@ -26,7 +26,7 @@ from tests.fixtures.fault_harness import (
     WORKER_READY,
     check_delivery,
     fetch,
-    finish,
+    kill_at_random_until_produced,
     relay_argv,
     spawn_producers,
     wait_until,
@@ -226,12 +226,7 @@ def test_workers_killed_while_the_ring_rotates_lose_nothing(
     rotator.start()
     producers = spawn_producers(ring_url, 2, 80, pause=0.01, env=env)
     try:
-        while any(p.poll() is None for p in producers):
-            time.sleep(rng.uniform(0.2, 0.5))
-            crew.kill_random(rng)
-        for proc in producers:
-            code, _, err = finish(proc, 240)
-            assert code == 0, err
+        kill_at_random_until_produced(crew, producers, rng)
         wait_until(lambda: not fetch(ring_url, "SELECT count(*) FROM outbox_jobs")[0][0]
                    and not fetch(ring_url, "SELECT count(*) FROM outbox_messages")[0][0],
                    180, "the crew to drain the queue")
