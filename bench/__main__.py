@@ -37,6 +37,7 @@ SCENARIOS = (
     "tracing",
     "workflow",
     "ordering",
+    "held_xmin",
 )
 ANY_BACKEND = (
     "record", "relay", "worker", "tally", "plans", "limits", "tracing", "workflow", "ordering"

@@ -15,6 +15,11 @@ workers never LISTEN (a notification goes to whichever client holds the connecti
 they poll. ``session`` (PgBouncer's ``pool_mode = session``: a server connection is the
 client's for its whole session) behaves as ``none``.
 
+``OUTBOX_QUEUE_STORAGE`` (default ``heap``): ``ring`` makes ``migrate`` on PostgreSQL
+turn ``outbox_jobs`` into the rotated ring of partitions that a long transaction cannot
+slow down (docs/explanation/queue-storage.md); once converted, a database stays a ring
+whatever this says. SQLite and MariaDB keep the heap.
+
 Each is read when first used, not at import, so a bad value never breaks
 ``import outbox``: it is a one-line ``ConfigurationError`` naming the variable and the
 accepted values where it is used; the CLI checks them all (``check``) before a command
@@ -30,6 +35,7 @@ from outbox.errors import ConfigurationError
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
 POOLER_MODES = ("none", "session", "transaction")
+QUEUE_STORAGES = ("heap", "ring")
 
 
 def flag(name: str, default: bool) -> bool:
@@ -54,14 +60,24 @@ def _pooler_from_env() -> bool:
     return value == "transaction"
 
 
+def _queue_storage_from_env() -> str:
+    value = os.environ.get("OUTBOX_QUEUE_STORAGE", "heap").strip().lower() or "heap"
+    if value not in QUEUE_STORAGES:
+        raise ConfigurationError(
+            f"OUTBOX_QUEUE_STORAGE must be one of {', '.join(QUEUE_STORAGES)}, not {value!r}"
+        )
+    return value
+
+
 class Settings:
     """The settings in force: from the environment when first read, or ``configure``."""
 
-    __slots__ = ("_notify", "_pooler")
+    __slots__ = ("_notify", "_pooler", "_queue_storage")
 
     def __init__(self) -> None:
         self._notify: bool | None = None
         self._pooler: bool | None = None
+        self._queue_storage: str | None = None
 
     @property
     def notify(self) -> bool:
@@ -84,6 +100,17 @@ class Settings:
         self._pooler = value
 
 
+    @property
+    def queue_storage(self) -> str:
+        if self._queue_storage is None:
+            self._queue_storage = _queue_storage_from_env()
+        return self._queue_storage
+
+    @queue_storage.setter
+    def queue_storage(self, value: str) -> None:
+        self._queue_storage = value
+
+
 settings = Settings()
 
 
@@ -92,7 +119,7 @@ def check() -> None:
     encryption keyring too: ``outbox.sealing``)."""
     from outbox import sealing  # it reads its own variables; config stays below it
 
-    _ = settings.notify, settings.pooler
+    _ = settings.notify, settings.pooler, settings.queue_storage
     sealing.check()
 
 

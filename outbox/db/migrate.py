@@ -31,6 +31,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from outbox.config import settings
 from outbox.db.connection import Connection
 from outbox.db.dialect import DIALECTS, Dialect
 from outbox.db.errors import translated
@@ -164,6 +165,10 @@ def render_sql(dialect: Dialect) -> str:
         lines.append(row.replace(":description", f"'{m.description}'") + ";")
         if dialect.transactional_ddl:
             lines.append("COMMIT;")
+    if dialect.name == "postgresql" and settings.queue_storage == "ring":
+        lines.append("\n-- the queue storage: ring (OUTBOX_QUEUE_STORAGE)\nBEGIN;")
+        lines.extend(_printable(stmt, dialect) for stmt in _storage_ddl(dialect.name, "ring"))
+        lines.append("COMMIT;")
     return "\n".join(lines) + "\n"
 
 
@@ -203,7 +208,8 @@ def apply_locked(conn: Connection, to: int | None = None) -> list[int]:
     """
     got = conn.execute("migrate_lock")
     if conn.dialect.transactional_ddl:
-        return _apply_missing(conn, to)
+        applied = _apply_missing(conn, to)
+        return applied if to is not None and to < LATEST else _with_storage(conn, applied)
     if not got or got[0][0] != 1:
         raise DatabaseError(
             "migrate failed: another migration held the lock for 120 s", operation="migrate"
@@ -212,6 +218,26 @@ def apply_locked(conn: Connection, to: int | None = None) -> list[int]:
         return _apply_missing(conn, to)
     finally:
         conn.execute("migrate_unlock")
+
+
+def _with_storage(conn: Connection, applied: list[int]) -> list[int]:
+    """After the numbered migrations, the queue storage ``OUTBOX_QUEUE_STORAGE`` asks for:
+    on PostgreSQL, ``ring`` converts a heap ``outbox_jobs`` in place (this transaction,
+    under the migration lock), rows and all; a ring stays a ring. ``outbox migrate`` and
+    Alembic's ``upgrade`` both come here once at the latest version (a revision pinned to
+an earlier one converts nothing), so both make the same schema."""
+    if conn.dialect.name != "postgresql" or settings.queue_storage != "ring":
+        return applied
+    if not conn.execute("ring_installed")[0][0]:
+        for stmt in _storage_ddl(conn.dialect.name, "ring"):
+            conn.execute_sql(stmt)
+    return applied
+
+
+@cache
+def _storage_ddl(dialect_name: str, storage: str) -> list[str]:
+    entry = resources.files("outbox.schemas") / dialect_name / "storage" / f"{storage}.sql"
+    return split_statements(entry.read_text(encoding="utf-8"))
 
 
 def _apply_missing(conn: Connection, to: int | None) -> list[int]:

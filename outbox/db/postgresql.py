@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from outbox.config import settings
+from outbox.db import ring
 from outbox.db.adapters import psycopg_has_rows
 from outbox.db.dialect import POSTGRESQL
 from outbox.db.driver import JOBS_CHANNEL, RELAY_CHANNEL, Backend, ConnectOptions, Executor
@@ -59,6 +60,36 @@ class _NeedsPythonVerify(OutboxError):
 class PostgresqlDriver(SharedDriver):
     dialect = POSTGRESQL
 
+    def __init__(self, conn: Executor) -> None:
+        super().__init__(conn)
+        self._ring: bool | None = None  # outbox_jobs is the ring (outbox.db.ring)?
+        self._rotate_due = 0.0
+
+    def _on_ring(self) -> bool:
+        """Is this database's queue the ring? Asked once per connection; on the ring,
+        also rotates when due (the claim path is the ring's ticker)."""
+        if self._ring is None:
+            self._ring = bool(self._read("queue storage", "ring_installed")[0][0])
+        if self._ring and time.monotonic() >= self._rotate_due:
+            self._rotate_due = time.monotonic() + ring.CHECK_EVERY_S
+            try:
+                answer = self._one("ring rotate", "ring_rotate", ring.rotate_params())[0][0]
+            except DatabaseError as exc:  # the claim goes on; the next pass tries again
+                log.warning("queue.ring_rotate_failed", error=type(exc).__name__)
+            else:
+                if answer == "rotated":
+                    log.debug("queue.ring_rotated")
+        return self._ring
+
+    def job_claim(self, p: JobClaim) -> list[ClaimedJob]:
+        if not self._on_ring():
+            return super().job_claim(p)
+        return claimed_jobs(self._one("claim", "ring_job_claim", claim_params(p)))
+
+    def _claim_rows_in_tx(self, params: dict[str, Any]) -> list[Any]:
+        # _on_ring() was asked outside this transaction, by job_ack_claim
+        return self.conn.execute("ring_job_claim" if self._ring else "job_claim", params)
+
     def listen_statement(self, channel: str) -> str:
         try:
             return _LISTEN[channel]
@@ -68,10 +99,11 @@ class PostgresqlDriver(SharedDriver):
     def job_ack_claim(self, done: JobFence, claim: JobClaim) -> tuple[set[int], list[ClaimedJob]]:
         if not done.jobs:
             return set(), self.job_claim(claim)
+        on_ring = self._on_ring()
         if has_ordering_key(done):
             return super().job_ack_claim(done, claim)  # the keys' turns pass on first
         params = {**self._fence_params(done), **claim_params(claim)}
-        rows = self._one("claim", "job_ack_claim", params)
+        rows = self._one("claim", "ring_job_ack_claim" if on_ring else "job_ack_claim", params)
         acked = {int(r[0]) for r in rows if r[1] is None}
         return acked, claimed_jobs(r for r in rows if r[1] is not None)
 

@@ -4,7 +4,6 @@ every committed job runs, none twice unless a kill explains it, nothing is left 
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from tests.fixtures.fault_harness import (
     fetch,
     finish,
     harness_job,
+    kill_at_random_until_produced,
     pending_count,
     placeholder,
     relay_argv,
@@ -57,12 +57,7 @@ def test_workers_and_relays_killed_at_random_lose_nothing(
         )
     producers = spawn_producers(ledger_url, 2, 80, pause=0.01, env=env)
     try:
-        while any(p.poll() is None for p in producers):
-            time.sleep(rng.uniform(0.2, 0.5))
-            crew.kill_random(rng)
-        for proc in producers:
-            code, _, err = finish(proc, 240)
-            assert code == 0, err
+        kill_at_random_until_produced(crew, producers, rng)
         wait_until(lambda: _queue_empty(ledger_url), 180, "the crew to drain the queue")
     finally:
         crew.wait_ready()

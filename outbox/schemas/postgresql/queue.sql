@@ -56,6 +56,46 @@ WITH ins AS (
 )
 SELECT pg_notify('outbox_jobs', '') FROM (SELECT count(*) AS n FROM ins) AS c WHERE c.n > 0;
 
+-- fragment: claim_clock
+-- The claim's clock, read once (an InitPlan), which also sets synchronous_commit off
+-- for the statement's own transaction (see queue_worker_session).
+clock AS (SELECT {now_ms} AS ms, set_config('synchronous_commit', 'off', true) AS async)
+
+-- fragment: claim_due
+-- The claim's pick: due, unheld jobs of :queue, most urgent first, none while it is paused.
+queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT ms FROM clock)
+      AND NOT EXISTS (SELECT 1 FROM outbox_paused_queues p WHERE p.queue = :queue)
+    ORDER BY priority, available_at, id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+
+-- fragment: claim_mark
+-- What a claim writes on each job it took: holder, lease, one attempt more.
+SET reserved_by = :worker, reserved_at = clock.ms, lease_expires_at = clock.ms + :lease_ms,
+    attempts = j.attempts + 1
+FROM clock
+
+-- fragment: claimed_columns
+j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts, j.max_attempts,
+          j.created_at, j.available_at, j.priority, j.trace_context, j.ordering_key
+
+-- fragment: ack_fenced
+-- Delete finished jobs still held by this attempt and not cancelled; asynchronous commit.
+DELETE FROM outbox_jobs j
+USING unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[])) AS f(id, attempts)
+WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker
+  AND j.cancel_requested_at IS NULL
+  AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+RETURNING j.id
+
+-- fragment: ack_claim_rows
+-- job_ack_claim's answer: the jobs claimed, then the ids acknowledged (NULL message_id).
+SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
+       available_at, priority, trace_context, ordering_key
+FROM claimed
+UNION ALL
+SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM acked
+
 -- name: job_claim
 -- Up to :limit due, unheld jobs of one queue, most urgent priority first, then oldest
 -- due first, in one statement; none while the queue is paused (the NOT EXISTS is
@@ -67,33 +107,21 @@ SELECT pg_notify('outbox_jobs', '') FROM (SELECT count(*) AS n FROM ins) AS c WH
 -- sequential scan of the whole table (20 ms instead of 9 at 50k rows, growing with it).
 -- The clock also sets synchronous_commit off for this statement's own transaction (see
 -- queue_worker_session): the UPDATE joins it, so it is read before any row changes.
-WITH clock AS (SELECT {now_ms} AS ms, set_config('synchronous_commit', 'off', true) AS async),
+WITH {fragment:claim_clock},
 picked AS (
     SELECT id FROM outbox_jobs
-    WHERE queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT ms FROM clock)
-      AND NOT EXISTS (SELECT 1 FROM outbox_paused_queues p WHERE p.queue = :queue)
-    ORDER BY priority, available_at, id
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
+    WHERE {fragment:claim_due}
 )
 UPDATE outbox_jobs j
-SET reserved_by = :worker, reserved_at = clock.ms, lease_expires_at = clock.ms + :lease_ms,
-    attempts = j.attempts + 1
-FROM clock
+{fragment:claim_mark}
 WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts, j.max_attempts,
-          j.created_at, j.available_at, j.priority, j.trace_context, j.ordering_key;
+RETURNING {fragment:claimed_columns};
 
 -- name: job_ack
 -- Delete finished jobs, each only while this worker still holds that attempt and no
 -- operator cancelled it (then the worker records the cancellation instead). The last
 -- condition, evaluated once, commits this transaction asynchronously (queue_worker_session).
-DELETE FROM outbox_jobs j
-USING unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[])) AS f(id, attempts)
-WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker
-  AND j.cancel_requested_at IS NULL
-  AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
-RETURNING j.id;
+{fragment:ack_fenced};
 
 -- name: job_heartbeat
 -- Renew the leases of every job this worker holds, in one statement.
@@ -150,37 +178,19 @@ SELECT 1;
 -- job_ack and job_claim in one statement (one round trip on the hot path): rows with
 -- a NULL message_id are the ids acknowledged, the others the jobs claimed.
 -- Both halves commit asynchronously, as in job_ack and job_claim.
-WITH acked AS (
-    DELETE FROM outbox_jobs j
-    USING unnest(CAST(:ids AS bigint[]), CAST(:attempts AS integer[])) AS f(id, attempts)
-    WHERE j.id = f.id AND j.attempts = f.attempts AND j.reserved_by = :worker
-      AND j.cancel_requested_at IS NULL
-      AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
-    RETURNING j.id
-),
-clock AS (SELECT {now_ms} AS ms, set_config('synchronous_commit', 'off', true) AS async),
+WITH acked AS ({fragment:ack_fenced}),
+{fragment:claim_clock},
 picked AS (
     SELECT id FROM outbox_jobs
-    WHERE queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT ms FROM clock)
-      AND NOT EXISTS (SELECT 1 FROM outbox_paused_queues p WHERE p.queue = :queue)
-    ORDER BY priority, available_at, id
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
+    WHERE {fragment:claim_due}
 ),
 claimed AS (
     UPDATE outbox_jobs j
-    SET reserved_by = :worker, reserved_at = clock.ms,
-        lease_expires_at = clock.ms + :lease_ms, attempts = j.attempts + 1
-    FROM clock
+    {fragment:claim_mark}
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-    RETURNING j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts,
-              j.max_attempts, j.created_at, j.available_at, j.priority, j.trace_context, j.ordering_key
+    RETURNING {fragment:claimed_columns}
 )
-SELECT id, message_id, queue, job_name, payload, attempts, max_attempts, created_at,
-       available_at, priority, trace_context, ordering_key
-FROM claimed
-UNION ALL
-SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM acked;
+{fragment:ack_claim_rows};
 
 -- name: job_cancel_requested
 -- Which of the jobs this worker holds an operator has cancelled (read with heartbeats).

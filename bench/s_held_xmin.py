@@ -1,0 +1,237 @@
+"""held_xmin: the queue on PostgreSQL while a long transaction holds the xmin horizon.
+
+The incident of issue 39, reproduced: a private PostgreSQL 15 cluster with the server's
+defaults (autovacuum on, fsync on); one ``outbox worker`` process with the CLI's
+defaults (``bench.w_held_xmin``: a timer around its claim calls, nothing else changed);
+a producer thread offering 1,000 jobs/s through ``push_many`` (100 jobs every 100 ms on
+its own connection, one commit each). After one minute of steady state, a session opens
+a REPEATABLE READ transaction, does one read (of ``pg_class``, not a queue table) and
+leaves it open for the hold; from then on no row version deleted or updated anywhere
+can be vacuumed away. Per minute: completed/s (the worker's acknowledgements), claim
+latency p50/p95/p99 (the claim's round trip, acknowledgements riding along),
+``n_dead_tup`` and table + index size of the queue's relations.
+
+Each storage runs in its own database of the same cluster, one after the other in the
+same run: ``today`` (the ``outbox_jobs`` heap of schema 12) is the comparator, ``ring``
+the rotated storage of ADR 0001 (see docs/explanation/queue-storage.md).
+
+The hold lasts ``OUTBOX_BENCH_HELD_MINUTES`` minutes (default 10; ``--quick``: 2); a full
+run is about 25 minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench import data
+from bench.core import Case, Target
+from bench.plan import PY, Ctx, Plan
+from bench.s_hygiene import DefaultCluster
+
+NAME = "held_xmin"
+RATE = 1000  # jobs/s offered
+TICK_S = 0.1
+STORAGES = tuple(os.environ.get("OUTBOX_BENCH_HELD_STORAGES", "today,ring").split(","))
+
+
+def _minutes(ctx: Ctx) -> int:
+    env = os.environ.get("OUTBOX_BENCH_HELD_MINUTES")
+    if env:
+        return int(env)
+    return 2 if ctx.quick else 10
+
+
+def prepare(storage: str, url: str) -> None:
+    """A database migrated with ``OUTBOX_QUEUE_STORAGE=storage`` (today's: heap)."""
+    from outbox.config import settings
+
+    settings.queue_storage = "ring" if storage == "ring" else "heap"
+    try:
+        data.connect(url).close()
+    finally:
+        settings.queue_storage = "heap"
+
+
+class Producer(threading.Thread):
+    """``push_many`` of 100 jobs every 100 ms, on schedule (a late tick catches up)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.stop = threading.Event()
+        self.pushed = 0
+        self.latencies: list[tuple[float, float]] = []  # (time, seconds) per push_many
+
+    def run(self) -> None:
+        from outbox import Job, push_many
+
+        per_tick = int(RATE * TICK_S)
+        with psycopg.connect(self.url) as conn:
+            due = time.monotonic()
+            while not self.stop.is_set():
+                jobs = [Job(data.JOB_NAME, data.payload(self.pushed + i), queue=data.QUEUE)
+                        for i in range(per_tick)]
+                t = time.perf_counter()
+                with conn.transaction():
+                    push_many(conn, jobs)
+                self.latencies.append((time.time(), time.perf_counter() - t))
+                self.pushed += per_tick
+                due += TICK_S
+                pause = due - time.monotonic()
+                if pause > 0:
+                    self.stop.wait(pause)
+
+
+def _relations_sql() -> str:
+    return (
+        "SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0),"
+        " coalesce(sum(s.n_dead_tup), 0), coalesce(sum(s.n_live_tup), 0)"
+        " FROM (SELECT relid FROM pg_partition_tree('outbox_jobs')"
+        "       UNION SELECT CAST('outbox_jobs' AS regclass)) AS t"
+        " LEFT JOIN pg_stat_user_tables s ON s.relid = t.relid"
+    )
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def run(
+    storage: str, cluster: DefaultCluster, hold_minutes: int
+) -> tuple[dict[str, float], list[str]]:
+    """One storage through the scenario; its figures and its per-minute report lines."""
+    db = f"held_{storage}"
+    admin = psycopg.connect(cluster.url(), autocommit=True)
+    admin.execute(f"DROP DATABASE IF EXISTS {db}")
+    admin.execute(f"CREATE DATABASE {db}")
+    admin.close()
+    url = cluster.url(db)
+    prepare(storage, url)
+    samples_path = Path(cluster.root) / f"{db}.samples"
+    worker = subprocess.Popen([PY, "-m", "bench.w_held_xmin", str(samples_path), url])
+    producer = Producer(url)
+    stats = psycopg.connect(url, autocommit=True)
+    hold: psycopg.Connection[Any] | None = None
+    marks: list[tuple[float, int, int, int]] = []  # (time, bytes, n_dead_tup, n_live_tup)
+
+    def mark() -> None:
+        size, dead, live = stats.execute(_relations_sql()).fetchone()  # type: ignore[misc]
+        marks.append((time.time(), int(size), int(dead), int(live)))
+
+    try:
+        time.sleep(3)  # the worker's imports and connection
+        producer.start()
+        time.sleep(20)  # warm: caches, the worker's prefetch settles
+        before = time.time()
+        time.sleep(60)
+        mark()
+        hold = psycopg.connect(url)
+        hold.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        hold.execute("SELECT count(*) FROM pg_class").fetchone()
+        held_from = time.time()
+        for _ in range(hold_minutes):
+            time.sleep(60)
+            mark()
+            if worker.poll() is not None:
+                raise RuntimeError(f"the held_xmin worker exited ({worker.returncode})")
+    finally:
+        producer.stop.set()
+        producer.join(timeout=30)
+        if hold is not None:
+            hold.close()
+        worker.terminate()
+        try:
+            worker.wait(timeout=60)
+        except Exception:
+            worker.kill()
+    stats.close()
+    rows = [line.split(",") for line in samples_path.read_text().splitlines() if line]
+    calls = [(float(t), float(s), int(c), int(a)) for t, s, c, a in rows]
+    edges = [before, held_from] + [held_from + 60 * (m + 1) for m in range(hold_minutes)]
+    labels = ["before"] + [f"hold {m + 1}" for m in range(hold_minutes)]
+    lines = [
+        f"{storage}: minute | completed/s | claim p50 ms | p95 ms | p99 ms | claims |"
+        " n_dead_tup | live | table+index MB | push_many p50 ms",
+        "--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---:",
+    ]
+    per: list[dict[str, float]] = []
+    for i, label in enumerate(labels):
+        a, b = edges[i], edges[i + 1]
+        inside = [c for c in calls if a <= c[0] < b]
+        claims = [c[1] * 1000 for c in inside if c[2] >= 0]
+        pushes = [s * 1000 for t, s in producer.latencies if a <= t < b]
+        _, size, dead, live = marks[i]
+        fig = {
+            "completed/s": sum(c[3] for c in inside) / (b - a),
+            "p50": _pct(claims, 0.5), "p95": _pct(claims, 0.95), "p99": _pct(claims, 0.99),
+            "claims": float(len(claims)), "dead": float(dead), "live": float(live),
+            "mb": size / 2**20,
+            "push": statistics.median(pushes) if pushes else float("nan"),
+        }
+        per.append(fig)
+        lines.append(
+            f"{label} | {fig['completed/s']:,.0f} | {fig['p50']:.2f} | {fig['p95']:.2f} |"
+            f" {fig['p99']:.2f} | {len(claims):,} | {dead:,} | {live:,} | {fig['mb']:.1f} |"
+            f" {fig['push']:.2f}"
+        )
+    for line in lines:
+        print(f"  [{NAME}] {line}", flush=True)
+    hold_rows = per[1:]
+    figures = {
+        "min completed/s during hold / offered": min(r["completed/s"] for r in hold_rows) / RATE,
+        "claim p95 last hold minute / minute before": hold_rows[-1]["p95"] / per[0]["p95"],
+        "size after hold / after 1 min of hold": hold_rows[-1]["mb"] / hold_rows[0]["mb"],
+        "claim p95 before hold ms": per[0]["p95"],
+        "claim p95 last hold minute ms": hold_rows[-1]["p95"],
+        "push_many p50 ms": statistics.median(s * 1000 for _, s in producer.latencies),
+    }
+    return figures, lines
+
+
+def plan(ctx: Ctx) -> Plan:
+    minutes = _minutes(ctx)
+    cluster = DefaultCluster()
+    cluster.start()
+    p = Plan(rounds=1)
+    p.after.append(cluster.destroy)
+    setting = f"{minutes} min hold, {RATE}/s offered, 1 worker (defaults), autovacuum on"
+    ratios = {
+        "min completed/s during hold / offered": ("x", True),
+        "claim p95 last hold minute / minute before": ("x", False),
+        "size after hold / after 1 min of hold": ("x", False),
+        "claim p95 before hold ms": ("ms", False),
+        "claim p95 last hold minute ms": ("ms", False),
+        "push_many p50 ms": ("ms", False),
+    }
+    for storage in STORAGES:
+        def measure(storage: str = storage) -> dict[str, float]:
+            figures, lines = run(storage, cluster, minutes)
+            p.notes.extend(lines)
+            return figures
+
+        label = f"{storage}, {setting}"
+        p.cases.append(Case(label, measure, unit="x", warmup=lambda: None, metrics=ratios))
+    ring = f"{NAME}: ring, {setting}"
+    today = f"{NAME}: today, {setting}"
+    p.targets += [
+        Target("completed/s every hold minute >= 0.98x offered",
+               f"{ring} min completed/s during hold / offered", None, ">=", 0.98),
+        Target("claim p95, last hold minute vs the minute before <= 2x",
+               f"{ring} claim p95 last hold minute / minute before", None, "<=", 2.0),
+        Target("queue relations' size after the hold vs after 1 minute <= 1.5x",
+               f"{ring} size after hold / after 1 min of hold", None, "<=", 1.5),
+        Target("push_many p50, ring vs today (<= 1.1x)", f"{ring} push_many p50 ms",
+               [f"{today} push_many p50 ms"], "<=", 1.1),
+    ]
+    return p

@@ -1,0 +1,75 @@
+"""The held_xmin run's worker: ``python -m bench.w_held_xmin SAMPLES URL``.
+
+``outbox worker bench --app bench.w_outbox:APP`` with the CLI's defaults, plus a timer
+around the PostgreSQL driver's two claim calls (``job_claim``, ``job_ack_claim``: the
+claim's round trip, acknowledgements riding along). Every call appends ``time,
+seconds, claimed, acked`` to SAMPLES (flushed once a second), and so does every
+acknowledgement sent alone (``job_ack``, with ``claimed`` -1); the parent reads them
+per minute. The timer is the only difference from a production worker.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+from outbox.db.postgresql import PostgresqlDriver
+
+
+class _Samples:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.flushed = time.monotonic()
+
+    def add(self, seconds: float, claimed: int, acked: int) -> None:
+        self.out.write(f"{time.time():.3f},{seconds:.6f},{claimed},{acked}\n")
+        if time.monotonic() - self.flushed > 1.0:
+            self.out.flush()
+            self.flushed = time.monotonic()
+
+
+def _timed(samples: _Samples) -> None:
+    claim, ack_claim = PostgresqlDriver.job_claim, PostgresqlDriver.job_ack_claim
+    ack = PostgresqlDriver.job_ack
+
+    def job_claim(self: PostgresqlDriver, c: Any) -> Any:
+        t = time.perf_counter()
+        got = claim(self, c)
+        samples.add(time.perf_counter() - t, len(got), 0)
+        return got
+
+    def job_ack_claim(self: PostgresqlDriver, done: Any, c: Any) -> Any:
+        t = time.perf_counter()
+        acked, got = ack_claim(self, done, c)
+        samples.add(time.perf_counter() - t, len(got), len(acked))
+        return acked, got
+
+    def job_ack(self: PostgresqlDriver, fence: Any) -> Any:
+        t = time.perf_counter()
+        acked = ack(self, fence)
+        samples.add(time.perf_counter() - t, -1, len(acked))  # -1: an ack alone, no claim
+        return acked
+
+    PostgresqlDriver.job_ack = job_ack  # type: ignore[method-assign]
+    PostgresqlDriver.job_claim = job_claim  # type: ignore[method-assign]
+    PostgresqlDriver.job_ack_claim = job_ack_claim  # type: ignore[method-assign]
+
+
+def main(path: str, url: str) -> None:
+    from outbox.cli import main as cli
+
+    os.environ["OUTBOX_DATABASE_URL"] = url
+    with open(path, "a", buffering=1 << 16) as out:
+        _timed(_Samples(out))
+        sys.argv = ["outbox", "--log-level", "warning", "worker", "bench", "--app",
+                    "bench.w_outbox:APP"]
+        try:
+            cli()
+        finally:
+            out.flush()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,146 @@
+-- The ring storage for outbox_jobs (docs/explanation/queue-storage.md): the table becomes
+-- a parent partitioned by LIST (slot) over outbox_queue_ring.slots partitions; new jobs
+-- go to the current slot (the column's default), the claim reads only the current
+-- slot, and outbox_ring_rotate() moves every row still in it to the next slot and
+-- TRUNCATEs it, so the row versions dead since the oldest snapshot go with the file
+-- instead of waiting for VACUUM. Applied in one transaction under the migration lock
+-- (outbox.db.ring.convert), after the numbered migrations: every column and index the
+-- heap has then is carried over as it is, so a later migration's columns come along.
+
+CREATE TABLE outbox_queue_ring (
+    id SMALLINT PRIMARY KEY CHECK (id = 1),
+    slot SMALLINT NOT NULL,
+    slots SMALLINT NOT NULL CHECK (slots >= 2),
+    rotated_at BIGINT NOT NULL,
+    rotations BIGINT NOT NULL DEFAULT 0
+);
+
+INSERT INTO outbox_queue_ring (id, slot, slots, rotated_at)
+VALUES (1, 0, 2, CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT));
+
+-- The slot new jobs go to; STABLE: read once per statement's snapshot, like the clock.
+CREATE FUNCTION outbox_ring_slot() RETURNS SMALLINT LANGUAGE sql STABLE PARALLEL SAFE
+AS $$ SELECT slot FROM outbox_queue_ring WHERE id = 1 $$;
+
+LOCK TABLE outbox_jobs IN ACCESS EXCLUSIVE MODE;
+
+CREATE SEQUENCE outbox_jobs_ring_id_seq AS BIGINT;
+
+SELECT setval('outbox_jobs_ring_id_seq', GREATEST(
+    COALESCE((SELECT max(id) FROM outbox_jobs), 0),
+    COALESCE(pg_sequence_last_value(CAST(pg_get_serial_sequence('outbox_jobs', 'id') AS regclass)), 0),
+    1));
+
+CREATE TABLE outbox_jobs_ring (
+    LIKE outbox_jobs INCLUDING DEFAULTS,
+    slot SMALLINT NOT NULL DEFAULT outbox_ring_slot()
+) PARTITION BY LIST (slot);
+
+ALTER TABLE outbox_jobs_ring ALTER COLUMN id SET DEFAULT nextval('outbox_jobs_ring_id_seq');
+
+-- The partitions, with the heap's storage parameters (fillfactor, autovacuum), its
+-- keys (the partition key joins each: a partitioned table's unique index must hold it;
+-- ids come from one sequence and moves keep them, so an id is still in one row) and its
+-- other indexes, as they are defined now.
+DO $$
+DECLARE
+    opts TEXT := (SELECT array_to_string(reloptions, ', ') FROM pg_class
+                  WHERE oid = CAST('outbox_jobs' AS regclass));
+    r RECORD;
+    n INTEGER := (SELECT slots FROM outbox_queue_ring WHERE id = 1);
+BEGIN
+    FOR s IN 0 .. n - 1 LOOP
+        EXECUTE format('CREATE TABLE outbox_jobs_ring_%s PARTITION OF outbox_jobs_ring'
+                       ' FOR VALUES IN (%s)%s', s, s,
+                       CASE WHEN opts IS NULL THEN '' ELSE ' WITH (' || opts || ')' END);
+    END LOOP;
+    ALTER TABLE outbox_jobs_ring ADD CONSTRAINT outbox_jobs_ring_pkey PRIMARY KEY (id, slot);
+    ALTER TABLE outbox_jobs_ring ADD CONSTRAINT outbox_jobs_ring_message_id_key
+        UNIQUE (message_id, slot);
+    FOR r IN
+        SELECT c.relname AS name, pg_get_indexdef(i.indexrelid) AS def
+        FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE i.indrelid = CAST('outbox_jobs' AS regclass)
+          AND NOT i.indisprimary AND NOT i.indisunique
+    LOOP
+        EXECUTE regexp_replace(r.def, '^CREATE INDEX (\S+) ON \S+ ',
+                               'CREATE INDEX \1_ring ON outbox_jobs_ring ');
+    END LOOP;
+END $$;
+
+INSERT INTO outbox_jobs_ring SELECT j.*, outbox_ring_slot() FROM outbox_jobs AS j;
+
+-- The old names back, once the heap is gone.
+DO $$
+DECLARE
+    names TEXT[] := ARRAY(
+        SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE i.indrelid = CAST('outbox_jobs' AS regclass)
+          AND NOT i.indisprimary AND NOT i.indisunique);
+    name TEXT;
+BEGIN
+    DROP TABLE outbox_jobs;
+    ALTER TABLE outbox_jobs_ring RENAME TO outbox_jobs;
+    ALTER TABLE outbox_jobs RENAME CONSTRAINT outbox_jobs_ring_pkey TO outbox_jobs_pkey;
+    ALTER TABLE outbox_jobs RENAME CONSTRAINT outbox_jobs_ring_message_id_key
+        TO outbox_jobs_message_id_key;
+    FOREACH name IN ARRAY names LOOP
+        EXECUTE format('ALTER INDEX %I RENAME TO %I', name || '_ring', name);
+    END LOOP;
+    ALTER SEQUENCE outbox_jobs_ring_id_seq OWNED BY outbox_jobs.id;
+END $$;
+
+-- One rotation, in the caller's transaction (one statement in autocommit): when the
+-- current slot is at least every_ms old and holds at least min_dead dead row versions,
+-- take SHARE on the parent (no write to any job row is in flight or can start, so no
+-- statement can meet a row this moves, and no producer can route a row to the slot
+-- being left) and ACCESS EXCLUSIVE on the current slot, both within lock_timeout;
+-- move every row of that slot to the next one (ids, attempts and leases unchanged: a
+-- worker's fence still matches), point the ring at it and TRUNCATE the slot left. All
+-- or nothing: a rotation that is killed, terminated or cut by a restart rolls back
+-- whole and the next pass tries again. A busy lock or a slot of more than max_move
+-- live rows skips the rotation (the claim stays correct, only not shielded).
+-- Answers what it did: rotated, busy (another session rotates), recent, clean,
+-- backlog, locked.
+CREATE FUNCTION outbox_ring_rotate(min_dead BIGINT, every_ms BIGINT, max_move INTEGER,
+                                   wait TEXT) RETURNS TEXT LANGUAGE plpgsql AS $$
+DECLARE
+    ring outbox_queue_ring%ROWTYPE;
+    cur REGCLASS;
+    nxt SMALLINT;
+    live BIGINT;
+    now_ms BIGINT := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
+BEGIN
+    SELECT * INTO ring FROM outbox_queue_ring WHERE id = 1 FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN 'busy';
+    END IF;
+    IF now_ms - ring.rotated_at < every_ms THEN
+        RETURN 'recent';
+    END IF;
+    cur := CAST(format('outbox_jobs_ring_%s', ring.slot) AS regclass);
+    IF pg_stat_get_dead_tuples(cur) < min_dead THEN
+        RETURN 'clean';
+    END IF;
+    IF pg_stat_get_live_tuples(cur) > 2 * max_move THEN
+        RETURN 'backlog';
+    END IF;
+    nxt := (ring.slot + 1) % ring.slots;
+    PERFORM set_config('lock_timeout', wait, true);
+    BEGIN
+        LOCK TABLE outbox_jobs IN SHARE MODE;
+        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', cur);
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 'locked';
+    END;
+    EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM %s LIMIT %s) AS l', cur, max_move + 1)
+        INTO live;
+    IF live > max_move THEN
+        RETURN 'backlog';
+    END IF;
+    UPDATE outbox_jobs SET slot = nxt WHERE slot = ring.slot;
+    UPDATE outbox_queue_ring SET slot = nxt, rotated_at = now_ms, rotations = rotations + 1
+    WHERE id = 1;
+    EXECUTE format('TRUNCATE %s', cur);
+    RETURN 'rotated';
+END $$;
