@@ -50,8 +50,8 @@ from outbox.jetstream.connect import Broker, BrokerUrl
 from outbox.jetstream.publish import Acked, BatchPublisher, Outcome, PublishRefused
 from outbox.log import get_logger
 from outbox.relay import brokered, message
-from outbox.relay.message import refuse_workflows
 from outbox.relay.key_queues import KeyQueues
+from outbox.relay.message import refuse_workflows
 
 log = get_logger("outbox.relay")
 
