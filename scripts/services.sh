@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start PostgreSQL, MariaDB and NATS on loopback if they are down, then wait until each
+# Start PostgreSQL, MariaDB, NATS and Redis on loopback if they are down, then wait until each
 # answers; install Chromium (the dashboard's browser tests) if it is missing. Safe to run
 # when they are already up.
 set -euo pipefail
@@ -42,6 +42,23 @@ if ! tcp_open 4222; then
     -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || true
 fi
 wait_for nats tcp_open 4222
+
+# Redis 7: the Redis broker's tests use the shared server on 6379 (private ones, a
+# cluster and an AOF server, they start themselves from redis-server on free ports).
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  fi
+  systemctl disable --now redis-server >/dev/null 2>&1 || true
+fi
+if ! tcp_open 6379; then
+  mkdir -p /var/lib/redis /var/log/redis 2>/dev/null || true
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
+fi
+wait_for redis tcp_open 6379
 
 # PgBouncer: the tests start their own on a free port (tests/ops/pgbouncer.py); a fresh
 # machine does not have it.
