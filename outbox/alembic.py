@@ -42,6 +42,7 @@ from outbox.db.migrate import (
     apply_locked,
     held_back,
     record_version_sql,
+    storage_teardown,
     version_of,
 )
 from outbox.errors import ConfigurationError
@@ -95,16 +96,8 @@ def downgrade(op: Any) -> None:
     them. (Outbox's own migrations only go forward.)"""
     for table in reversed(_metadata.sorted_tables):
         op.drop_table(table.name)
-    if op.get_context().dialect.name == "postgresql":  # the ring storage's own, if any
-        for stmt in RING_OBJECTS_DROP:
-            op.execute(stmt)
-
-
-RING_OBJECTS_DROP = (
-    "DROP FUNCTION IF EXISTS outbox_ring_rotate(BIGINT, BIGINT, INTEGER, TEXT)",
-    "DROP FUNCTION IF EXISTS outbox_ring_slot()",
-    "DROP TABLE IF EXISTS outbox_queue_ring",
-)
+    for stmt in storage_teardown(op.get_context().dialect.name):  # the ring's own, if any
+        op.execute(stmt)
 
 
 def _wanted(to: int) -> list[Migration]:

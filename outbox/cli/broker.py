@@ -19,8 +19,8 @@ from outbox.errors import ConfigurationError
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.jetstream import DEFAULT_DUPLICATE_WINDOW_S, MAX_IN_FLIGHT
 from outbox.jetstream.url import BrokerUrl, is_broker_url, parse_url
-from outbox.redis.connect import RedisUrl, is_redis_url
-from outbox.redis.connect import parse_url as parse_redis_url
+from outbox.redis.url import RedisUrl, is_redis_url
+from outbox.redis.url import parse_url as parse_redis_url
 
 if TYPE_CHECKING:
     from outbox.cli.context import CliContext

@@ -29,7 +29,7 @@ from outbox.jetstream import names
 from outbox.jetstream.url import BrokerUrl
 from outbox.log import get_logger
 from outbox.metrics import BACKLOG_REFRESH_S, Exporter
-from outbox.redis.connect import RedisUrl
+from outbox.redis.url import RedisUrl
 
 if TYPE_CHECKING:
     from outbox.jetstream.connect import Broker

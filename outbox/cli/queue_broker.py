@@ -16,7 +16,7 @@ from outbox.cli import keys, prompt, tables
 from outbox.cli.broker_clients import require_client, require_redis_client
 from outbox.errors import ConfigurationError, MessageNotFound
 from outbox.jetstream.url import BrokerUrl
-from outbox.redis.connect import RedisUrl
+from outbox.redis.url import RedisUrl
 
 Url = BrokerUrl | RedisUrl
 

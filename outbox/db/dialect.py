@@ -29,6 +29,8 @@ class Dialect:
     # The database's clock as integer UNIX milliseconds: every stored time comes from it.
     # Named SQL writes it as {now_ms}.
     now_ms: str
+    # The database is a file the URL names (SQLite): a missing one is a mistyped path.
+    file_backed: bool = False
 
 
 SQLITE = Dialect(
@@ -40,6 +42,7 @@ SQLITE = Dialect(
     True,
     "named",
     "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+    file_backed=True,
 )
 POSTGRESQL = Dialect(
     "postgresql",

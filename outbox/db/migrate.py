@@ -165,9 +165,11 @@ def render_sql(dialect: Dialect) -> str:
         lines.append(row.replace(":description", f"'{m.description}'") + ";")
         if dialect.transactional_ddl:
             lines.append("COMMIT;")
-    if dialect.name == "postgresql" and settings.queue_storage == "ring":
-        lines.append("\n-- the queue storage: ring (OUTBOX_QUEUE_STORAGE)\nBEGIN;")
-        lines.extend(_printable(stmt, dialect) for stmt in _storage_ddl(dialect.name, "ring"))
+    storage = _storage_ddl(dialect.name, settings.queue_storage)
+    if storage:
+        name = settings.queue_storage
+        lines.append(f"\n-- the queue storage: {name} (OUTBOX_QUEUE_STORAGE)\nBEGIN;")
+        lines.extend(_printable(stmt, dialect) for stmt in storage)
         lines.append("COMMIT;")
     return "\n".join(lines) + "\n"
 
@@ -226,18 +228,27 @@ def _with_storage(conn: Connection, applied: list[int]) -> list[int]:
     under the migration lock), rows and all; a ring stays a ring. ``outbox migrate`` and
     Alembic's ``upgrade`` both come here once at the latest version (a revision pinned to
 an earlier one converts nothing), so both make the same schema."""
-    if conn.dialect.name != "postgresql" or settings.queue_storage != "ring":
-        return applied
-    if not conn.execute("ring_installed")[0][0]:
-        for stmt in _storage_ddl(conn.dialect.name, "ring"):
+    storage = _storage_ddl(conn.dialect.name, settings.queue_storage)
+    if storage and not conn.execute("ring_installed")[0][0]:
+        for stmt in storage:
             conn.execute_sql(stmt)
     return applied
 
 
 @cache
 def _storage_ddl(dialect_name: str, storage: str) -> list[str]:
+    """The statements of ``schemas/<dialect>/storage/<storage>.sql``; none where the
+    dialect has no such file (the heap, the default, has none anywhere; only PostgreSQL
+    has the ring), so the choice needs no branch on the dialect."""
     entry = resources.files("outbox.schemas") / dialect_name / "storage" / f"{storage}.sql"
+    if not entry.is_file():
+        return []
     return split_statements(entry.read_text(encoding="utf-8"))
+
+
+def storage_teardown(dialect_name: str) -> list[str]:
+    """What drops the ring storage's own objects, beside the tables (none off PostgreSQL)."""
+    return _storage_ddl(dialect_name, "ring_drop")
 
 
 def _apply_missing(conn: Connection, to: int | None) -> list[int]:

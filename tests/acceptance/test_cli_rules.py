@@ -49,7 +49,7 @@ NEEDS = {
     "schedule list": ["--app", "tests.fixtures.apps.scheduler:registry"],
 }
 CREATES = {"migrate", "demo"}
-NO_DATABASE = {"init"}  # writes a starter jobs.py; never opens the database
+NO_DATABASE = {"init", "schema"}  # a starter jobs.py; a JSON Schema: never open the database
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> Result:

@@ -134,6 +134,20 @@ HOW: dict[tuple[str, str], str] = {
     ("how-to/django.md", "from outbox.contrib.django import idempotent"): DJANGO,
     ("how-to/django.md", "from django.test import TestCase"): DJANGO,
     ("how-to/redis.md", "pip install 'outbox-relay[redis]'"): INSTALL,
+    ("how-to/encryption.md", 'export OUTBOX_ENCRYPTION_KEYS="2026-12:NEWKEYBASE64=,2026-06:OLDKEYBASE64="'):
+        why("a placeholder key (OLDKEYBASE64): the keyring's format and refusals run in "
+            "tests/unit/test_sealing.py"),
+    ("how-to/encryption.md", "from outbox import sealing"): FRAGMENT,
+    ("how-to/encryption.md", "outbox keys status          # rows per key id and table, plaintext included"):
+        why("needs a database with sealed rows: tests/conformance/test_encryption_cli.py runs "
+            "both commands"),
+    ("how-to/typed-jobs.md", "import dataclasses"):
+        why("a fragment (conn, registry of the reader's app): tests/conformance/test_typed_jobs.py "
+            "records and runs the same kinds of type"),
+    ("how-to/typed-jobs.md", "outbox schema mail.welcome --app myapp.jobs:registry"):
+        why("names the reader's app (myapp.jobs): tests/conformance/test_typed_jobs.py runs "
+            "outbox schema"),
+    ("how-to/typed-jobs.md", "def upgrade(data: dict, version: int) -> dict:"): FRAGMENT,
     ("how-to/periodic-jobs.md", "from outbox import Registry"):
         T + "tests/docs/test_page_examples.py::test_the_periodic_jobs_example_declares_and_runs",
     ("how-to/periodic-jobs.md", "outbox scheduler --app myapp.jobs:registry      # as many as you like; each tick once"):

@@ -31,14 +31,13 @@ def unusable(alias: str) -> str | None:
     when it can, and when the database cannot be read (whoever asked then says why, or
     waits for it). Never creates a SQLite file: it only looks."""
     from outbox.contrib.django import conf
-    from outbox.db.dialect import SQLITE
     from outbox.errors import OutboxError
 
     try:
         database = conf.database(alias)
     except conf.SettingError:  # said by manage.py check, and where the setting is read
         return None
-    if database.dialect is SQLITE and not Path(database.url.database or "").is_file():
+    if database.dialect.file_backed and not Path(database.url.database or "").is_file():
         return f"database {alias!r} has no SQLite file yet; {MIGRATE}"
     try:
         with database.connect() as conn:
