@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.databases import BACKENDS
+from tests.fixtures.gaps import Gap, skip_gap
 from tests.reliability import rows
 from tests.reliability.report import ROOT, chart, totals
 
@@ -51,7 +52,7 @@ def test_the_chart_is_svg_with_a_bar_per_row() -> None:
 @pytest.mark.slow
 def test_the_command_runs_a_scenario_and_writes_the_report(tmp_path: Path) -> None:
     if "sqlite" not in BACKENDS:
-        pytest.skip("sqlite is not in OUTBOX_TEST_BACKENDS")
+        skip_gap(Gap.SQLITE_NOT_SELECTED)
     done = subprocess.run(
         [sys.executable, "-m", "tests.reliability.report", "--jobs", "400", "--out",
          str(tmp_path), "-k", "test_soak_sigkill_relays_and_workers and sqlite"],

@@ -32,6 +32,7 @@ from tests.fixtures.fault_harness import (
     wait_until,
     worker_argv,
 )
+from tests.fixtures.gaps import Gap, skip_unless
 from tests.fixtures.pg_cluster import PgCluster
 from tests.fixtures.queue_ops import ack, claim, heartbeat, release
 from tests.fixtures.supervisor import Supervisor
@@ -52,8 +53,7 @@ def _ring(url: str) -> None:
 @pytest.fixture
 def ring_url(backend: str, ledger_url: str) -> str:
     """The harness's database (``ledger_url``) with its queue in the ring."""
-    if backend != "postgresql":
-        pytest.skip("the ring storage is PostgreSQL's")
+    skip_unless(backend, "postgresql", gap=Gap.RING_STORAGE)
     _ring(ledger_url)
     return ledger_url
 
@@ -129,8 +129,7 @@ def test_a_terminated_rotation_rolls_back_and_the_next_pass_completes(
 def test_a_rotation_cut_by_a_server_restart_rolls_back(
     backend: str, pg_private: PgCluster, cluster_url: str
 ) -> None:
-    if backend != "postgresql":
-        pytest.skip("the ring storage is PostgreSQL's")
+    skip_unless(backend, "postgresql", gap=Gap.RING_STORAGE)
     _ring(cluster_url)
     _push(cluster_url, 5)
     before = _state(cluster_url)

@@ -43,7 +43,7 @@ from tests.fixtures.fault_harness import (
     wait_until,
     worker_argv,
 )
-from tests.fixtures.gaps import Gap, skip_mark
+from tests.fixtures.gaps import Gap, skip_gap, skip_mark
 from tests.fixtures.pg_cluster import PgCluster
 from tests.fixtures.private_servers import MariaDb
 from tests.fixtures.supervisor import Supervisor
@@ -209,9 +209,9 @@ def soak_url(db_url: str) -> str:
 def mariadb_private() -> Iterator[MariaDb]:
     """A throwaway MariaDB server that this module may restart (never the shared one)."""
     if "mysql" not in backends.BACKENDS:
-        pytest.skip("mysql is not in OUTBOX_TEST_BACKENDS")
+        skip_gap(Gap.MYSQL_NOT_SELECTED)
     if not MariaDb.available():
-        pytest.skip("no mariadbd / mariadb-install-db on this machine")
+        skip_gap(Gap.NO_MARIADB_BINARIES)
     server = MariaDb()  # in the system temp folder: the mysql user must reach it
     try:
         server.start()

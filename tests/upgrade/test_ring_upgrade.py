@@ -19,6 +19,7 @@ from outbox.db.connection import Connection, Database
 from outbox.db.migrate import migrate
 from outbox.queue import push
 from tests.fixtures.factories import count_rows
+from tests.fixtures.gaps import Gap, skip_unless
 from tests.fixtures.queue_ops import Failure, ack, claim, dead_letter, release
 from tests.upgrade.conftest import _exported
 from tests.upgrade.test_rolling_upgrade import result, start
@@ -80,8 +81,7 @@ def test_every_state_survives_the_ring_conversion_and_both_releases_drain_it(
     backend: str, database: Database, conn: Connection, db_url: str, base_package: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if backend != "postgresql":
-        pytest.skip("the ring storage is PostgreSQL's")
+    skip_unless(backend, "postgresql", gap=Gap.RING_STORAGE)
     held = _every_state(database, conn)
     before = _jobs(conn)
     others = {t: count_rows(conn, t) for t in
