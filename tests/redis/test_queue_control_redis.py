@@ -82,7 +82,7 @@ def test_a_wrong_password_exits_1_with_one_line_and_no_password(
     result = cli(tmp_path, "worker", "q", "--app", "tests.nats.app:registry", url=url)
     assert result.exit_code == 1
     assert "wrong-pass-123" not in result.output
-    assert f"redis://127.0.0.1:{locked_redis}/0" in result.output
+    assert f"127.0.0.1:{locked_redis}/0: authentication failed" in result.output
     assert len(result.output.strip().splitlines()) == 1
 
 

@@ -195,7 +195,7 @@ def test_a_wrong_or_missing_password_is_one_line_naming_the_url_without_it(
     with pytest.raises(BrokerError) as caught:
         w.run()
     message = str(caught.value)
-    assert f"redis://127.0.0.1:{locked_redis}/0" in message and "refused the login" in message
+    assert f"127.0.0.1:{locked_redis}/0" in message and "authentication failed" in message
     assert "hunter2" not in message and "\n" not in message
 
 
