@@ -147,9 +147,10 @@ once = Registry()
 def tx_once(payload: Any, ctx: Any) -> None:
     """One attempt only; its business row (the fault harness's ledger) commits with the
     inbox id. ``HARNESS_URL`` names the database."""
-    from tests.reliability.ledger_app import INSERT, placeholder
+    from tests.reliability.ledger_app import INSERT, placeholder, started_ms
 
     ph = placeholder(os.environ["HARNESS_URL"])
     ctx.connection.cursor().execute(
-        INSERT.format(", ".join([ph] * 4)), (ctx.message_id, str(os.getpid()), ctx.attempt, 1)
+        INSERT.format(", ".join([ph] * 5)),
+        (ctx.message_id, str(os.getpid()), ctx.attempt, 1, started_ms()),
     )

@@ -35,7 +35,7 @@ class HarnessFailure(Exception):
     """Raised by a handler on purpose; its message may carry the privacy marker."""
 
 
-def _started_ms() -> int:
+def started_ms() -> int:
     return int(time.time() * 1000)
 
 
@@ -59,7 +59,7 @@ def run(payload: dict[str, Any], ctx: Any) -> None:
         cur = conn.cursor()
         cur.execute(
             INSERT.format(", ".join([ph] * 5)),
-            (ctx.message_id, str(os.getpid()), ctx.attempt, 0, _started_ms()),
+            (ctx.message_id, str(os.getpid()), ctx.attempt, 0, started_ms()),
         )
         conn.commit()
     except Exception:
@@ -74,5 +74,5 @@ def run_tx(payload: dict[str, Any], ctx: Any) -> None:
     ph = placeholder(os.environ["HARNESS_URL"])
     ctx.connection.cursor().execute(
         INSERT.format(", ".join([ph] * 5)),
-        (ctx.message_id, str(os.getpid()), ctx.attempt, 1, _started_ms()),
+        (ctx.message_id, str(os.getpid()), ctx.attempt, 1, started_ms()),
     )
