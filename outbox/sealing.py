@@ -67,7 +67,13 @@ NONCE_BYTES = 12
 TAG_BYTES = 16
 KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _PREFIX = f'{MARKER}"{VERSION}:'
+_PREFIX_LEN = len(_PREFIX)
 _SUFFIX = '"}'
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+_hmac_digest = hmac.digest
+_b2a = binascii.b2a_base64
+_a2b = binascii.a2b_base64
 
 KeySource = Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None
 _log = structlog.get_logger("outbox.sealing")
@@ -109,15 +115,17 @@ class Keyring:
         """``text`` as an envelope under the first key (or ``key_id``)."""
         key = self._first if key_id is None else self._keys[key_id]
         data = text.encode()
-        nonce = hmac.new(key.nonce_key, data, hashlib.sha256).digest()[:NONCE_BYTES]
+        # hmac.digest and binascii: the one-shot C paths (hmac.new and base64's wrappers
+        # cost about 3 us more per payload, a fifth of a no-op job's drain).
+        nonce = _hmac_digest(key.nonce_key, data, "sha256")[:NONCE_BYTES]
         sealed = nonce + key.aead.encrypt(nonce, data, key.aad)
-        return key.prefix + base64.urlsafe_b64encode(sealed).decode() + _SUFFIX
+        return key.prefix + _b2a(sealed, newline=False).translate(_TO_URLSAFE).decode() + _SUFFIX
 
     def open(self, text: str) -> str:
         """The plaintext of an envelope; a plaintext ``text`` as it is."""
         if not text.startswith(MARKER):
             return text
-        key_id, sealed = _parse(text)
+        key_id, sealed = _split(text)
         key = self._keys.get(key_id)
         if key is None:
             raise _missing(key_id)
@@ -165,6 +173,21 @@ def check_key_id(key_id: object) -> str:
     return key_id
 
 
+def _split(text: str) -> tuple[str, bytes]:
+    """(key id, nonce || ciphertext) of an envelope as ``Keyring.seal`` writes it, cut
+    out by position (no JSON parse: the worker opens one per job); any other text that
+    starts like an envelope goes through ``_parse``, which says what is wrong with it."""
+    end = text.find(":", _PREFIX_LEN) if text.startswith(_PREFIX) else -1
+    if end > 0 and text.endswith(_SUFFIX):
+        try:
+            sealed = _a2b(text[end + 1 : -2].encode().translate(_FROM_URLSAFE), strict_mode=True)
+        except (binascii.Error, ValueError):
+            sealed = b""
+        if len(sealed) >= NONCE_BYTES + TAG_BYTES:
+            return text[_PREFIX_LEN:end], sealed
+    return _parse(text)
+
+
 def _parse(text: str) -> tuple[str, bytes]:
     """(key id, nonce || ciphertext) of an envelope; a malformed one is tampered with."""
     try:
@@ -185,8 +208,11 @@ def _parse(text: str) -> tuple[str, bytes]:
     return key_id, sealed
 
 
-def _missing(key_id: str) -> MissingKey:
-    """The error, and its one log line, for an envelope whose key is not in the ring."""
+def _missing(key_id: str) -> MissingKey | TamperedPayload:
+    """The error, and its one log line, for an envelope whose key is not in the ring; an
+    id no key could have is a tampered envelope (and is not written to the log)."""
+    if not KEY_ID_PATTERN.fullmatch(key_id):
+        return TamperedPayload("?")
     _log.warning("sealing.missing_key", key_id=key_id)
     return MissingKey(key_id)
 
@@ -328,7 +354,7 @@ def open_text(text: str) -> str:
         return text
     ring = active()
     if ring is None:
-        key_id, _ = _parse(text)
+        key_id, _ = _split(text)
         raise _missing(key_id)
     return ring.open(text)
 
