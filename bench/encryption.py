@@ -49,7 +49,8 @@ TARGETS = {  # (numerator, denominator, bound, higher_is_better)
 
 def base_tree(folder: Path) -> Path:
     """This tree's ``outbox`` with the typed-jobs hook reverted, under ``folder``."""
-    shutil.copytree(ROOT / "outbox", folder / "outbox", ignore=shutil.ignore_patterns("__pycache__"))
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "outbox", folder / "outbox", ignore=skip)
     diff = subprocess.run(
         ["git", "-C", str(ROOT), "show", "--format=", TYPED_COMMIT, "--", *HOOK_FILES],
         check=True,
@@ -128,11 +129,18 @@ def report(samples: dict[str, dict[str, list[float]]]) -> None:
         ratio = statistics.median(a) / statistics.median(b)
         per_round = [x / y for x, y in zip(a, b, strict=True)]
         lo, hi = min(per_round), max(per_round)
-        ok = (lambda v: v >= bound) if higher else (lambda v: v <= bound)
-        verdict = "met" if ok(lo) and ok(hi) else "missed" if not (ok(lo) or ok(hi)) else (
-            "borderline")  # fmt: skip
         sign = ">=" if higher else "<="
+        verdict = _verdict([_within(v, bound, higher) for v in (lo, hi)])
         print(f"{name:<22}{ratio:>8.3f}{f'{lo:.3f}..{hi:.3f}':>16}  {sign} {bound:<5} {verdict}")
+
+
+def _within(value: float, bound: float, higher: bool) -> bool:
+    return value >= bound if higher else value <= bound
+
+
+def _verdict(ends: list[bool]) -> str:
+    """As bench.core says it: met when the whole spread is within, missed when none is."""
+    return "met" if all(ends) else "missed" if not any(ends) else "borderline"
 
 
 def main() -> None:
@@ -145,8 +153,8 @@ def main() -> None:
     load = os.getloadavg()
     samples = run(args.backend, args.jobs, args.rounds)
     end_load = os.getloadavg()
-    print(f"\n{args.backend}, {args.jobs} jobs a sample, {args.rounds} rounds (medians), "
-          f"default settings; started {began}, load {load[0]:.1f} -> {end_load[0]:.1f}")  # fmt: skip
+    print(f"\n{args.backend}, {args.jobs} jobs a sample, {args.rounds} rounds (medians), default"
+          f" settings; started {began}, load {load[0]:.1f} -> {end_load[0]:.1f}")  # fmt: skip
     report(samples)
 
 

@@ -71,7 +71,7 @@ _PREFIX_LEN = len(_PREFIX)
 _SUFFIX = '"}'
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
-_hmac_digest = hmac.digest
+_SHA256_BLOCK = 64
 _b2a = binascii.b2a_base64
 _a2b = binascii.a2b_base64
 
@@ -82,7 +82,8 @@ _log = structlog.get_logger("outbox.sealing")
 class _Key(NamedTuple):
     key_id: str
     aead: Any  # cryptography's AESGCM
-    nonce_key: bytes
+    inner: Any  # HMAC-SHA256 under the nonce key, its two padded-key states (RFC 2104)
+    outer: Any
     aad: bytes
     prefix: str  # the envelope text up to the ciphertext
 
@@ -115,9 +116,7 @@ class Keyring:
         """``text`` as an envelope under the first key (or ``key_id``)."""
         key = self._first if key_id is None else self._keys[key_id]
         data = text.encode()
-        # hmac.digest and binascii: the one-shot C paths (hmac.new and base64's wrappers
-        # cost about 3 us more per payload, a fifth of a no-op job's drain).
-        nonce = _hmac_digest(key.nonce_key, data, "sha256")[:NONCE_BYTES]
+        nonce = _nonce(key, data)
         sealed = nonce + key.aead.encrypt(nonce, data, key.aad)
         return key.prefix + _b2a(sealed, newline=False).translate(_TO_URLSAFE).decode() + _SUFFIX
 
@@ -133,6 +132,27 @@ class Keyring:
             return key.aead.decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], key.aad).decode()  # type: ignore[no-any-return]
         except Exception:  # InvalidTag, or bytes that are not UTF-8
             raise TamperedPayload(key_id) from None
+
+
+def _nonce(key: _Key, data: bytes) -> bytes:
+    """HMAC-SHA256(nonce key, data), first 12 bytes: from the key's padded states copied,
+    not set up again per call (hmac.new or hmac.digest spend ~6 us of a ~9 us seal
+    doing that; this is ~1.5 us, and the same bytes)."""
+    inner = key.inner.copy()
+    inner.update(data)
+    outer = key.outer.copy()
+    outer.update(inner.digest())
+    return outer.digest()[:NONCE_BYTES]  # type: ignore[no-any-return]
+
+
+def _hmac_states(key: bytes) -> tuple[Any, Any]:
+    """The inner and outer SHA-256 states of HMAC under ``key`` (32 bytes, under the
+    64-byte block: zero-padded, never hashed first)."""
+    padded = key.ljust(_SHA256_BLOCK, b"\0")
+    return (
+        hashlib.sha256(bytes(b ^ 0x36 for b in padded)),
+        hashlib.sha256(bytes(b ^ 0x5C for b in padded)),
+    )
 
 
 def _build(key_id: str, key: object) -> _Key:
@@ -154,7 +174,7 @@ def _build(key_id: str, key: object) -> _Key:
     enc = hmac.new(raw, b"outbox aes-256-gcm", hashlib.sha256).digest()
     nonce_key = hmac.new(raw, b"outbox synthetic nonce", hashlib.sha256).digest()
     aad = f"outbox:{VERSION}:{key_id}".encode()
-    return _Key(key_id, AESGCM(enc), nonce_key, aad, f"{_PREFIX}{key_id}:")
+    return _Key(key_id, AESGCM(enc), *_hmac_states(nonce_key), aad, f"{_PREFIX}{key_id}:")
 
 
 def check_key_id(key_id: object) -> str:
