@@ -1,6 +1,7 @@
 """Encryption at rest and typed jobs, each against its comparator in the same run.
 
-    python -m bench.encryption [--backend sqlite|postgresql] [--jobs 2000] [--rounds 7]
+    python -m bench.encryption [--backend sqlite|postgresql] [--jobs 2000]
+        [--drain-jobs 20000] [--rounds 7] [--folder DIR]
 
 Three sides, each sample a fresh process (``bench/w_encryption.py``) on tables emptied
 first, in interleaved rounds whose order rotates (a warm-up round is not counted):
@@ -81,7 +82,7 @@ def _sample(measure: str, side: str, url: str, jobs: int, tag: str, base: Path) 
 
 
 def _databases(backend: str, folder: Path) -> dict[str, str]:
-    """One migrated database per side."""
+    """One migrated database per side (SQLite: a file in ``folder``)."""
     from outbox.db.connection import Database
     from outbox.db.migrate import migrate
 
@@ -97,17 +98,19 @@ def _databases(backend: str, folder: Path) -> dict[str, str]:
     return urls
 
 
-def run(backend: str, jobs: int, rounds: int) -> dict[str, dict[str, list[float]]]:
+def run(
+    backend: str, jobs: dict[str, int], rounds: int, folder: str | None
+) -> dict[str, dict[str, list[float]]]:
     samples: dict[str, dict[str, list[float]]] = {m: {s: [] for s in SIDES} for m in MEASURES}
     cases = [(m, s) for m in MEASURES for s in SIDES]
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
         base = base_tree(Path(tmp) / "base")
         urls = _databases(backend, Path(tmp))
         try:
             for r in range(-1, rounds):  # round -1: warm-up, not counted
                 shift = (r + 1) % len(cases)
                 for measure, side in cases[shift:] + cases[:shift]:
-                    value = _sample(measure, side, urls[side], jobs, f"r{r}{side}", base)
+                    value = _sample(measure, side, urls[side], jobs[measure], f"r{r}{side}", base)
                     if r >= 0:
                         samples[measure][side].append(value)
                     print(f"  round {r + 1}/{rounds} {measure:<6} {side:<4} {value:>10.1f}",
@@ -146,15 +149,20 @@ def _verdict(ends: list[bool]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
-    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--jobs", type=int, default=2000, help="record() transactions a sample")
+    parser.add_argument("--drain-jobs", type=int, default=20000, help="jobs drained a sample")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--folder", help="where SQLite's files go (default: the temp folder)")
     args = parser.parse_args()
     began = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = os.getloadavg()
-    samples = run(args.backend, args.jobs, args.rounds)
+    jobs = {"record": args.jobs, "drain": args.drain_jobs}
+    samples = run(args.backend, jobs, args.rounds, args.folder)
     end_load = os.getloadavg()
-    print(f"\n{args.backend}, {args.jobs} jobs a sample, {args.rounds} rounds (medians), default"
-          f" settings; started {began}, load {load[0]:.1f} -> {end_load[0]:.1f}")  # fmt: skip
+    where = f" (files in {args.folder})" if args.folder and args.backend == "sqlite" else ""
+    print(f"\n{args.backend}{where}, {args.jobs} record() / {args.drain_jobs} drained a sample,"
+          f" {args.rounds} rounds (medians), default settings; started {began},"
+          f" load {load[0]:.1f} -> {end_load[0]:.1f}")  # fmt: skip
     report(samples)
 
 
