@@ -115,6 +115,8 @@ def run(
                         samples[measure][side].append(value)
                     print(f"  round {r + 1}/{rounds} {measure:<6} {side:<4} {value:>10.1f}",
                           flush=True)  # fmt: skip
+                if r >= 1:  # the table so far: a run stopped early still reports
+                    report(samples)
         finally:
             servers.drop_all()
     return samples
@@ -126,7 +128,7 @@ def report(samples: dict[str, dict[str, list[float]]]) -> None:
     for m in MEASURES:
         medians = "".join(f"{statistics.median(samples[m][s]):>10.1f}" for s in SIDES)
         print(f"{m:<10}{units[m]:<8}{medians}")
-    print(f"\n{'ratio':<22}{'median':>8}{'spread':>16}  target   verdict")
+    print(f"\n{'ratio':<22}{'median':>8}{'spread':>16}  target   verdict", flush=True)
     for name, (m, top, bottom, bound, higher) in TARGETS.items():
         a, b = samples[m][top], samples[m][bottom]
         ratio = statistics.median(a) / statistics.median(b)
