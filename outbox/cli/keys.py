@@ -58,7 +58,11 @@ def _named(rows: dict[str | None, int]) -> dict[str, int]:
 
 def echo_encryption(enc: outbox_status.EncryptionCounts) -> None:
     """``outbox status``'s lines on encryption: this process's key ids (never a key) and
-    the stored rows per key id, those this process cannot open marked."""
+    the stored rows per key id, those this process cannot open marked. Only when it
+    matters: this process has a keyring, or some stored row is encrypted (``--json``
+    always has them)."""
+    if enc.sealing_key is None and not any(k is not None for k in enc.rows):
+        return
     click.echo("")
     if enc.sealing_key is None:
         click.echo("encryption: off in this process (no keyring)")

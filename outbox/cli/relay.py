@@ -257,8 +257,8 @@ def _print_status(status: outbox_status.Status) -> None:
         nothing="no queues",
         right={1, 2, 3, 4},
     )
-    _print_ordering(status.ordering)
     keys.echo_encryption(status.encryption)
+    _print_ordering(status.ordering)
     if status.workflows.running:
         w = status.workflows
         click.echo("")

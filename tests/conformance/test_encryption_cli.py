@@ -170,3 +170,12 @@ def test_the_workers_logs_say_the_key_id_and_size_never_the_payload_or_key(
     dead = next(e for e in logs if e["event"] == "job.dead")
     assert dead["payload_key"] is None and dead["payload_bytes"] == len(f'{{"to":"{SECRET}"}}')
     assert SECRET not in repr(logs)
+
+
+def test_status_text_says_nothing_of_encryption_when_none_is_used(
+    database: Database, db_url: str
+) -> None:
+    sealing.configure(None)
+    _tx(database, lambda c: record(c, "plain", Job("cli.enc", {"to": SECRET})))
+    code, out = _cli(db_url, "status", keys="")
+    assert code == 0 and "encryption" not in out and "stored rows" not in out, out
