@@ -13,7 +13,9 @@ first, in interleaved rounds whose order rotates (a warm-up round is not counted
   that commit's diff of those files), no keyring. ``off`` against ``base`` is what the
   typed-jobs code costs an untyped job; nothing else differs between the two.
 
-Two measures: ``record()`` in its own transaction (µs a transaction, BEGIN ... COMMIT on
+``normalise()`` of an untyped job alone (best of 7 repeats, no database): where the
+typed-jobs hook sits, so ``off`` against ``base`` there is its cost without SQL's noise.
+Two measures end to end: ``record()`` in its own transaction (µs a transaction, BEGIN ... COMMIT on
 a DB-API connection), and one worker with default settings draining pushed no-op jobs
 (jobs/s); each also as the process's CPU µs a transaction / a job (``*_cpu``), steadier
 than wall time on a loaded machine. Ratios are of medians; the spread is the min..max of
@@ -41,10 +43,11 @@ CHILD = Path(__file__).with_name("w_encryption.py")
 TYPED_COMMIT = "3a51e74"  # "Typed jobs (outbox/typed.py) ...": the hook's only commit
 HOOK_FILES = ("outbox/job.py", "outbox/queue/execute.py")
 SIDES = ("off", "on", "base")
-MEASURES = ("record", "drain")
+MEASURES = ("record", "drain", "normalise")
 UNITS = {
     "record": "us/txn",
     "drain": "jobs/s",
+    "normalise": "us/call",
     "record_cpu": "cpu us/txn",
     "drain_cpu": "cpu us/job",
 }
@@ -58,6 +61,8 @@ TARGETS = {  # (measure, numerator, denominator, bound, higher_is_better)
     "drain cpu/job, on/off": ("drain_cpu", "on", "off", 1 / 0.90, False),
     "record cpu, off/base": ("record_cpu", "off", "base", 1.03, False),
     "drain cpu/job, off/base": ("drain_cpu", "off", "base", 1.03, False),
+    # normalise() alone, best of 7 repeats: where the hook is, without SQL's noise
+    "normalise, off/base": ("normalise", "off", "base", 1.03, False),
 }
 
 
@@ -129,7 +134,8 @@ def run(
                     value, cpu = _sample(measure, side, urls[side], jobs[measure], f"r{r}", base)
                     if r >= 0:
                         samples[measure][side].append(value)
-                        samples[f"{measure}_cpu"][side].append(cpu)
+                        if f"{measure}_cpu" in samples:
+                            samples[f"{measure}_cpu"][side].append(cpu)
                     print(f"  round {r + 1}/{rounds} {measure:<6} {side:<4} {value:>10.1f}"
                           f"  cpu {cpu:>8.1f} us", flush=True)  # fmt: skip
                 if r >= 1:  # the table so far: a run stopped early still reports
@@ -175,7 +181,7 @@ def main() -> None:
     args = parser.parse_args()
     began = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = os.getloadavg()
-    jobs = {"record": args.jobs, "drain": args.drain_jobs}
+    jobs = {"record": args.jobs, "drain": args.drain_jobs, "normalise": 20000}
     samples = run(args.backend, jobs, args.rounds, args.folder)
     end_load = os.getloadavg()
     where = f" (files in {args.folder})" if args.folder and args.backend == "sqlite" else ""

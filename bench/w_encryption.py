@@ -2,7 +2,7 @@
 ``outbox`` it imports is the one first on ``PYTHONPATH``: this tree's, or the copy without
 the typed-jobs hook).
 
-    python bench/w_encryption.py record|drain off|on URL JOBS TAG
+    python bench/w_encryption.py record|drain|normalise off|on URL JOBS TAG
 
 Prints two numbers: wall-clock microseconds per ``record()`` transaction (or jobs per
 second for one worker draining ``JOBS`` pushed jobs), and this process's CPU
@@ -78,6 +78,19 @@ def drain_per_s(url: str, jobs: int) -> tuple[float, float]:
     return jobs / took, cpu / jobs * 1e6
 
 
+def normalise_us(jobs: int) -> tuple[float, float]:
+    """``outbox.job.normalise`` of an untyped job, no database: the producer's own code,
+    where the typed-jobs hook sits (best of 7 repeats of ``jobs`` calls)."""
+    import timeit
+
+    from outbox import Job
+    from outbox.job import normalise
+
+    job = Job(JOB, _payload(1))
+    best = min(timeit.repeat(lambda: normalise(job), number=jobs, repeat=7)) / jobs * 1e6
+    return best, best
+
+
 def _noop(payload: Any, ctx: Any) -> None:
     return None
 
@@ -87,7 +100,12 @@ def main(argv: list[str]) -> None:
     from outbox import sealing
 
     sealing.configure({"k1": KEY} if side == "on" else None)
-    wall, cpu = record_us(url, int(jobs), tag) if mode == "record" else drain_per_s(url, int(jobs))
+    if mode == "normalise":
+        wall, cpu = normalise_us(int(jobs))
+    elif mode == "record":
+        wall, cpu = record_us(url, int(jobs), tag)
+    else:
+        wall, cpu = drain_per_s(url, int(jobs))
     print(f"{wall:.3f} {cpu:.3f}")
 
 
