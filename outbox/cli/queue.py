@@ -405,7 +405,7 @@ def _echo_detail(d: admin.FailedDetail) -> None:
     click.echo(f"JOB:         {d.job_name}")
     click.echo(f"TRIES:       {d.attempts}/{d.max_attempts or tables.NONE}")
     click.echo(f"DEAD_AT:     {tables.utc(d.failed_at)}")
-    keys.echo_failure(d.exception_class, d.exception_message, d.exception_trace)
+    keys.echo_failure(d.exception_class, d.exception_message, d.exception_trace, d.payload)
 
 
 

@@ -99,8 +99,10 @@ def failed(url: Url, limit: int, show_id: str | None) -> None:
         click.echo(f"TRIES:       {d.attempts}/{d.max_attempts or tables.NONE}")
         click.echo(f"DEAD_AT:     {tables.utc(d.failed_at_ms)}")
         message, trace = d.body.get("exception_message"), d.body.get("exception_trace")
+        payload = d.body.get("payload")
         keys.echo_failure(d.exception_class, None if message is None else str(message),
-                     None if trace is None else str(trace))
+                          None if trace is None else str(trace),
+                          None if payload is None else str(payload))  # fmt: skip
         return
     tables.echo_dead_letters(
         [
