@@ -5,8 +5,8 @@
 -- name: workflow_insert
 -- The workflow's own row, in the recording transaction.
 INSERT INTO outbox_workflows
-    (workflow_id, name, key_digest, fingerprint, state, node_count, created_at)
-VALUES (:workflow_id, :name, :key_digest, :fingerprint, 'running', :node_count, {now_ms});
+    (workflow_id, name, state, node_count, created_at)
+VALUES (:workflow_id, :name, 'running', :node_count, {now_ms});
 
 -- name: workflow_node_succeeded
 -- The acknowledgement of a node, in its transaction: succeeded (only from due, so an
@@ -107,8 +107,8 @@ FROM outbox_workflows WHERE workflow_id = :workflow_id;
 -- its run: held by a worker (running), attempts and times, and for a job in the queue
 -- its due time and last error class (a retry's, as `outbox queue jobs` shows them).
 -- Never a payload.
-SELECT n.node_id, n.name, n.job_name, n.queue, n.state, n.on_failure, n.deps_total,
-       n.deps_left, n.created_at, n.due_at, n.finished_at,
+SELECT n.node_id, n.name, n.job_name, n.queue, n.state, n.on_failure,
+       n.created_at, n.due_at, n.finished_at,
        j.reserved_by, j.reserved_at, j.attempts, r.attempts, r.started_at, f.attempts,
        f.exception_class, j.available_at, j.last_error
 FROM outbox_workflow_nodes n

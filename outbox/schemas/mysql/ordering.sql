@@ -3,14 +3,14 @@
 -- not exist: entering the line and leaving it both start here, so the two serialise per
 -- key (the no-op update takes the lock). One statement for the batch; the rows are
 -- taken in the order given, so two batches never wait on each other in a circle.
-INSERT INTO outbox_ordering_keys (key_digest, created_at)
-SELECT k.key_digest, {now_ms}
+INSERT INTO outbox_ordering_keys (key_digest)
+SELECT k.key_digest
 FROM JSON_TABLE(:keys_json, '$[*]' COLUMNS (
     ord FOR ORDINALITY,
     key_digest VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$'
 )) AS k
 ORDER BY k.ord
-ON DUPLICATE KEY UPDATE created_at = outbox_ordering_keys.created_at;
+ON DUPLICATE KEY UPDATE key_digest = outbox_ordering_keys.key_digest;
 
 -- name: ordering_any_job
 -- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter that

@@ -87,10 +87,9 @@ FROM (SELECT seq AS g FROM seq_1_to_100000000 WHERE seq BETWEEN 1 AND :n DIV 10)
 -- name: plan_seed_ordering_keys
 -- n ordering key rows (as many keys with a job in the queue), whose jobs are not seeded:
 -- the reaper's heal must read a page of them, never all.
-INSERT INTO outbox_ordering_keys (key_digest, created_at)
-SELECT LPAD(g, 64, '0'), c.now_ms - g
-FROM (SELECT seq AS g FROM seq_1_to_100000000 WHERE seq BETWEEN 1 AND :n) AS s,
-    (SELECT {now_ms} AS now_ms) AS c;
+INSERT INTO outbox_ordering_keys (key_digest)
+SELECT LPAD(g, 64, '0')
+FROM (SELECT seq AS g FROM seq_1_to_100000000 WHERE seq BETWEEN 1 AND :n) AS s;
 
 -- name: plan_analyze
 -- Fresh statistics and visibility map after the bulk load, as autovacuum leaves them.

@@ -3,11 +3,11 @@
 -- the line and leaving it both start here, so the two serialise per key (the no-op
 -- update takes the lock). One statement for the batch; the rows are taken in the order
 -- given, so two batches never wait on each other in a circle.
-INSERT INTO outbox_ordering_keys (key_digest, created_at)
-SELECT k.key_digest, {now_ms}
+INSERT INTO outbox_ordering_keys (key_digest)
+SELECT k.key_digest
 FROM unnest(CAST(:keys AS varchar[])) WITH ORDINALITY AS k (key_digest, ord)
 ORDER BY k.ord
-ON CONFLICT (key_digest) DO UPDATE SET created_at = outbox_ordering_keys.created_at;
+ON CONFLICT (key_digest) DO UPDATE SET key_digest = outbox_ordering_keys.key_digest;
 
 -- name: ordering_any_job
 -- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter

@@ -80,10 +80,8 @@ FROM generate_series(1, CAST(:n AS integer) / 10) AS g;
 -- name: plan_seed_ordering_keys
 -- n ordering key rows (as many keys with a job in the queue), whose jobs are not seeded:
 -- the reaper's heal must read a page of them, never all.
-INSERT INTO outbox_ordering_keys (key_digest, created_at)
-SELECT lpad(g::text, 64, '0'), c.now_ms - g
-FROM generate_series(1, CAST(:n AS integer)) AS g,
-    (SELECT {now_ms} AS now_ms) AS c;
+INSERT INTO outbox_ordering_keys (key_digest)
+SELECT lpad(g::text, 64, '0') FROM generate_series(1, CAST(:n AS integer)) AS g;
 
 -- name: plan_analyze
 -- Fresh statistics and visibility map after the bulk load, as autovacuum leaves them.

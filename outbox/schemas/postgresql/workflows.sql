@@ -10,14 +10,15 @@ ON CONFLICT (key_digest) DO NOTHING;
 
 -- name: workflow_nodes_insert
 -- Every node from a JSON array of rows [node_id, name, job_name, queue, payload,
--- max_attempts, priority, on_failure, deps_total, intent key digest, intent fingerprint]:
+-- max_attempts, priority, on_failure, dependency count, intent key digest, intent
+-- fingerprint]:
 -- a root is due at once (its intent follows), the others wait.
 INSERT INTO outbox_workflow_nodes
     (node_id, workflow_id, name, job_name, queue, payload, max_attempts, priority,
-     on_failure, deps_total, deps_left, state, created_at, due_at)
+     on_failure, deps_left, state, created_at, due_at)
 SELECT r.v ->> 0, :workflow_id, r.v ->> 1, r.v ->> 2, r.v ->> 3, r.v ->> 4,
        CAST(r.v ->> 5 AS integer), CAST(r.v ->> 6 AS smallint), r.v ->> 7,
-       CAST(r.v ->> 8 AS integer), CAST(r.v ->> 8 AS integer),
+       CAST(r.v ->> 8 AS integer),
        CASE WHEN CAST(r.v ->> 8 AS integer) = 0 THEN 'due' ELSE 'waiting' END,
        {now_ms},
        CASE WHEN CAST(r.v ->> 8 AS integer) = 0 THEN {now_ms} END

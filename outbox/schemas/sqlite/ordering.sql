@@ -2,10 +2,10 @@
 -- A batch's key rows (:keys), created where they do not exist, in one statement. SQLite
 -- has one writer, so nothing waits here; the rows mark the keys with jobs (the reaper's
 -- heal and ordering_leave read them).
-INSERT INTO outbox_ordering_keys (key_digest, created_at)
-SELECT k.value, {now_ms} FROM json_each(:keys_json) AS k WHERE true
+INSERT INTO outbox_ordering_keys (key_digest)
+SELECT k.value FROM json_each(:keys_json) AS k WHERE true
 ORDER BY k.key
-ON CONFLICT (key_digest) DO UPDATE SET created_at = outbox_ordering_keys.created_at;
+ON CONFLICT (key_digest) DO NOTHING;
 
 -- name: ordering_any_job
 -- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter

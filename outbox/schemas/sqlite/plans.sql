@@ -87,10 +87,9 @@ FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :
 -- name: plan_seed_ordering_keys
 -- n ordering key rows (as many keys with a job in the queue), whose jobs are not seeded:
 -- the reaper's heal must read a page of them, never all.
-INSERT INTO outbox_ordering_keys (key_digest, created_at)
-SELECT printf('%064d', g), c.now_ms - g
-FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n) SELECT g FROM s) AS s,
-    (SELECT {now_ms} AS now_ms) AS c;
+INSERT INTO outbox_ordering_keys (key_digest)
+SELECT printf('%064d', g)
+FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n) SELECT g FROM s) AS s;
 
 -- name: plan_analyze
 -- Fresh statistics and visibility map after the bulk load, as autovacuum leaves them.
