@@ -125,7 +125,7 @@ def in_turn(c: Executor, rows: Sequence[tuple[int, str]]) -> list[tuple[int, str
     SQL queue and the JetStream target both hand off through here."""
     ids = [i for i, _ in rows]
     keys = sorted({k for _, k in rows})
-    found = c.execute("relay_ordering_earlier", {"ids": ids, "keys": keys})
+    found = c.execute("relay_ordering_earlier", {"ids": ids, "keys": keys, "max_id": max(ids)})
     earlier = {str(k): int(m) for k, m in found}
     return [(i, k) for i, k in rows if k not in earlier or i < earlier[k]]
 

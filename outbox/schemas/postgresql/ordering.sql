@@ -46,18 +46,31 @@ WHERE k.key_digest = ANY(CAST(:keys AS varchar[]))
   AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
                   WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1);
 
--- name: relay_block_jobs
--- The relay's keyed rows (outbox ids, :ids) that entered behind another job of their
--- key wait their turn; run after the insert, before the rows leave the outbox.
-UPDATE outbox_jobs SET available_at = available_at + {blocked_offset_ms}
-WHERE message_id IN (
-    SELECT message_id FROM outbox_messages WHERE id = ANY(CAST(:ids AS bigint[])))
-  AND available_at < {blocked_offset_ms};
+-- name: relay_insert_jobs_ordered
+-- relay_insert_jobs for a batch with keyed rows that enter behind another job of their
+-- key (:waiting, outbox ids): those enter already waiting their turn (available_at
+-- shifted by the offset), in the same INSERT. No second write of each waiting row (an
+-- UPDATE after the insert rewrote it and each of its index entries: the relay's
+-- costliest step with many keys).
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority, trace_context, ordering_key)
+SELECT message_id, queue, job_name, payload, 0, max_attempts,
+    coalesce(available_at, clock.now_ms)
+      + CASE WHEN id = ANY(CAST(:waiting AS bigint[])) THEN {blocked_offset_ms} ELSE 0 END,
+    clock.now_ms, priority, trace_context, ordering_key
+FROM outbox_messages,
+    (SELECT {now_ms} AS now_ms) AS clock
+WHERE id = ANY(CAST(:ids AS bigint[])) AND state = 'pending'
+ORDER BY id;
 
 -- name: relay_ordering_earlier
 -- For each key of a batch, its oldest pending intent outside the batch (another relay
 -- holds it, or it was deferred): the batch's later intents of that key wait for it.
+-- Only one older than the batch's newest (:max_id) can hold any of them back, so each
+-- key's range of outbox_messages_ordering stops there: the key's backlog behind the
+-- batch is never read (it was, every batch: 20 intents a key read for 1 moved).
 SELECT ordering_key, min(id) FROM outbox_messages
-WHERE ordering_key = ANY(CAST(:keys AS varchar[])) AND state = 'pending'
+WHERE ordering_key = ANY(CAST(:keys AS varchar[])) AND id < :max_id AND state = 'pending'
   AND NOT (id = ANY(CAST(:ids AS bigint[])))
 GROUP BY ordering_key;

@@ -68,3 +68,23 @@ WITH ins AS (
     RETURNING 1
 )
 SELECT pg_notify('outbox_jobs', '') FROM (SELECT 1 FROM ins LIMIT 1) AS any_row;
+
+-- name: workflow_nodes_show
+-- `outbox workflow show`: every node of a workflow (outbox.db.workflows.show_plan). Each
+-- node's job, result and dead letter by a lookup of its unique message_id, always: as
+-- plain joins the planner hashes the whole queue once a workflow's node count makes
+-- that look cheaper than a lookup per node (200,000 jobs against 1,000 nodes, 1M jobs
+-- against 10,000), and a show then reads every job. LIMIT 1 (the key is unique) keeps
+-- each LATERAL subquery a lookup: without it PostgreSQL flattens it into the join.
+{fragment:workflow_node_columns}
+LEFT JOIN LATERAL (
+    SELECT reserved_by, reserved_at, attempts, available_at, last_error FROM outbox_jobs
+    WHERE message_id = n.node_id LIMIT 1) AS j ON true
+LEFT JOIN LATERAL (
+    SELECT attempts, started_at FROM outbox_job_results
+    WHERE message_id = n.node_id LIMIT 1) AS r ON true
+LEFT JOIN LATERAL (
+    SELECT attempts, exception_class FROM outbox_failed_jobs
+    WHERE message_id = n.node_id LIMIT 1) AS f ON true
+WHERE n.workflow_id = :workflow_id
+ORDER BY n.created_at, n.name;

@@ -65,3 +65,8 @@ SELECT n.node_id, n.queue, n.job_name, n.payload, 0, n.max_attempts, {now_ms}, {
 FROM outbox_workflow_edges e
 JOIN outbox_workflow_nodes n ON n.node_id = e.child_id
 WHERE e.parent_id = :node_id AND n.state = 'waiting' AND n.deps_left = 0;
+
+-- name: workflow_nodes_show
+-- `outbox workflow show`: every node of a workflow (outbox.db.workflows.show_plan).
+{fragment:workflow_node_columns}
+{fragment:workflow_nodes_joins};
