@@ -24,7 +24,8 @@ WHERE EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.ordering_key = k.key_digest)
 -- After jobs of :keys left the queue (their rows locked by ordering_lock): each key with
 -- no job in its turn and no dead letter holding it gives its turn to its waiting job
 -- with the lowest id (the due time it had before it waited). One statement for the
--- batch, in a snapshot taken after the locks; ordering_drop_free follows.
+-- batch, in a snapshot taken after the locks; ordering_drop_free follows, for the keys
+-- not returned (a key given a turn has a job: its row stays).
 UPDATE outbox_jobs SET available_at = available_at - {blocked_offset_ms}
 WHERE available_at >= {blocked_offset_ms} AND id IN (
     SELECT (SELECT w.id FROM outbox_jobs w
@@ -35,7 +36,8 @@ WHERE available_at >= {blocked_offset_ms} AND id IN (
                       WHERE j.ordering_key = k.key_digest
                         AND j.available_at < {blocked_offset_ms})
       AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
-                      WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1));
+                      WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1))
+RETURNING ordering_key;
 
 -- name: ordering_drop_free
 -- ... and the rows of those of :keys with no job left at all (nor a dead letter holding

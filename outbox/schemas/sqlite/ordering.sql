@@ -28,7 +28,8 @@ WHERE available_at >= {blocked_offset_ms} AND id IN (
     WHERE NOT EXISTS (SELECT 1 FROM outbox_jobs j
                       WHERE j.ordering_key = k.value AND j.available_at < {blocked_offset_ms})
       AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
-                      WHERE f.ordering_key = k.value AND f.ordering_held = 1));
+                      WHERE f.ordering_key = k.value AND f.ordering_held = 1))
+RETURNING ordering_key;
 
 -- name: ordering_drop_free
 -- ... and the rows of those of :keys with no job left at all (nor a dead letter holding
