@@ -162,3 +162,20 @@ def test_pause_says_when_the_queue_has_no_keys_on_redis(rq: Any, tmp_path: Path)
     out = cli(tmp_path, "queue", "pause", queue)
     assert out.output.startswith(f"paused queue {queue}; it has no keys on Redis now")
     assert r.exists(names.paused_key(queue))
+
+
+def test_retry_of_a_foreign_dead_letter_by_id_says_it_cannot_run(
+    rq: Any, tmp_path: Path
+) -> None:
+    r, queue = rq
+    r.xadd(names.stream(queue), {"celery": "task"})  # not ours: parked on the dead stream
+    work(queue)
+    [parked] = entries.dead(r, queue)
+    before = snapshot(r, queue)
+    out = cli(tmp_path, "queue", "retry", parked["message_id"])
+    assert out.exit_code == 1
+    assert out.output == (
+        f"error: dead letter {parked['message_id']} is an entry outbox did not write; it "
+        "cannot run (`outbox queue forget` it)\n"
+    )
+    assert snapshot(r, queue) == before
