@@ -63,7 +63,7 @@ class Producer(threading.Thread):
 def test_relays_killed_at_random_leave_every_intent_on_its_stream_once(
     database: Database, db_url: str, redis_url: str, redis_queue: str, tmp_path: Path
 ) -> None:
-    log = tmp_path / "relays.log"
+    log, began = tmp_path / "relays.log", time.monotonic()
     rng = random.Random(os.getpid())
     producer = Producer(db_url, redis_queue, rounds=ROUNDS, per_tx=PER_TX)
     producer.start()
@@ -84,13 +84,13 @@ def test_relays_killed_at_random_leave_every_intent_on_its_stream_once(
         seen = message_ids(client, redis_queue)
     assert len(producer.ids) == ROUNDS * PER_TX
     assert seen == {i: 1 for i in producer.ids}  # none lost, none twice
-    _report(f"SIGKILL relays → Redis ({kills}x)", db_url, len(producer.ids), kills, TRAFFIC)
+    _report(f"SIGKILL relays → Redis ({kills}x)", db_url, len(producer.ids), kills, TRAFFIC, began)
 
 
 def test_a_redis_restart_with_aof_always_loses_nothing_it_acknowledged(
     database: Database, db_url: str, redis_aof: RedisServer, redis_queue: str, tmp_path: Path
 ) -> None:
-    log = tmp_path / "relay.log"
+    log, began = tmp_path / "relay.log", time.monotonic()
     producer = Producer(db_url, redis_queue, rounds=ROUNDS, per_tx=PER_TX)
     proc = start_relay(db_url, redis_aof.url + "?fsync=always", log, "--in-flight", "2")
     producer.start()
@@ -111,14 +111,18 @@ def test_a_redis_restart_with_aof_always_loses_nothing_it_acknowledged(
     assert len(producer.ids) == ROUNDS * PER_TX
     assert seen == {i: 1 for i in producer.ids}
     fault = "redis-server SIGKILLed and restarted from its AOF, appendfsync always (2x)"
-    _report(fault, db_url, len(producer.ids), restarts, TRAFFIC + ", `?fsync=always`, 2 in flight")
+    traffic = TRAFFIC + ", `?fsync=always`, 2 in flight"
+    _report(fault, db_url, len(producer.ids), restarts, traffic, began)
 
 
-def _report(fault: str, db_url: str, committed: int, faults: int, traffic: str) -> None:
+def _report(
+    fault: str, db_url: str, committed: int, faults: int, traffic: str, began: float
+) -> None:
     """The scenario's row of the reliability report; every check above has passed."""
     rows.report(
         rows.Row(
             fault=fault, backend=backend_of(db_url), traffic=traffic, jobs=committed,
             faults=faults, lost=0, double_handoffs=0, extra_executions=None, extra_bound=None,
+            minutes=round((time.monotonic() - began) / 60, 1),
         )
     )

@@ -50,7 +50,8 @@ def test_workers_sigkilled_while_jobs_run_lose_nothing(
     ids = [entries.add_job(r, queue, "t.slow", {"s": 0.15}) for _ in range(JOBS)]
     rng, kills = random.Random(7), 0
     procs = [_worker(db_url, queue, ledger) for _ in range(2)]
-    deadline = time.monotonic() + 90 + JOBS * 0.2
+    began = time.monotonic()
+    deadline = began + 90 + JOBS * 0.2
     try:
         while len(runs(ledger)) < len(ids):
             assert time.monotonic() < deadline, f"{len(ids) - len(runs(ledger))} never ran"
@@ -81,6 +82,7 @@ def test_workers_sigkilled_while_jobs_run_lose_nothing(
             f"p{PREFETCH}, lease 1 s)",
             jobs=len(ids), faults=kills, lost=0, double_handoffs=None,
             extra_executions=extra, extra_bound=kills * (CONCURRENCY + PREFETCH),
+            minutes=round((time.monotonic() - began) / 60, 1),
         )
     )
 
@@ -95,7 +97,8 @@ def test_inbox_workers_killed_between_commit_and_ack_leave_each_business_row_onc
         migrate(c)
     install_ledger(db_url)
     ids = [entries.add_job(r, queue, "harness.tx", {"i": i}) for i in range(JOBS * 3 // 4)]
-    kills, seed, deadline = 0, 0, time.monotonic() + 300 + JOBS  # a liveness bound, loaded
+    began = time.monotonic()
+    kills, seed, deadline = 0, 0, began + 300 + JOBS  # a liveness bound, on a loaded machine
     while entries.left(r, queue) > 0:
         assert time.monotonic() < deadline, f"{entries.left(r, queue)} left"
         procs = []
@@ -120,5 +123,6 @@ def test_inbox_workers_killed_between_commit_and_ack_leave_each_business_row_onc
             jobs=len(ids), faults=kills, lost=0, double_handoffs=None,
             extra_executions=None, extra_bound=None,
             doubled_effects=0,  # each business row once: asserted above
+            minutes=round((time.monotonic() - began) / 60, 1),
         )
     )
