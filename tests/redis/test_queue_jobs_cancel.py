@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import redis
 
 from outbox.db.rows import ClaimedJob
@@ -109,19 +110,21 @@ def test_cancel_dead_letters_a_waiting_job_and_a_delayed_one(
     assert runs(ledger) == {kept: 1, gone: 1}
 
 
+@pytest.mark.slow
 def test_cancel_takes_a_running_job_from_its_worker_which_settles_nothing_after(
     rq: Any, tmp_path: Path, ledger: Path
 ) -> None:
     r, queue = rq
-    slow = entries.add_job(r, queue, "t.slow", {"s": 4})
+    slow = entries.add_job(r, queue, "t.slow", {"s": 8})  # long past the cancel, when loaded
     worker = threading.Thread(target=work, args=(queue,))
     worker.start()
-    deadline = time.monotonic() + 20
-    while listed(tmp_path, queue).get(slow, [""] * 4)[3] != "reserved":
-        assert time.monotonic() < deadline, "the worker never took the job"
-        time.sleep(0.05)
+    deadline = time.monotonic() + 30
+    while not runs(ledger, "start")[slow]:  # the handler is running
+        assert time.monotonic() < deadline, "the worker never started the job"
+        time.sleep(0.02)
+    assert listed(tmp_path, queue)[slow][3] == "reserved"
     done = cli(tmp_path, "queue", "cancel", slow)
-    worker.join(30)
+    worker.join(60)
     said = f"cancelled {slow} (moved to the dead letters); a worker was running it"
     assert done.exit_code == 0 and said in done.output, done.output
     assert runs(ledger) == {slow: 1}  # it ran to its end once, and not again
@@ -179,3 +182,16 @@ def test_retry_of_a_foreign_dead_letter_by_id_says_it_cannot_run(
         "cannot run (`outbox queue forget` it)\n"
     )
     assert snapshot(r, queue) == before
+
+
+def test_the_ready_gauge_counts_entries_no_worker_has_read_yet(rq: Any) -> None:
+    """Before any worker made the stream's group, every entry is ready (a scrape racing
+    the first worker's start read 0 here)."""
+    from outbox.cli.broker_metrics import redis_pending
+    from outbox.redis.connect import parse_url
+
+    r, queue = rq
+    entries.add_jobs(r, queue, 3)
+    assert redis_pending(parse_url(entries.URL))([queue]) == {queue: 3}
+    deliver(r, queue, 1)
+    assert redis_pending(parse_url(entries.URL))([queue]) == {queue: 2}
