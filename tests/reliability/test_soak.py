@@ -31,7 +31,9 @@ import pymysql
 import pytest
 
 from tests.fixtures import databases as backends
+from tests.fixtures.claim_probe import ClaimProbe
 from tests.fixtures.fault_harness import (
+    QUEUE,
     WORKER_READY,
     check_delivery,
     fetch,
@@ -371,11 +373,12 @@ def test_soak_deadlock_storm(backend: str, soak_url: str, tmp_path: Path) -> Non
     assert row.faults > 0, "no deadlock happened; nothing was proved"
 
 
-def _held(connect: Callable[[], Any], begin: str, read: str) -> Callable[
+def _held(url: str, connect: Callable[[], Any], begin: str, read: str) -> Callable[
     [], contextlib.AbstractContextManager[dict[str, Any]]
 ]:
     """A snapshot held open beside the run: ``begin``, one read, then nothing until the
-    producers are done and the crew drained."""
+    producers are done and the crew drained. The claim's own latency is probed beside it
+    (``ClaimProbe``): the figure a held horizon moves first."""
 
     @contextlib.contextmanager
     def hold() -> Iterator[dict[str, Any]]:
@@ -386,10 +389,13 @@ def _held(connect: Callable[[], Any], begin: str, read: str) -> Callable[
         cur.fetchall()
         since = time.monotonic()
         seen: dict[str, Any] = {"faults": 1}
+        probe = ClaimProbe(url, QUEUE)
         try:
-            yield seen
+            with probe.running():
+                yield seen
         finally:
             seen["held minutes"] = round((time.monotonic() - since) / 60, 1)
+            seen |= probe.figures()
             cur.execute("ROLLBACK")
             conn.close()
 
@@ -406,6 +412,7 @@ def test_soak_held_xmin_horizon(pg_private: PgCluster, tmp_path: Path) -> None:
     stuck session) for the whole run: nothing it holds back may lose or stall a job."""
     url = _private_pg_db(pg_private, "soak_xmin")
     hold = _held(
+        url,
         lambda: psycopg.connect(url, autocommit=True),  # the BEGIN below is the only one
         "BEGIN ISOLATION LEVEL REPEATABLE READ",
         "SELECT count(*) FROM harness_orders",
@@ -421,6 +428,7 @@ def test_soak_long_read_view(mariadb_private: MariaDb, tmp_path: Path) -> None:
     cannot remove the queue's deleted rows."""
     url = _private_mariadb_db(mariadb_private, "soak_read_view")
     hold = _held(
+        url,
         lambda: backends.raw_connect(url),
         "START TRANSACTION WITH CONSISTENT SNAPSHOT",
         "SELECT count(*) FROM harness_orders",
