@@ -55,6 +55,12 @@ _BLOCK_MAX_S = 1.0  # a blocking read's longest wait: a stop or a resume is seen
 # (a script over the bands), so a window of two (a cap of one, prefetched once) paid one
 # per job; 64 entries pay one per 32 jobs. A graceful stop hands them back unspent.
 DEFAULT_PREFETCH = 64
+# How long the first ack of a burst waits for others before they go in one round trip: a
+# socket write from the loop could wait for the GIL behind a handler thread (up to the
+# interpreter's switch interval), so fewer writes a job is what a drain gains most from.
+# The entries stay pending meanwhile, well within their lease.
+ACK_GATHER_S = 0.005
+ACK_GATHER_MAX = 32
 
 
 @dataclass(slots=True, eq=False)
@@ -284,6 +290,8 @@ class RedisLane(BrokerLane[Entry]):
             self._send(self._send_acks)
 
     async def _send_acks(self) -> None:
+        if not self._closed and sum(map(len, self._acks.values())) < ACK_GATHER_MAX:
+            await asyncio.sleep(ACK_GATHER_S)
         acks, self._acks = self._acks, {}
         async with self.r.pipeline(transaction=False) as pipe:
             for i, ids in acks.items():
