@@ -1,94 +1,194 @@
-"""Encryption at rest, on vs off, same run: ``record()`` in its own transaction and a
-worker draining pushed jobs, on SQLite (a file in a temporary folder), rounds
-interleaved so drift on a shared machine hits both sides alike.
+"""Encryption at rest and typed jobs, each against its comparator in the same run.
 
-    python -m bench.encryption [--jobs 2000] [--rounds 3]
+    python -m bench.encryption [--backend sqlite|postgresql] [--jobs 2000]
+        [--drain-jobs 20000] [--rounds 7] [--folder DIR]
 
-Targets (issue 42): record txn <= 1.05x off, drain >= 0.9x off (throughput).
+Three sides, each sample a fresh process (``bench/w_encryption.py``) on tables emptied
+first, in interleaved rounds whose order rotates (a warm-up round is not counted):
+
+- ``off``: this tree, no keyring (encryption off);
+- ``on``: this tree, a keyring of one key (every payload sealed on record, opened per job);
+- ``base``: this tree's ``outbox`` copied, with the typed-jobs commit's hook in
+  ``outbox/job.py`` and ``outbox/queue/execute.py`` taken out again (``git apply -R`` of
+  that commit's diff of those files), no keyring. ``off`` against ``base`` is what the
+  typed-jobs code costs an untyped job; nothing else differs between the two.
+
+``normalise()`` of an untyped job alone (best of 7 repeats, no database): where the
+typed-jobs hook sits, so ``off`` against ``base`` there is its cost without SQL's noise.
+Two measures end to end: ``record()`` in its own transaction (µs a transaction, BEGIN ... COMMIT on
+a DB-API connection), and one worker with default settings draining pushed no-op jobs
+(jobs/s); each also as the process's CPU µs a transaction / a job (``*_cpu``), steadier
+than wall time on a loaded machine. Ratios are of medians; the spread is the min..max of
+the per-round ratios.
+Targets (issue 42): record txn on/off <= 1.05, drain on/off >= 0.90; off/base within
++-3% on both.
 """
 
 from __future__ import annotations
 
 import argparse
-import sqlite3
+import os
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from outbox import Job, Registry, push, record, sealing
-from outbox.db.connection import Database
-from outbox.db.migrate import migrate
-from outbox.queue import Worker, WorkerConfig
+from bench import servers
 
-KEY = bytes(range(32))
-PAYLOAD = {"user_id": 42, "email": "someone@example.com", "items": list(range(10))}
-registry = Registry()
-
-
-@registry.job("bench.enc")
-def noop(payload: Any, ctx: Any) -> None:
-    return None
-
-
-def _database(folder: Path, name: str) -> tuple[Database, str]:
-    path = folder / f"{name}.db"
-    db = Database(f"sqlite:///{path}")
-    with db.connect() as c:
-        migrate(c)
-    return db, str(path)
-
-
-def _record(path: str, jobs: int, tag: str) -> float:
-    """Mean seconds per record() transaction (BEGIN ... record ... COMMIT)."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    began = time.perf_counter()
-    for i in range(jobs):
-        conn.execute("BEGIN")
-        record(conn, f"{tag}:{i}", Job("bench.enc", {**PAYLOAD, "n": i}))
-        conn.execute("COMMIT")
-    spent = time.perf_counter() - began
-    conn.close()
-    return spent / jobs
+ROOT = Path(__file__).resolve().parents[1]
+CHILD = Path(__file__).with_name("w_encryption.py")
+TYPED_COMMIT = "3a51e74"  # "Typed jobs (outbox/typed.py) ...": the hook's only commit
+HOOK_FILES = ("outbox/job.py", "outbox/queue/execute.py")
+SIDES = ("off", "on", "base")
+MEASURES = ("record", "drain", "normalise")
+UNITS = {
+    "record": "us/txn",
+    "drain": "jobs/s",
+    "normalise": "us/call",
+    "record_cpu": "cpu us/txn",
+    "drain_cpu": "cpu us/job",
+}
+TARGETS = {  # (measure, numerator, denominator, bound, higher_is_better)
+    "record txn, on/off": ("record", "on", "off", 1.05, False),
+    "drain, on/off": ("drain", "on", "off", 0.90, True),
+    "record txn, off/base": ("record", "off", "base", 1.03, False),
+    "drain, off/base": ("drain", "off", "base", 0.97, True),
+    # CPU per unit of work: lower is better; drain's bound is the jobs/s bound inverted
+    "record cpu, on/off": ("record_cpu", "on", "off", 1.05, False),
+    "drain cpu/job, on/off": ("drain_cpu", "on", "off", 1 / 0.90, False),
+    "record cpu, off/base": ("record_cpu", "off", "base", 1.03, False),
+    "drain cpu/job, off/base": ("drain_cpu", "off", "base", 1.03, False),
+    # normalise() alone, best of 7 repeats: where the hook is, without SQL's noise
+    "normalise, off/base": ("normalise", "off", "base", 1.03, False),
+}
 
 
-def _drain(db: Database, path: str, jobs: int) -> float:
-    """Jobs per second for one worker draining ``jobs`` pushed jobs."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("BEGIN")
-    for i in range(jobs):
-        push(conn, Job("bench.enc", {**PAYLOAD, "n": i}))
-    conn.execute("COMMIT")
-    conn.close()
-    began = time.perf_counter()
-    with Worker(db, registry, WorkerConfig(stop_when_empty=True, sleep=0.01)) as w:
-        w.run()
-    return jobs / (time.perf_counter() - began)
+def base_tree(folder: Path) -> Path:
+    """This tree's ``outbox`` with the typed-jobs hook reverted, under ``folder``."""
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "outbox", folder / "outbox", ignore=skip)
+    diff = subprocess.run(
+        ["git", "-C", str(ROOT), "show", "--format=", TYPED_COMMIT, "--", *HOOK_FILES],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    subprocess.run(["git", "apply", "-R"], cwd=folder, input=diff, text=True, check=True)
+    return folder
+
+
+def _sample(
+    measure: str, side: str, url: str, jobs: int, tag: str, base: Path
+) -> tuple[float, float]:
+    tree = base if side == "base" else ROOT
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": ""}
+    env.pop("OUTBOX_ENCRYPTION_KEYS", None)
+    env.pop("OUTBOX_ENCRYPTION_KEYRING", None)
+    child = "off" if side == "base" else side
+    out = subprocess.run(
+        [sys.executable, str(CHILD), measure, child, url, str(jobs), tag],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"{measure}/{side} failed:\n{out.stdout}{out.stderr}")
+    wall, cpu = out.stdout.strip().splitlines()[-1].split()
+    return float(wall), float(cpu)
+
+
+def _databases(backend: str, folder: Path) -> dict[str, str]:
+    """One migrated database per side (SQLite: a file in ``folder``)."""
+    from outbox.db.connection import Database
+    from outbox.db.migrate import migrate
+
+    urls = {}
+    for side in SIDES:
+        if backend == "sqlite":
+            url = f"sqlite:///{folder / side}.db"
+        else:
+            url = servers.fresh("postgresql", f"bench_enc_{side}")
+        with Database(url).connect() as c:
+            migrate(c)
+        urls[side] = url
+    return urls
+
+
+def run(
+    backend: str, jobs: dict[str, int], rounds: int, folder: str | None
+) -> dict[str, dict[str, list[float]]]:
+    samples: dict[str, dict[str, list[float]]] = {m: {s: [] for s in SIDES} for m in UNITS}
+    cases = [(m, s) for m in MEASURES for s in SIDES]
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        base = base_tree(Path(tmp) / "base")
+        urls = _databases(backend, Path(tmp))
+        try:
+            for r in range(-1, rounds):  # round -1: warm-up, not counted
+                shift = (r + 1) % len(cases)
+                for measure, side in cases[shift:] + cases[:shift]:
+                    value, cpu = _sample(measure, side, urls[side], jobs[measure], f"r{r}", base)
+                    if r >= 0:
+                        samples[measure][side].append(value)
+                        if f"{measure}_cpu" in samples:
+                            samples[f"{measure}_cpu"][side].append(cpu)
+                    print(f"  round {r + 1}/{rounds} {measure:<6} {side:<4} {value:>10.1f}"
+                          f"  cpu {cpu:>8.1f} us", flush=True)  # fmt: skip
+                if r >= 1:  # the table so far: a run stopped early still reports
+                    report(samples)
+        finally:
+            servers.drop_all()
+    return samples
+
+
+def report(samples: dict[str, dict[str, list[float]]]) -> None:
+    print(f"\n{'measure':<12}{'unit':<12}" + "".join(f"{s:>10}" for s in SIDES))
+    for m, unit in UNITS.items():
+        medians = "".join(f"{statistics.median(samples[m][s]):>10.1f}" for s in SIDES)
+        print(f"{m:<12}{unit:<12}{medians}")
+    print(f"\n{'ratio':<25}{'median':>8}{'spread':>16}  target   verdict", flush=True)
+    for name, (m, top, bottom, bound, higher) in TARGETS.items():
+        a, b = samples[m][top], samples[m][bottom]
+        ratio = statistics.median(a) / statistics.median(b)
+        per_round = [x / y for x, y in zip(a, b, strict=True)]
+        lo, hi = min(per_round), max(per_round)
+        sign = ">=" if higher else "<="
+        verdict = _verdict([_within(v, bound, higher) for v in (lo, hi)])
+        shown = f"{bound:.3f}".rstrip("0")
+        print(f"{name:<25}{ratio:>8.3f}{f'{lo:.3f}..{hi:.3f}':>16}  {sign} {shown:<6} {verdict}")
+
+
+def _within(value: float, bound: float, higher: bool) -> bool:
+    return value >= bound if higher else value <= bound
+
+
+def _verdict(ends: list[bool]) -> str:
+    """As bench.core says it: met when the whole spread is within, missed when none is."""
+    return "met" if all(ends) else "missed" if not any(ends) else "borderline"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--jobs", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--jobs", type=int, default=2000, help="record() transactions a sample")
+    parser.add_argument("--drain-jobs", type=int, default=20000, help="jobs drained a sample")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--folder", help="where SQLite's files go (default: the temp folder)")
     args = parser.parse_args()
-    rec: dict[str, list[float]] = {"off": [], "on": []}
-    drain: dict[str, list[float]] = {"off": [], "on": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            for side in ("off", "on"):
-                sealing.configure({"k1": KEY} if side == "on" else None)
-                db, path = _database(Path(tmp), f"{side}{r}")
-                rec[side].append(_record(path, args.jobs, f"{side}{r}"))
-                drain[side].append(_drain(db, path, args.jobs))
-    sealing.reset()
-    r_off, r_on = statistics.median(rec["off"]), statistics.median(rec["on"])
-    d_off, d_on = statistics.median(drain["off"]), statistics.median(drain["on"])
-    print(f"SQLite file, {args.jobs} jobs x {args.rounds} rounds (medians), default settings")
-    print(f"{'measure':<28}{'off':>12}{'on':>12}{'on/off':>9}  target")
-    ratio = r_on / r_off
-    print(f"{'record() txn, us':<28}{r_off * 1e6:>12.1f}{r_on * 1e6:>12.1f}{ratio:>9.3f}  <= 1.05")
-    print(f"{'worker drain, jobs/s':<28}{d_off:>12.0f}{d_on:>12.0f}{d_on / d_off:>9.3f}  >= 0.90")
+    began = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load = os.getloadavg()
+    jobs = {"record": args.jobs, "drain": args.drain_jobs, "normalise": 20000}
+    samples = run(args.backend, jobs, args.rounds, args.folder)
+    end_load = os.getloadavg()
+    where = f" (files in {args.folder})" if args.folder and args.backend == "sqlite" else ""
+    print(f"\n{args.backend}{where}, {args.jobs} record() / {args.drain_jobs} drained a sample,"
+          f" {args.rounds} rounds (medians), default settings; started {began},"
+          f" load {load[0]:.1f} -> {end_load[0]:.1f}")  # fmt: skip
+    report(samples)
 
 
 if __name__ == "__main__":

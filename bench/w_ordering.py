@@ -1,4 +1,5 @@
-"""Workloads of the ``ordering`` scenario: drains of keyless and of ordered no-op jobs."""
+"""Workloads of the ``ordering`` scenario: drains of keyless and of ordered no-op jobs, and
+the intents its relay cases hand off (the relays and JetStream workers are ``bench.w_nats``')."""
 
 from __future__ import annotations
 
@@ -7,7 +8,18 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from bench.data import JOB_COLUMNS, JOB_NAME, QUEUE, job_rows, load
+from bench.data import (
+    CREATED_AT,
+    INTENT_COLUMNS,
+    JOB_COLUMNS,
+    JOB_NAME,
+    KEY_COLUMNS,
+    QUEUE,
+    job_rows,
+    key_rows,
+    load,
+    payload,
+)
 
 
 def ordered_rows(count: int, keys: int) -> Iterator[tuple[Any, ...]]:
@@ -21,13 +33,37 @@ def ordered_rows(count: int, keys: int) -> Iterator[tuple[Any, ...]]:
         yield (*row[:6], BLOCKED_OFFSET_MS if waiting else 0, row[7], digests[i % keys])
 
 
+def ordered_intents(count: int, keys: int) -> list[tuple[Any, ...]]:
+    """``count`` pending intents (``bench.data.intent_rows``' columns, then the ordering
+    key's digest) spread over ``keys`` ordering keys in turn, built as ``record()`` builds
+    them (the key is part of the fingerprint the relay verifies); ``keys`` 0: none."""
+    from outbox.job import Job
+    from outbox.record import Intent
+
+    rows = []
+    for i in range(count):
+        key = f"bench:{i % keys}" if keys else None
+        job = Job(JOB_NAME, payload(i), queue=QUEUE, ordering_key=key)
+        it = Intent.build(f"bench:ordering:{i}", job, 0)
+        rows.append((it.message_id, it.key_digest, it.fingerprint, it.job_name, it.queue,
+                     it.payload, it.max_attempts, it.available_at, "pending", CREATED_AT, 1,
+                     it.ordering_key))
+    return rows
+
+
+def load_intents(conn: Any, rows: list[tuple[Any, ...]]) -> None:
+    """``ordered_intents`` rows into ``outbox_messages`` with their key rows."""
+    load(conn, "outbox_keys", KEY_COLUMNS, key_rows(rows))
+    load(conn, "outbox_messages", INTENT_COLUMNS + ", ordering_key", iter(rows))
+
+
 def load_ordered(conn: Any, count: int, keys: int, queue_suffix: str = "") -> None:
     rows = ordered_rows(count, keys)
     if queue_suffix:
         rows = ((r[0], r[1] + queue_suffix, *r[2:]) for r in rows)
     load(conn, "outbox_jobs", JOB_COLUMNS + ", ordering_key", rows)
     digests = {hashlib.sha256(f"bench:{k}".encode()).hexdigest() for k in range(keys)}
-    load(conn, "outbox_ordering_keys", "key_digest, created_at", ((d, 0) for d in digests))
+    load(conn, "outbox_ordering_keys", "key_digest", ((d,) for d in digests))
 
 
 def worker(url: str, concurrency: int, prefetch: int | None) -> Callable[[], Any]:

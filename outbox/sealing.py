@@ -67,7 +67,13 @@ NONCE_BYTES = 12
 TAG_BYTES = 16
 KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _PREFIX = f'{MARKER}"{VERSION}:'
+_PREFIX_LEN = len(_PREFIX)
 _SUFFIX = '"}'
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+_SHA256_BLOCK = 64
+_b2a = binascii.b2a_base64
+_a2b = binascii.a2b_base64
 
 KeySource = Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None
 _log = structlog.get_logger("outbox.sealing")
@@ -76,7 +82,8 @@ _log = structlog.get_logger("outbox.sealing")
 class _Key(NamedTuple):
     key_id: str
     aead: Any  # cryptography's AESGCM
-    nonce_key: bytes
+    inner: Any  # HMAC-SHA256 under the nonce key, its two padded-key states (RFC 2104)
+    outer: Any
     aad: bytes
     prefix: str  # the envelope text up to the ciphertext
 
@@ -109,15 +116,15 @@ class Keyring:
         """``text`` as an envelope under the first key (or ``key_id``)."""
         key = self._first if key_id is None else self._keys[key_id]
         data = text.encode()
-        nonce = hmac.new(key.nonce_key, data, hashlib.sha256).digest()[:NONCE_BYTES]
+        nonce = _nonce(key, data)
         sealed = nonce + key.aead.encrypt(nonce, data, key.aad)
-        return key.prefix + base64.urlsafe_b64encode(sealed).decode() + _SUFFIX
+        return key.prefix + _b2a(sealed, newline=False).translate(_TO_URLSAFE).decode() + _SUFFIX
 
     def open(self, text: str) -> str:
         """The plaintext of an envelope; a plaintext ``text`` as it is."""
         if not text.startswith(MARKER):
             return text
-        key_id, sealed = _parse(text)
+        key_id, sealed = _split(text)
         key = self._keys.get(key_id)
         if key is None:
             raise _missing(key_id)
@@ -125,6 +132,27 @@ class Keyring:
             return key.aead.decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], key.aad).decode()  # type: ignore[no-any-return]
         except Exception:  # InvalidTag, or bytes that are not UTF-8
             raise TamperedPayload(key_id) from None
+
+
+def _nonce(key: _Key, data: bytes) -> bytes:
+    """HMAC-SHA256(nonce key, data), first 12 bytes: from the key's padded states copied,
+    not set up again per call (hmac.new or hmac.digest spend ~6 us of a ~9 us seal
+    doing that; this is ~1.5 us, and the same bytes)."""
+    inner = key.inner.copy()
+    inner.update(data)
+    outer = key.outer.copy()
+    outer.update(inner.digest())
+    return outer.digest()[:NONCE_BYTES]  # type: ignore[no-any-return]
+
+
+def _hmac_states(key: bytes) -> tuple[Any, Any]:
+    """The inner and outer SHA-256 states of HMAC under ``key`` (32 bytes, under the
+    64-byte block: zero-padded, never hashed first)."""
+    padded = key.ljust(_SHA256_BLOCK, b"\0")
+    return (
+        hashlib.sha256(bytes(b ^ 0x36 for b in padded)),
+        hashlib.sha256(bytes(b ^ 0x5C for b in padded)),
+    )
 
 
 def _build(key_id: str, key: object) -> _Key:
@@ -146,7 +174,7 @@ def _build(key_id: str, key: object) -> _Key:
     enc = hmac.new(raw, b"outbox aes-256-gcm", hashlib.sha256).digest()
     nonce_key = hmac.new(raw, b"outbox synthetic nonce", hashlib.sha256).digest()
     aad = f"outbox:{VERSION}:{key_id}".encode()
-    return _Key(key_id, AESGCM(enc), nonce_key, aad, f"{_PREFIX}{key_id}:")
+    return _Key(key_id, AESGCM(enc), *_hmac_states(nonce_key), aad, f"{_PREFIX}{key_id}:")
 
 
 def check_key_id(key_id: object) -> str:
@@ -163,6 +191,21 @@ def check_key_id(key_id: object) -> str:
             f"encryption key id {key_id!r} must be 1-64 characters of A-Z a-z 0-9 _ . -"
         )
     return key_id
+
+
+def _split(text: str) -> tuple[str, bytes]:
+    """(key id, nonce || ciphertext) of an envelope as ``Keyring.seal`` writes it, cut
+    out by position (no JSON parse: the worker opens one per job); any other text that
+    starts like an envelope goes through ``_parse``, which says what is wrong with it."""
+    end = text.find(":", _PREFIX_LEN) if text.startswith(_PREFIX) else -1
+    if end > 0 and text.endswith(_SUFFIX):
+        try:
+            sealed = _a2b(text[end + 1 : -2].encode().translate(_FROM_URLSAFE), strict_mode=True)
+        except (binascii.Error, ValueError):
+            sealed = b""
+        if len(sealed) >= NONCE_BYTES + TAG_BYTES:
+            return text[_PREFIX_LEN:end], sealed
+    return _parse(text)
 
 
 def _parse(text: str) -> tuple[str, bytes]:
@@ -185,8 +228,11 @@ def _parse(text: str) -> tuple[str, bytes]:
     return key_id, sealed
 
 
-def _missing(key_id: str) -> MissingKey:
-    """The error, and its one log line, for an envelope whose key is not in the ring."""
+def _missing(key_id: str) -> MissingKey | TamperedPayload:
+    """The error, and its one log line, for an envelope whose key is not in the ring; an
+    id no key could have is a tampered envelope (and is not written to the log)."""
+    if not KEY_ID_PATTERN.fullmatch(key_id):
+        return TamperedPayload("?")
     _log.warning("sealing.missing_key", key_id=key_id)
     return MissingKey(key_id)
 
@@ -328,7 +374,7 @@ def open_text(text: str) -> str:
         return text
     ring = active()
     if ring is None:
-        key_id, _ = _parse(text)
+        key_id, _ = _split(text)
         raise _missing(key_id)
     return ring.open(text)
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from outbox import sealing
+from outbox.db import keys
 from outbox.db.connection import Connection
 from outbox.db.rows import QueueCounts
 
 __all__ = [
     "STATUS_SCHEMA_VERSION",
-    "OutboxCounts", "QueueCounts", "Status", "WorkflowCounts", "pending_count", "queue_counts",
-    "status"]
+    "EncryptionCounts", "OutboxCounts", "QueueCounts", "Status", "WorkflowCounts",
+    "encryption_counts", "pending_count", "queue_counts", "status"]
 
 # The version of the shape ``status --json`` prints; a change to it bumps this.
 STATUS_SCHEMA_VERSION = 1
@@ -77,6 +79,59 @@ class WorkflowCounts:
     waiting_nodes: int = 0
 
 
+PLAINTEXT = "plaintext"
+
+
+@dataclass(frozen=True, slots=True)
+class EncryptionCounts:
+    """Whether this process encrypts (its keyring's ids, never a key), and the stored
+    rows per key id in each table that holds payloads (``outbox.db.keys.status``; the
+    key ``None`` counts plaintext rows). The rows are what the database holds whatever
+    this process's keyring is: an operator sees what a key still protects, and which
+    stored keys this process could not open."""
+
+    sealing_key: str | None = None
+    keyring: tuple[str, ...] = ()
+    tables: dict[str, dict[str | None, int]] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> dict[str | None, int]:
+        """Rows per key id over every table."""
+        out: dict[str | None, int] = {}
+        for counts in self.tables.values():
+            for key_id, n in counts.items():
+                out[key_id] = out.get(key_id, 0) + n
+        return out
+
+    @property
+    def not_in_keyring(self) -> list[str]:
+        """Key ids of stored rows that this process's keyring does not have."""
+        return sorted(k for k in self.rows if k is not None and k not in self.keyring)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "on": self.sealing_key is not None,
+            "sealing_key": self.sealing_key,
+            "keyring": list(self.keyring),
+            "rows": {PLAINTEXT if k is None else k: n for k, n in sorted_rows(self.rows)},
+            "not_in_keyring": self.not_in_keyring,
+        }
+
+
+def sorted_rows(rows: dict[str | None, int]) -> list[tuple[str | None, int]]:
+    """Key ids in name order, plaintext last."""
+    return sorted(rows.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
+
+
+def encryption_counts(conn: Connection) -> EncryptionCounts:
+    """This process's keyring, and stored rows per key id (a scan of each table that
+    holds payloads: an operator's question, like ``status`` itself)."""
+    ring = sealing.active()
+    if ring is None:
+        return EncryptionCounts(None, (), keys.status(conn))
+    return EncryptionCounts(ring.current, ring.ids, keys.status(conn))
+
+
 @dataclass(frozen=True, slots=True)
 class Status:
     """Counts by state, the oldest pending intent's age, and per-queue job counts."""
@@ -85,6 +140,7 @@ class Status:
     queues: dict[str, QueueCounts] = field(default_factory=dict)
     ordering: OrderingCounts = field(default_factory=OrderingCounts)
     workflows: WorkflowCounts = field(default_factory=WorkflowCounts)
+    encryption: EncryptionCounts = field(default_factory=EncryptionCounts)
 
     @property
     def dead(self) -> int:
@@ -101,7 +157,8 @@ class Status:
         ``ordering`` (jobs waiting for their ordering key's turn, keys dead letters
         block), present only when a job waits or a key is blocked, and ``workflows``
         (workflows not finished, their nodes waiting for a dependency), present only
-        when a workflow runs.
+        when a workflow runs. So was ``encryption`` (always present): whether this
+        process encrypts and with which key id, and stored rows per key id.
         """
         outbox = asdict(self.outbox)
         outbox["quarantined"] = self.outbox.failed
@@ -123,6 +180,7 @@ class Status:
             }
         if self.workflows.running:  # added within version 1, only when one runs
             out["workflows"] = asdict(self.workflows)
+        out["encryption"] = self.encryption.as_dict()  # added within version 1
         return out
 
 
@@ -150,6 +208,7 @@ def status(conn: Connection) -> Status:
         {q.queue: q for q in queue_counts(conn)},
         ordering_counts(conn),
         WorkflowCounts(*conn.driver.workflow_counts()),
+        encryption_counts(conn),
     )
 
 

@@ -215,13 +215,32 @@ def _pydantic_dump(cls: Any, value: Any) -> dict[str, Any]:
 
     try:
         model = cls.model_validate(value if isinstance(value, Mapping) else value.model_dump())
-        return dict(model.model_dump(mode="json"))
     except ValidationError as exc:
         raise _pydantic_error(cls.__name__, exc) from None
     except (TypeError, ValueError, AttributeError) as exc:
         raise InvalidJob(
             f"payload of {cls.__name__} cannot be serialised: {type(exc).__name__}"
         ) from None
+    try:
+        return dict(model.model_dump(mode="json"))
+    except (TypeError, ValueError) as exc:  # PydanticSerializationError is a ValueError
+        where = _unserialisable_field(model)
+        field = "" if where is None else f" field {where!r}"
+        raise InvalidJob(
+            f"payload{field} of {cls.__name__} cannot be serialised to JSON "
+            f"({type(exc).__name__})"
+        ) from None
+
+
+def _unserialisable_field(model: Any) -> str | None:
+    """The first field of ``model`` that does not dump to JSON on its own (pydantic's
+    error says which type failed, not where): probed only once a dump has failed."""
+    for name in type(model).model_fields:
+        try:
+            model.model_dump(mode="json", include={name})
+        except (TypeError, ValueError):
+            return str(name)
+    return None
 
 
 def _pydantic_load(cls: Any, data: dict[str, Any]) -> Any:
@@ -272,7 +291,7 @@ def _wrong(path: str, tp: Any, value: Any) -> InvalidJob:
 
 def _convert(value: Any, tp: Any, path: str, *, loading: bool) -> Any:
     if tp is Any:
-        return value
+        return value if loading else _any_json(value, path)
     if tp is None or tp is type(None):
         if value is None:
             return None
@@ -309,6 +328,16 @@ def _convert(value: Any, tp: Any, path: str, *, loading: bool) -> Any:
     if dataclasses.is_dataclass(tp) or typing.is_typeddict(tp):
         return _record(value, tp, path, loading)
     raise _wrong(path, tp, value)
+
+
+def _any_json(value: Any, path: str) -> Any:
+    """A field annotated ``Any`` holds any JSON value: checked here, so the error names
+    the field (``canonical_json`` would say only what is wrong, not where)."""
+    try:
+        _job_module._check_value(value, depth=0)
+    except InvalidJob as exc:
+        raise InvalidJob(f"payload field {path!r}: {exc}") from None
+    return value
 
 
 def _record(value: Any, tp: Any, path: str, loading: bool) -> Any:

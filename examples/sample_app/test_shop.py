@@ -7,7 +7,7 @@ from sqlalchemy import func, select
 
 from shop import jobs
 from shop.models import Email
-from shop.service import register_user
+from shop.service import register_user, send_receipt
 
 
 def emails(session):
@@ -42,6 +42,19 @@ def test_a_crm_outage_retries_and_never_blocks_the_email(session, outbox, monkey
     monkeypatch.setitem(jobs.outage, "crm", False)
     outbox.clock.advance(5)  # the default backoff's first retry bound
     assert outbox.run_pending(session).done == 1
+
+
+def test_a_receipt_is_a_typed_job_checked_when_recorded(session, outbox):
+    user = register_user(session, "ada@example.com")
+    send_receipt(session, user, 7, [("tea", 2, 450)])
+    outbox.assert_recorded(session, "shop.receipt", {
+        "order_id": 7, "user_id": user.id, "lines": [{"sku": "tea", "quantity": 2,
+        "unit_cents": 450}], "total_cents": 900, "currency": "EUR", "note": None,
+        "_version": 2}, queue="mail")
+    with pytest.raises(ValueError, match="'lines\\[0\\].sku'"):
+        send_receipt(session, user, 8, [(None, 2, 450)])
+    assert outbox.run_pending(session).done == 3
+    assert emails(session) == 2
 
 
 def test_the_nightly_job_runs_once_a_night(session, outbox):

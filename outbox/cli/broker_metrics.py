@@ -115,8 +115,12 @@ async def _redis_pending(url: RedisUrl, queues: list[str]) -> dict[str, int]:
         for queue in queues:
             out[queue] = 0
             for stream in redis_names.band_streams(queue):
-                groups = await r.xinfo_groups(stream) if await r.exists(stream) else []
-                out[queue] += sum(int(g.get("lag") or 0) for g in groups)
+                if not await r.exists(stream):
+                    continue
+                lags = [int(g.get("lag") or 0) for g in await r.xinfo_groups(stream)
+                        if g.get("name") in (redis_names.GROUP, redis_names.GROUP.encode())]
+                # No group yet (no worker has read the stream): every entry is undelivered.
+                out[queue] += lags[0] if lags else int(await r.xlen(stream))
         return out
     finally:
         await r.aclose()

@@ -13,10 +13,11 @@ import click
 import orjson
 
 from outbox import sealing
+from outbox import status as outbox_status
 from outbox.cli.context import CliContext, pass_cli
 from outbox.db import keys
 
-PLAINTEXT = "plaintext"
+PLAINTEXT = outbox_status.PLAINTEXT
 
 
 @click.group("keys")
@@ -31,31 +32,49 @@ def status_command(cli: CliContext, as_json: bool) -> None:
     """Rows per key id in each table ("plaintext": not encrypted), and the key that
     encrypts now."""
     with cli.connect() as conn:
-        found = keys.status(conn)
-    ring = sealing.active()
-    tables = {t: {k or PLAINTEXT: n for k, n in counts.items()} for t, counts in found.items()}
-    totals: dict[str, int] = {}
-    for counts in tables.values():
-        for key_id, n in counts.items():
-            totals[key_id] = totals.get(key_id, 0) + n
+        enc = outbox_status.encryption_counts(conn)
+    tables = {t: _named(counts) for t, counts in enc.tables.items()}
     if as_json:
         data = {
-            "current": None if ring is None else ring.current,
-            "keyring": [] if ring is None else list(ring.ids),
-            "keys": totals,
+            "current": enc.sealing_key,
+            "keyring": list(enc.keyring),
+            "keys": _named(enc.rows),
             "tables": tables,
         }
         click.echo(orjson.dumps(data).decode())
         return
-    current = "nothing (encryption is off)" if ring is None else ring.current
-    click.echo(f"encrypting with: {current}")
-    known = set(() if ring is None else ring.ids)
-    for key_id, n in sorted(totals.items()):
-        note = "" if key_id == PLAINTEXT or key_id in known else "  (not in the keyring)"
-        click.echo(f"{key_id:<24} {n:>10,} rows{note}")
+    click.echo(f"encrypting with: {enc.sealing_key or 'nothing (encryption is off)'}")
+    for key_id, n in outbox_status.sorted_rows(enc.rows):
+        note = "  (not in the keyring)" if key_id in enc.not_in_keyring else ""
+        click.echo(f"{key_id or PLAINTEXT:<24} {n:>10,} rows{note}")
     for table, counts in tables.items():
-        shown = ", ".join(f"{k} {n:,}" for k, n in sorted(counts.items())) or "empty"
+        shown = ", ".join(f"{k} {n:,}" for k, n in counts.items()) or "empty"
         click.echo(f"  {table:<22} {shown}")
+
+
+def _named(rows: dict[str | None, int]) -> dict[str, int]:
+    return {k or PLAINTEXT: n for k, n in outbox_status.sorted_rows(rows)}
+
+
+def echo_encryption(enc: outbox_status.EncryptionCounts) -> None:
+    """``outbox status``'s lines on encryption: this process's key ids (never a key) and
+    the stored rows per key id, those this process cannot open marked. Only when it
+    matters: this process has a keyring, or some stored row is encrypted (``--json``
+    always has them)."""
+    if enc.sealing_key is None and not any(k is not None for k in enc.rows):
+        return
+    click.echo("")
+    if enc.sealing_key is None:
+        click.echo("encryption: off in this process (no keyring)")
+    else:
+        ring = ", ".join(enc.keyring)
+        click.echo(f"encryption: on, encrypting with {enc.sealing_key} (keyring: {ring})")
+    shown = [
+        f"{key_id or PLAINTEXT} {n:,}"
+        + (" (not in this keyring)" if key_id in enc.not_in_keyring else "")
+        for key_id, n in outbox_status.sorted_rows(enc.rows)
+    ]
+    click.echo(f"stored rows by key: {', '.join(shown) or 'none'} (outbox keys status: per table)")
 
 
 @keys_group.command("rotate")
@@ -85,15 +104,26 @@ def rotate_command(cli: CliContext, batch: int) -> None:
         )
 
 
-def echo_failure(exception_class: str, message: str | None, trace: str | None) -> None:
-    """A dead letter's exception, opened when this process has its key, else said to be
-    encrypted (key id and size; ``outbox.sealing.readable``). Shared by
-    ``queue failed ID`` on SQL and with ``--broker``."""
+def echo_failure(
+    exception_class: str, message: str | None, trace: str | None, payload: str | None
+) -> None:
+    """A dead letter's payload size and key id (never the payload), and its exception,
+    opened when this process has its key, else said to be encrypted (key id and size;
+    ``outbox.sealing.readable``). Shared by ``queue failed --show`` on SQL and with
+    ``--broker``."""
+    click.echo(f"PAYLOAD:     {payload_summary(payload)}")
     click.echo(f"EXCEPTION:   {exception_class}: {sealing.readable(message) or ''}")
     shown = sealing.readable(trace)
     if shown:
         click.echo("")
         click.echo(shown.rstrip())
+
+
+def payload_summary(text: str | None) -> str:
+    """``encrypted (key k1, 312 bytes)``, ``120 bytes, not encrypted`` or ``none``."""
+    if text is None:
+        return "none"
+    return sealing.describe(text) or f"{len(text.encode()):,} bytes, not encrypted"
 
 
 commands: list[click.Command] = [keys_group]

@@ -273,7 +273,9 @@ def jobs_command(cli: CliContext, limit: int, queue_name: str | None, broker: st
 
     STATE is ready (due), delayed (due later), waiting (for its ordering key's turn; DUE
     is its own due time) or reserved (a worker holds it until LEASE_ENDS). PRIORITY runs
-    from 0 (most urgent) to 9. Times are UTC.
+    from 0 (most urgent) to 9. Times are UTC. With --broker the columns are those the
+    broker keeps, and the last says where the job is: SEQ (its JetStream stream sequence)
+    or ENTRY (its Redis stream entry id; "-" while it waits in the delayed set).
     """
     if (url := cli_broker.broker_url(broker, "--broker")) is not None:
         cli_broker.queue_admin().jobs(url, queue_name, limit)
@@ -405,7 +407,7 @@ def _echo_detail(d: admin.FailedDetail) -> None:
     click.echo(f"JOB:         {d.job_name}")
     click.echo(f"TRIES:       {d.attempts}/{d.max_attempts or tables.NONE}")
     click.echo(f"DEAD_AT:     {tables.utc(d.failed_at)}")
-    keys.echo_failure(d.exception_class, d.exception_message, d.exception_trace)
+    keys.echo_failure(d.exception_class, d.exception_message, d.exception_trace, d.payload)
 
 
 
@@ -562,8 +564,10 @@ def cancel_command(cli: CliContext, message_id: str, broker: str | None) -> None
 
     A waiting job goes at once. A running job is flagged: its handler sees
     ctx.cancelled (an async handler is cancelled) within a third of the lease, and its
-    worker records the cancellation when it returns. No confirmation: the dead letter
-    keeps the job (`outbox queue retry ID` runs it again).
+    worker records the cancellation when it returns. On Redis (--broker redis://) a running
+    job is dead-lettered at once instead: its run is not told and goes to its end, and
+    nothing it settles counts. No confirmation: the dead letter keeps the job (`outbox
+    queue retry ID` runs it again).
     """
     if (url := cli_broker.broker_url(broker, "--broker")) is not None:
         cli_broker.queue_admin().cancel(url, message_id)

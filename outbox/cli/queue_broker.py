@@ -1,8 +1,8 @@
-"""``outbox queue stats/failed/retry/forget/pause/resume --broker nats://…|redis://…``:
-the same commands on JetStream (``outbox.jetstream.admin``) or Redis
-(``outbox.redis.control``). Output has the SQL commands' columns where the broker has the
-figure; listings carry ids, names, classes and times, never a payload or an exception
-message. ``queue jobs`` and ``queue cancel`` are JetStream's only for now."""
+"""``outbox queue stats/jobs/failed/retry/forget/pause/resume/cancel --broker
+nats://…|redis://…``: the same commands on JetStream (``outbox.jetstream.admin``) or
+Redis (``outbox.redis.control``). Output has the SQL commands' columns where the broker
+has the figure; listings carry ids, names, classes and times, never a payload or an
+exception message. (``queue remove`` and ``queue clear`` are the SQL queue's only.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import orjson
 
 from outbox.cli import keys, prompt, tables
 from outbox.cli.broker_clients import require_client, require_redis_client
-from outbox.errors import ConfigurationError, MessageNotFound
+from outbox.errors import MessageNotFound
 from outbox.jetstream.url import BrokerUrl
 from outbox.redis.url import RedisUrl
 
@@ -36,6 +36,16 @@ def _redis(url: RedisUrl, name: str, *args: Any) -> Any:
     from outbox.redis import control
 
     return asyncio.run(getattr(control, name)(url, *args))
+
+
+def _admin(url: Url, name: str, *args: Any) -> Any:
+    """The command ``name`` on the broker ``url`` names: ``outbox.redis.control.<name>``
+    or ``outbox.jetstream.admin.<name>``, with the same arguments after the URL."""
+    if isinstance(url, RedisUrl):
+        return _redis(url, name, *args)
+    admin, _, Broker = _nats()
+    with Broker(url) as broker:
+        return getattr(admin, name)(broker, *args)
 
 
 def stats(url: Url, as_json: bool) -> None:
@@ -82,12 +92,7 @@ def _redis_stats(url: RedisUrl, as_json: bool) -> None:
 
 def failed(url: Url, limit: int, show_id: str | None) -> None:
     where = "Redis" if isinstance(url, RedisUrl) else "NATS"
-    if isinstance(url, RedisUrl):
-        rows = _redis(url, "failed", None if show_id else limit)
-    else:
-        admin, _, Broker = _nats()
-        with Broker(url) as broker:
-            rows = admin.failed(broker, None if show_id else limit)
+    rows = _admin(url, "failed", None if show_id else limit)
     if show_id is not None:
         match = [r for r in rows if r.message_id == show_id]
         if not match:
@@ -99,8 +104,10 @@ def failed(url: Url, limit: int, show_id: str | None) -> None:
         click.echo(f"TRIES:       {d.attempts}/{d.max_attempts or tables.NONE}")
         click.echo(f"DEAD_AT:     {tables.utc(d.failed_at_ms)}")
         message, trace = d.body.get("exception_message"), d.body.get("exception_trace")
+        payload = d.body.get("payload")
         keys.echo_failure(d.exception_class, None if message is None else str(message),
-                     None if trace is None else str(trace))
+                          None if trace is None else str(trace),
+                          None if payload is None else str(payload))  # fmt: skip
         return
     tables.echo_dead_letters(
         [
@@ -113,13 +120,7 @@ def failed(url: Url, limit: int, show_id: str | None) -> None:
 
 
 def retry(url: Url, target: str) -> None:
-    which = None if target == "all" else target
-    if isinstance(url, RedisUrl):
-        n = _redis(url, "retry", which)
-    else:
-        admin, _, Broker = _nats()
-        with Broker(url) as broker:
-            n = admin.retry(broker, which)
+    n = _admin(url, "retry", None if target == "all" else target)
     click.echo(f"re-drove {n} job(s) onto their queues")
 
 
@@ -138,7 +139,13 @@ def forget(url: Url, message_id: str, yes: bool) -> None:
 
 def pause(url: Url, queue: str) -> None:
     if isinstance(url, RedisUrl):
-        changed = _redis(url, "pause", queue)
+        changed, known = _redis(url, "pause", queue)
+        if changed and not known:  # as the SQL queue says it (outbox.cli.queue)
+            click.echo(
+                f"paused queue {queue}; it has no keys on Redis now (a new queue, or a "
+                "mistyped name?): jobs that arrive in it wait until it is resumed"
+            )
+            return
     else:
         _, control, Broker = _nats()
         with Broker(url) as broker:
@@ -157,47 +164,50 @@ def resume(url: Url, queue: str) -> None:
 
 
 def cancel(url: Url, message_id: str) -> None:
-    admin, _, Broker = _nats_only(url, "queue cancel")
-    with Broker(url) as broker:
-        how = admin.cancel(broker, message_id)
+    how = _admin(url, "cancel", message_id)
     if how == "dead":
         click.echo(f"cancelled {message_id} (moved to the dead letters)")
+    elif how == "taken":
+        click.echo(
+            f"cancelled {message_id} (moved to the dead letters); a worker was running it: "
+            "that run goes to its end, and nothing it settles counts"
+        )
     else:
         click.echo(
             f"cancelling {message_id}: a worker has it; it will be recorded as cancelled"
         )
 
 
+HEADERS = ["MESSAGE_ID", "QUEUE", "JOB", "STATE", "PRIORITY", "MAX_TRIES", "DUE"]
+
+
 def jobs(url: Url, queue: str | None, limit: int) -> None:
-    """The SQL listing's columns where JetStream has the figure (no lease, no priority
-    column, no last error: a message carries none of them)."""
-    admin, _, Broker = _nats_only(url, "queue jobs")
-    with Broker(url) as broker:
-        rows = admin.jobs(broker, queue, limit)
+    """The SQL listing's columns where the broker has the figure (no lease, no last
+    error: an entry carries neither), and where the job is: JetStream's stream sequence,
+    or the Redis stream entry id ("-" in the delayed set)."""
+    rows = _admin(url, "jobs", queue, limit)
+    if isinstance(url, RedisUrl):
+        where, header = "Redis", "ENTRY"
+        last: list[Any] = [r.entry.decode() if r.entry else tables.NONE for r in rows]
+    else:
+        where, header, last = "NATS", "SEQ", [r.job.id for r in rows]
     tables.echo_table(
-        ["MESSAGE_ID", "QUEUE", "JOB", "STATE", "MAX_TRIES", "DUE", "SEQ"],
+        [*HEADERS, header],
         [
             [
                 r.job.message_id,
                 r.job.queue,
                 r.job.job_name,
                 r.state,
+                r.job.priority,
                 r.job.max_attempts or tables.NONE,
                 tables.utc(r.job.available_at or None),
-                r.job.id,
+                at,
             ]
-            for r in rows
+            for r, at in zip(rows, last, strict=True)
         ],
-        nothing="no jobs in a queue on NATS",
-        right={4, 6},
+        nothing=f"no jobs in {f'queue {queue}' if queue else 'a queue'} on {where}",
+        right={4, 5, 7},
     )
     if rows:
         click.echo(tables.shown(len(rows), limit))
-
-
-def _nats_only(url: Url, command: str) -> Any:
-    if isinstance(url, RedisUrl):
-        raise ConfigurationError(
-            f"{command} --broker redis:// is not available yet (JetStream's and SQL's only)"
-        )
-    return _nats()

@@ -15,7 +15,7 @@ import orjson
 
 from outbox import log, workflows
 from outbox import status as outbox_status
-from outbox.cli import broker, preflight, redis_target, tables
+from outbox.cli import broker, keys, preflight, redis_target, tables
 from outbox.cli.context import CliContext, pass_cli
 from outbox.cli.params import MESSAGE_ID
 from outbox.cli.serving import metrics_options
@@ -257,6 +257,7 @@ def _print_status(status: outbox_status.Status) -> None:
         nothing="no queues",
         right={1, 2, 3, 4},
     )
+    keys.echo_encryption(status.encryption)
     _print_ordering(status.ordering)
     if status.workflows.running:
         w = status.workflows

@@ -1,5 +1,6 @@
-"""``outbox schema JOB --app MODULE:ATTR``: the JSON Schema of a typed job's payload
-(``outbox.typed``), for the services on the other side of the queue. Importing the app
+"""``outbox schema [JOB] --app MODULE:ATTR``: the JSON Schema of a typed job's payload
+(``outbox.typed``), for the services on the other side of the queue; without JOB, the
+typed jobs' names, one a line (what a docs build or a script walks). Importing the app
 imports its payload types; a job without one is an error naming it."""
 
 from __future__ import annotations
@@ -12,11 +13,18 @@ from outbox.cli.app import load_registry
 
 
 @click.command("schema")
-@click.argument("job")
+@click.argument("job", required=False)
 @click.option("--app", "app", required=True, help="The application's registry, MODULE:ATTR.")
-def schema_command(job: str, app: str) -> None:
-    """Print the JSON Schema of JOB's payload type (declared with outbox.job_type)."""
+def schema_command(job: str | None, app: str) -> None:
+    """Print the JSON Schema of JOB's payload type, or list the typed jobs.
+
+    JOB's type is declared with outbox.job_type in the app's modules. Without JOB, the
+    names of the app's typed jobs, one a line."""
     load_registry(app)
+    if job is None:
+        for name in sorted(typed.names()):
+            click.echo(name)
+        return
     spec = typed.by_name(job)
     if spec is None:
         known = ", ".join(sorted(typed.names())) or "none"

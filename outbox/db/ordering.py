@@ -92,16 +92,20 @@ def leave(keys: Iterable[str | None], *, locked: bool = False) -> Plan[None]:
     """After jobs of ``keys`` left the queue in this transaction: give each key's turn
     to its next waiting job, or drop the key's row when it has none; a key with a job in
     its turn (a requeued dead letter) or a dead letter that holds it keeps its line.
-    Locks the rows first, unless the caller did (``locked``). Two statements for the
-    batch (promote, drop), whatever its keys, plus the lock."""
+    Locks the rows first, unless the caller did (``locked``). At most two statements
+    for the batch (promote, drop), whatever its keys, plus the lock; the drop only when
+    some key got no turn (its last job left)."""
     distinct = sorted({k for k in keys if k is not None})
     if not distinct:
         return
     if not locked:
         yield from lock(distinct)
-    batch = _keys(distinct)
-    yield ("ordering_promote_free", batch)
-    yield ("ordering_drop_free", batch)
+    promoted = yield ("ordering_promote_free", _keys(distinct))
+    # A key given a turn has a job, so its row stays: the drop checks the others only
+    # (all of them on MariaDB, whose UPDATE cannot return the keys it promoted).
+    rest = sorted(set(distinct) - {str(r[0]) for r in promoted or ()})
+    if rest:
+        yield ("ordering_drop_free", _keys(rest))
 
 
 def handoff_ordered(c: Executor, rows: Sequence[tuple[int, str]]) -> tuple[list[int], list[int]]:
@@ -125,7 +129,7 @@ def in_turn(c: Executor, rows: Sequence[tuple[int, str]]) -> list[tuple[int, str
     SQL queue and the JetStream target both hand off through here."""
     ids = [i for i, _ in rows]
     keys = sorted({k for _, k in rows})
-    found = c.execute("relay_ordering_earlier", {"ids": ids, "keys": keys})
+    found = c.execute("relay_ordering_earlier", {"ids": ids, "keys": keys, "max_id": max(ids)})
     earlier = {str(k): int(m) for k, m in found}
     return [(i, k) for i, k in rows if k not in earlier or i < earlier[k]]
 

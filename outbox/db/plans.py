@@ -40,6 +40,10 @@ BIG_TABLES = ("outbox_keys", "outbox_messages", "outbox_jobs", "outbox_ordering_
 # slots and waits, n/100 keys) but never to be read whole either: every statement there
 # runs inside an admission, for one key.
 LIMIT_TABLES = ("outbox_limits", "outbox_limit_starts", "outbox_limit_slots", "outbox_limit_waits")
+# The workflow tables (outbox.workflows), seeded with n workflows, n nodes (the first
+# n/1,000 workflows' 1,000 each) and their fan-out edges: `outbox workflow show` and the acknowledgement of a node read one
+# workflow's rows, or one node's, never the tables whole.
+WORKFLOW_TABLES = ("outbox_workflows", "outbox_workflow_nodes", "outbox_workflow_edges")
 # Tables of a handful of rows (an operator pauses a few queues): read by key or whole,
 # whichever the planner likes; a statement on them only has to read them.
 SMALL_TABLES = ("outbox_paused_queues",)
@@ -129,6 +133,8 @@ _PG, _LITE, _MY = ("postgresql",), ("sqlite",), ("mysql",)
 _NOT_PG = ("sqlite", "mysql")
 _WALK: tuple[Kind, ...] = ("index", "full index")
 _PAUSED = "outbox_paused_queues_pkey"
+_WF = {"workflow_id": "w" + "0" * 34 + "5"}  # the fifth seeded workflow: 1,000 nodes
+_NODE = {"node_id": "m" + "0" * 31 + "4001"}  # its first node, parent of the other 999
 
 # fmt: off
 HOT: tuple[Hot, ...] = (
@@ -137,6 +143,8 @@ HOT: tuple[Hot, ...] = (
     _h("relay_claim_rows", {"batch_size": 500}, "outbox_messages", "outbox_messages_pending", "relay claim (Python verify)", kinds=_WALK),
     _h("relay_claim_checked", {"batch_size": 500}, "outbox_messages", "outbox_messages_pending", "relay claim (broker target)", kinds=_WALK),
     _h("relay_insert_jobs", _IDS, "outbox_messages", "outbox_messages_pending|outbox_messages_pkey", "relay move: insert"),
+    _h("relay_insert_jobs_ordered", {**_IDS, "waiting": [101, 102]}, "outbox_messages", "outbox_messages_pending|outbox_messages_pkey", "relay move: insert, some waiting their key's turn"),
+    _h("relay_ordering_earlier", {**_IDS, "keys": ["0" * 64, "1" * 64], "max_id": 200}, "outbox_messages", "outbox_messages_ordering", "relay: a key's older intent outside the batch"),
     _h("relay_delete_moved", _IDS, "outbox_messages", "outbox_messages_pending|outbox_messages_pkey", "relay move: delete"),
     _h("relay_mark_failed", {**_IDS, "reason": "invalid_json"}, "outbox_messages", "outbox_messages_pending|outbox_messages_pkey", "relay quarantine"),
     _h("job_claim", _CLAIM, "outbox_jobs", "outbox_jobs_claim", "worker claim", ("sqlite", "postgresql")),
@@ -199,6 +207,14 @@ HOT: tuple[Hot, ...] = (
     _h("limit_job_return", _HELD_ONE, "outbox_jobs", "outbox_jobs_pkey", "limit: job returned"),
     # ordering keys (outbox.db.ordering): the reaper's heal reads a page of key rows
     _h("ordering_stranded", {"after": "0" * 58 + "100005", "until": "g", "limit": 100}, "outbox_ordering_keys", "outbox_ordering_keys_pkey", "reap: ordering heal (a page of keys)", kinds=_WALK),
+    # workflows (outbox.workflows): `outbox workflow show` reads one workflow's rows and
+    # what the queue says of each node; a node's acknowledgement reaches its children
+    _h("workflow_get", _WF, "outbox_workflows", "outbox_workflows_pkey", "workflow show: the workflow"),
+    _h("workflow_nodes_show", _WF, "outbox_workflow_nodes", "outbox_workflow_nodes_name", "workflow show: its nodes"),
+    _h("workflow_nodes_show", _WF, "outbox_jobs", "outbox_jobs_message_id_key", "workflow show: its nodes' jobs"),
+    _h("workflow_edges_show", _WF, "outbox_workflow_edges", "outbox_workflow_edges_workflow", "workflow show: its edges"),
+    _h("workflow_node_get", _NODE, "outbox_workflow_nodes", "outbox_workflow_nodes_pkey", "workflow ack: the node"),
+    _h("workflow_children_count_down", _NODE, "outbox_workflow_edges", "outbox_workflow_edges_pkey", "workflow ack: count its children down"),
 )
 # fmt: on
 
@@ -215,6 +231,9 @@ _NAMES: dict[str, dict[str, str]] = {
         "outbox_limit_slots_pkey": "sqlite_autoindex_outbox_limit_slots_1",
         "outbox_limit_waits_pkey": "sqlite_autoindex_outbox_limit_waits_1",
         "outbox_ordering_keys_pkey": "sqlite_autoindex_outbox_ordering_keys_1",
+        "outbox_workflows_pkey": "sqlite_autoindex_outbox_workflows_1",
+        "outbox_workflow_nodes_pkey": "sqlite_autoindex_outbox_workflow_nodes_1",
+        "outbox_workflow_edges_pkey": "sqlite_autoindex_outbox_workflow_edges_1",
     },
     "mysql": {
         "outbox_jobs_pkey": "PRIMARY",
@@ -230,6 +249,9 @@ _NAMES: dict[str, dict[str, str]] = {
         "outbox_limit_slots_pkey": "PRIMARY",
         "outbox_limit_waits_pkey": "PRIMARY",
         "outbox_ordering_keys_pkey": "PRIMARY",
+        "outbox_workflows_pkey": "PRIMARY",
+        "outbox_workflow_nodes_pkey": "PRIMARY",
+        "outbox_workflow_edges_pkey": "PRIMARY",
     },
 }
 
@@ -241,8 +263,9 @@ def index_name(dialect: str, index: str) -> str:
 
 def seed(conn: Connection, n: int) -> None:
     """2n key rows, n intents, n jobs and n/100 dead letters; 20 paused queues; n/100
-    limited keys with n starts, n/10 slots and n/10 waiting jobs; n ordering key rows:
-    one INSERT each; then fresh statistics. The tables must be empty (ids start at 1)."""
+    limited keys with n starts, n/10 slots and n/10 waiting jobs; n ordering key rows;
+    n workflows, the first n/1,000 with 1,000 nodes each and their edges: one INSERT each; then fresh
+    statistics. The tables must be empty (ids start at 1)."""
     for name in (
         "plan_seed_keys",
         "plan_seed_messages",
@@ -254,6 +277,9 @@ def seed(conn: Connection, n: int) -> None:
         "plan_seed_limit_slots",
         "plan_seed_limit_waits",
         "plan_seed_ordering_keys",
+        "plan_seed_workflows",
+        "plan_seed_workflow_nodes",
+        "plan_seed_workflow_edges",
     ):
         conn.execute(name, {"n": n})
     conn.execute("plan_analyze")
@@ -290,7 +316,7 @@ def check(accesses: list[Access], hot: Hot, dialect: str) -> str | None:
     full = [
         a
         for a in accesses
-        if a.table in BIG_TABLES + LIMIT_TABLES
+        if a.table in BIG_TABLES + LIMIT_TABLES + WORKFLOW_TABLES
         and a.kind == "full scan"
         and not (dialect in hot.counted_in_full and a.table == hot.table)
     ]

@@ -238,6 +238,7 @@ class FailedDetail:
     exception_message: str | None
     exception_trace: str | None
     failed_at: int
+    payload: str | None = None  # stored text: its size and key id are shown, never it
 
 
 @dataclass(frozen=True, slots=True)

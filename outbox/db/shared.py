@@ -403,9 +403,10 @@ class SharedDriver(LimitOps, ResultOps):
         behind their ordering key's line."""
         if not valid:
             return
-        self._expect("relay_insert_jobs", valid)
-        if waiting:
-            self.conn.execute("relay_block_jobs", {"ids": waiting})
+        if waiting:  # they enter waiting their turn, in the same INSERT
+            self._expect("relay_insert_jobs_ordered", valid, waiting=waiting)
+        else:
+            self._expect("relay_insert_jobs", valid)
         self._expect("relay_delete_moved", valid)
         if notify:
             self._notify_jobs_in_tx()

@@ -5,12 +5,18 @@ The SQL worker (``outbox.queue.settle``, ``outbox.queue.worker``) and the broker
 fields, so one dashboard query or alert reads either: ``job.retry`` and ``job.dead``
 (warning), ``job.cancelled``, and ``worker.stopped`` with the run's counts. The logger
 passed in is bound to the worker's ``worker_id``.
+
+Encryption at rest shows as key ids and sizes, never a payload or a key:
+``worker.started`` says which key id the worker encrypts with (``encryption``, "off"
+without a keyring) and its keyring's ids; ``job.retry``/``job.dead`` give the stored
+payload's size and the key id it is encrypted under (``payload_key``, null: plaintext).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from outbox import sealing
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.queue.config import WorkerStats
 from outbox.queue.policy import Action
@@ -35,7 +41,24 @@ def job_failed(
         duration_ms=None if ran_s is None else round(ran_s * 1000, 2),
         max_attempts=max_attempts,
         error=failure.exception_class,
+        **payload_fields(job.payload),
     )
+
+
+def payload_fields(text: str | None) -> dict[str, Any]:
+    """What a log line says of a stored payload: its size and its key id, not its text."""
+    return {
+        "payload_bytes": None if text is None else len(text.encode()),
+        "payload_key": sealing.key_id_of(text),
+    }
+
+
+def encryption_fields() -> dict[str, Any]:
+    """``worker.started``'s fields on encryption: key ids only."""
+    ring = sealing.active()
+    if ring is None:
+        return {"encryption": "off"}
+    return {"encryption": ring.current, "keyring": list(ring.ids)}
 
 
 def job_cancelled(log: Any, job: ClaimedJob) -> None:

@@ -150,7 +150,12 @@ class Worker:
         self._d.start_pools()
         listener = self.listener = self._start_listener()
         prefetch = "adaptive" if self.config.prefetch is None else self.config.prefetch
-        self._log.info("worker.started", queues=self.config.caps(), prefetch=prefetch)
+        self._log.info(
+            "worker.started",
+            queues=self.config.caps(),
+            prefetch=prefetch,
+            **joblog.encryption_fields(),
+        )
         try:
             self._loop()
         finally:

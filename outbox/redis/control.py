@@ -1,5 +1,5 @@
-"""Queue administration on Redis: ``outbox queue stats/failed/retry/forget/pause/resume
---broker redis://…``.
+"""Queue administration on Redis: ``outbox queue stats/jobs/failed/retry/forget/pause/
+resume/cancel --broker redis://…``.
 
 The queues are the ones with keys on the server (a ``SCAN`` for the hash tags of
 ``outbox.redis.names``); a dead letter is an entry of a queue's dead stream whose
@@ -10,22 +10,37 @@ the dead entry in the same step (one ``MULTI``, on the queue's one node); a fore
 cannot be re-driven (it names no job) and is left for ``forget``.
 
 Pausing sets ``names.paused_key``: every worker's fetch reads it (``outbox.redis.lane``).
+
+``jobs`` lists the entries of a queue's job streams (read with ``XRANGE``, never
+consumed) and its delayed set, without payloads: an entry at or before its group's
+last-delivered id is ``reserved`` (delivered and not acknowledged: an ack deletes it),
+a later one ``ready`` (or ``delayed`` when its due time is ahead); a member of the delayed
+set (a retry's backoff, a snooze, an early delivery handed back) is ``delayed``.
+
+``cancel`` takes the job out and writes its dead letter (class ``cancelled``) in one
+script (``CANCEL``), so a worker fetching it at the same moment either got it first (the
+entry is then reserved) or finds nothing. A reserved entry is taken from its worker the
+same way: the worker is not told (no handler sees ``ctx.cancelled`` on Redis), its run
+goes to its end and whatever it then writes (an ack, a retry, a dead letter) finds the
+entry gone and changes nothing (``scripts.OWNED``); the job never runs again. Nothing is
+read or written for a job id that is not found: the streams stay as they were.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
+from outbox.db.driver import CANCELLED_FAILURE
 from outbox.db.rows import ClaimedJob
-from outbox.errors import MessageNotFound
+from outbox.errors import BrokerError, MessageNotFound
 from outbox.jetstream import codec
 from outbox.redis import names
 from outbox.redis.connect import RedisUrl, checked_client
-from outbox.redis.lane import job_fields
+from outbox.redis.lane import DATA, entry_id_int, job_fields
 
 _TAG = "{outbox:"
 
@@ -98,6 +113,11 @@ async def retry(url: RedisUrl, message_id: str | None) -> int:
             if message_id is not None and dead.message_id != message_id:
                 continue
             if not dead.job_name:  # a foreign entry: nothing to run
+                if message_id is not None:
+                    raise BrokerError(
+                        f"dead letter {message_id} is an entry outbox did not write; it "
+                        "cannot run (`outbox queue forget` it)"
+                    )
                 continue
             await _redrive(r, queue, entry_id, dead)
             n += 1
@@ -143,11 +163,13 @@ async def forget(url: RedisUrl, message_id: str) -> int:
         await r.aclose()
 
 
-async def pause(url: RedisUrl, queue: str) -> bool:
-    """Pause ``queue``; False when it was paused already."""
+async def pause(url: RedisUrl, queue: str) -> tuple[bool, bool]:
+    """Pause ``queue``: (changed, known) — changed is False when it was paused already,
+    known is False when the server had no key of the queue (a new queue or a typo)."""
     r = await checked_client(url)
     try:
-        return bool(await r.set(names.paused_key(queue), b"1", nx=True))
+        known = queue in await queues(r)
+        return bool(await r.set(names.paused_key(queue), b"1", nx=True)), known
     finally:
         await r.aclose()
 
@@ -157,6 +179,154 @@ async def resume(url: RedisUrl, queue: str) -> bool:
     r = await checked_client(url)
     try:
         return bool(await r.delete(names.paused_key(queue)))
+    finally:
+        await r.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingJob:
+    """One job of a queue, as ``queue jobs --broker redis://`` shows it."""
+
+    job: ClaimedJob  # its payload is never shown
+    state: Literal["ready", "delayed", "reserved"]
+    stream: str  # the stream it is on, or the delayed set
+    entry: bytes | None  # its stream entry id; None in the delayed set
+    member: bytes | None = None  # its member of the delayed set
+
+
+async def jobs(url: RedisUrl, queue: str | None, limit: int) -> list[WaitingJob]:
+    """Up to ``limit`` jobs, queue by queue: the streams oldest first, then the delayed set
+    soonest due first."""
+    r = await checked_client(url)
+    try:
+        return await _jobs(r, queue, limit)
+    finally:
+        await r.aclose()
+
+
+async def _jobs(
+    r: Any, queue: str | None, limit: int | None, message_id: str | None = None
+) -> list[WaitingJob]:
+    out: list[WaitingJob] = []
+    now_ms = int(time.time() * 1000)
+    for q in await queues(r):
+        if queue is not None and q != queue:
+            continue
+        for band, stream in enumerate(names.job_streams(q)):
+            if limit is not None and len(out) >= limit:
+                return out
+            if not await r.exists(stream):
+                continue
+            delivered = await _last_delivered(r, stream)
+            count = None if limit is None else limit - len(out)
+            for entry_id, fields in await r.xrange(stream, count=count):
+                job = _job(q, fields, entry_id_int(entry_id))
+                if job is None or message_id not in (None, job.message_id):
+                    continue
+                job.priority = band if band < len(names.BANDS) else 0
+                if _id(entry_id) <= delivered:
+                    state: Literal["ready", "delayed", "reserved"] = "reserved"
+                else:
+                    state = "ready" if job.available_at <= now_ms else "delayed"
+                out.append(WaitingJob(job, state, stream, entry_id))
+        delayed = names.delayed_key(q)
+        for member, due in await r.zrange(delayed, 0, -1, withscores=True):
+            if limit is not None and len(out) >= limit:
+                return out
+            found = _delayed_job(q, member, int(due))
+            if found is not None and message_id in (None, found.message_id):
+                out.append(WaitingJob(found, "delayed", delayed, None, member))
+    return out
+
+
+async def _last_delivered(r: Any, stream: str) -> tuple[int, int]:
+    for g in await r.xinfo_groups(stream):
+        name = g.get("name")
+        if (name.decode() if isinstance(name, bytes) else name) == names.GROUP:
+            return _id(g.get("last-delivered-id") or b"0-0")
+    return (0, 0)  # no worker made the group yet: nothing was delivered
+
+
+def _id(entry_id: bytes | str) -> tuple[int, int]:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _job(queue: str, fields: dict[bytes, bytes], seq: int) -> ClaimedJob | None:
+    """The job an entry carries; None for an entry that is not ours (a worker parks it)."""
+    headers = {
+        k.decode(errors="replace"): v.decode(errors="replace")
+        for k, v in fields.items()
+        if k != DATA
+    }
+    try:
+        return codec.decode_job(queue, seq, 0, headers, fields.get(DATA, b""))
+    except codec.ForeignMessage:
+        return None
+
+
+def _delayed_job(queue: str, member: bytes, due_ms: int) -> ClaimedJob | None:
+    """The job of a delayed-set member (``{"s": stream, "f": [field, value, ...]}``)."""
+    try:
+        held = orjson.loads(member)
+        flat, stream = held["f"], int(held["s"])
+        pairs = zip(flat[::2], flat[1::2], strict=True)
+        fields = {str(k).encode(): str(v).encode() for k, v in pairs}
+    except (ValueError, KeyError, TypeError):
+        return None
+    job = _job(queue, fields, 0)
+    if job is not None:
+        job.available_at = due_ms
+        job.priority = stream if stream < len(names.BANDS) else 0
+    return job
+
+
+# Take a job entry out of its stream and write its dead letter, in one step: KEYS the
+# stream and the dead stream, ARGV the group, the entry id and the dead-letter record.
+# 0: the entry was gone (settled meanwhile); 1: it waited; 2: a worker held it.
+CANCEL = """
+if #redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2]) == 0 then return 0 end
+local held = 1
+local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if type(p) == 'table' and p[1] then
+  held = 2
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+end
+redis.call('XDEL', KEYS[1], ARGV[2])
+redis.call('XADD', KEYS[2], '*', 'data', ARGV[3])
+return held
+"""
+# The same for a member of the delayed set: KEYS the set and the dead stream.
+CANCEL_DELAYED = """
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('XADD', KEYS[2], '*', 'data', ARGV[2])
+return 1
+"""
+
+
+async def cancel(url: RedisUrl, message_id: str) -> Literal["dead", "taken"]:
+    """Cancel job ``message_id``: "dead" when it waited, "taken" when a worker held it
+    (its run is not stopped, and nothing it writes afterwards counts)."""
+    r = await checked_client(url)
+    try:
+        found = await _jobs(r, None, None, message_id)
+        if not found:
+            raise MessageNotFound(f"no job with message id {message_id} in a queue on Redis")
+        how: Literal["dead", "taken"] = "dead"
+        done = 0
+        for w in found:
+            body = codec.dead_body(w.job, CANCELLED_FAILURE)
+            dead = names.dead_stream(w.job.queue)
+            if w.entry is None:
+                n = await r.eval(CANCEL_DELAYED, 2, w.stream, dead, w.member, body)
+            else:
+                n = await r.eval(CANCEL, 2, w.stream, dead, names.GROUP, w.entry, body)
+            done += int(n > 0)
+            how = "taken" if n == 2 else how
+        if not done:  # every copy settled between the read and the script
+            raise MessageNotFound(f"job {message_id} left its queue on Redis meanwhile")
+        return how
     finally:
         await r.aclose()
 

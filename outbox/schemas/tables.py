@@ -335,8 +335,6 @@ workflows = Table(
     metadata,
     Column("workflow_id", String(36), primary_key=True),
     _name("name"),
-    Column("key_digest", String(64), nullable=False),
-    Column("fingerprint", String(64), nullable=False),
     Column("state", String(16), nullable=False),
     Column("node_count", Integer, nullable=False),
     Column("created_at", BigInteger, nullable=False),
@@ -359,7 +357,6 @@ workflow_nodes = Table(
     Column("max_attempts", Integer, nullable=True),
     Column("priority", SmallInteger, nullable=False, server_default=text("0")),
     Column("on_failure", String(8), nullable=False),
-    Column("deps_total", Integer, nullable=False),
     Column("deps_left", Integer, nullable=False),
     Column("state", String(16), nullable=False),
     Column("created_at", BigInteger, nullable=False),
@@ -396,7 +393,6 @@ ordering_keys = Table(
     "outbox_ordering_keys",
     metadata,
     Column("key_digest", String(64), primary_key=True),
-    Column("created_at", BigInteger, nullable=False),
     **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
 )
 Index(

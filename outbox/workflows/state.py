@@ -72,7 +72,7 @@ def _at(ms: Any) -> datetime | None:
 
 
 def _node(r: Row, after: list[str]) -> NodeState:
-    (node_id, name, job_name, queue, state, on_failure, _total, _left, created, due,
+    (node_id, name, job_name, queue, state, on_failure, created, due,
      finished, held_by, held_at, job_attempts, result_attempts, result_started,
      dead_attempts, dead_class, job_due, job_error) = r
     attempts = next((int(a) for a in (job_attempts, result_attempts, dead_attempts)

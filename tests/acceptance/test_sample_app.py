@@ -32,7 +32,7 @@ def _pytest(db_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[
 def test_the_sample_apps_suite_passes(db_url: str) -> None:
     done = _pytest(db_url)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "6 passed, 1 skipped" in done.stdout
+    assert "7 passed, 1 skipped" in done.stdout
     with Database(db_url).connect() as conn:
         rows = conn.execute_sql("SELECT count(*) FROM outbox_messages")
     assert rows[0][0] == 0  # rollback per test: nothing the suite did was committed

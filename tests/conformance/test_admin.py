@@ -45,6 +45,13 @@ def test_status_counts_intents_by_state_and_jobs_by_queue(
             "oldest_pending_age_s": None,
         },
         "queues": {},
+        "encryption": {
+            "on": False,
+            "sealing_key": None,
+            "keyring": [],
+            "rows": {},
+            "not_in_keyring": [],
+        },
     }
     done = record_many(db_url, ["s1", "s2", "s3"])
     set_column(conn, done[2], "payload", "[")

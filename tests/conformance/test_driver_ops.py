@@ -618,9 +618,9 @@ def test_ordering_heal_reads_one_page_of_key_rows_a_pass_and_reaches_every_key(
     _keyed(conn, 2, "order:lost")
     with conn.transaction():
         conn.execute_sql(f"DELETE FROM outbox_jobs WHERE available_at < {BLOCKED_OFFSET_MS}")
-        rows = ", ".join(f"('{hashlib.sha256(f'empty:{i}'.encode()).hexdigest()}', 0)"
+        rows = ", ".join(f"('{hashlib.sha256(f'empty:{i}'.encode()).hexdigest()}')"
                          for i in range(250))  # the head above was taken by old code
-        conn.execute_sql(f"INSERT INTO outbox_ordering_keys (key_digest, created_at) VALUES {rows}")
+        conn.execute_sql(f"INSERT INTO outbox_ordering_keys (key_digest) VALUES {rows}")
     passes, promoted = [], 0
     for _ in range(3):
         promoted += d.ordering_heal(100)

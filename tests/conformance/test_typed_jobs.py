@@ -146,3 +146,11 @@ def test_outbox_schema_prints_the_payloads_json_schema(db_url: str) -> None:
         main, ["--database-url", db_url, "schema", "nope.job", "--app", app]
     )
     assert result.exit_code == 2 and "'nope.job' has no payload type" in result.output
+
+
+def test_outbox_schema_without_a_job_lists_the_typed_jobs(db_url: str) -> None:
+    app = "tests.conformance.test_typed_jobs:registry"
+    result = CliRunner().invoke(main, ["--database-url", db_url, "schema", "--app", app])
+    assert result.exit_code == 0, result.output
+    listed = result.output.split()
+    assert listed == sorted(listed) and {"typed.person", "typed.welcome"} <= set(listed)

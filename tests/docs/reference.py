@@ -9,13 +9,17 @@
   command tree (``docs/reference/settings.md``);
 - ``configs``: the fields of ``RelayConfig`` and ``WorkerConfig`` with their defaults;
 - ``tables``: every table of ``outbox.schemas.tables.metadata`` with its columns and
-  indexes (``docs/reference/tables.md``).
+  indexes (``docs/reference/tables.md``);
+- ``schemas``: the output of ``outbox schema JOB`` for each typed job of the example app
+  (``examples/sample_app``), run there as a user runs it (``docs/reference/example-schemas.md``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -142,11 +146,43 @@ def _tables() -> list[str]:
     return out
 
 
+SAMPLE = ROOT / "examples" / "sample_app"
+SAMPLE_APP = "shop.jobs:registry"
+
+
+def outbox_in_sample(*args: str) -> str:
+    """``outbox ARGS`` run in the example app's folder, in a process of its own (its
+    ``shop`` package must not meet another test's in this one), no OUTBOX_* settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox", *args],
+        cwd=SAMPLE,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _schemas() -> list[str]:
+    """Each typed job of the example app: the command and what it prints."""
+    out: list[str] = []
+    for job in outbox_in_sample("schema", "--app", SAMPLE_APP).split():
+        command = f"outbox schema {job} --app {SAMPLE_APP}"
+        printed = outbox_in_sample("schema", job, "--app", SAMPLE_APP).rstrip("\n")
+        out += [f"### `{job}`", "", f"`{command}` prints:", "", "```text", printed, "```", ""]
+    return out
+
+
 RENDER: dict[str, Callable[[], list[str]]] = {
     "cli": _cli,
     "env": _env,
     "configs": _configs,
     "tables": _tables,
+    "schemas": _schemas,
 }
 
 

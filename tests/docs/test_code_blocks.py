@@ -134,6 +134,9 @@ HOW: dict[tuple[str, str], str] = {
     ("how-to/django.md", "from outbox.contrib.django import idempotent"): DJANGO,
     ("how-to/django.md", "from django.test import TestCase"): DJANGO,
     ("how-to/redis.md", "pip install 'outbox-relay[redis]'"): INSTALL,
+    ("how-to/redis.md", "outbox queue stats --broker redis://cache1:6379/0            # ready, reserved, delayed, dead letters"):
+        why("names a Redis host we do not start (cache1): tests/redis/test_queue_jobs_cancel.py "
+            "and test_queue_control_redis.py run every one of these commands"),
     ("how-to/encryption.md", 'export OUTBOX_ENCRYPTION_KEYS="2026-12:NEWKEYBASE64=,2026-06:OLDKEYBASE64="'):
         why("a placeholder key (OLDKEYBASE64): the keyring's format and refusals run in "
             "tests/unit/test_sealing.py"),

@@ -97,6 +97,22 @@ def test_the_limit_tables_hold_their_seeded_rows(seeded: Seeded, backend: str) -
 
 
 @pytest.mark.parametrize("backend", backends.BACKENDS)
+def test_the_workflow_tables_hold_their_seeded_rows(seeded: Seeded, backend: str) -> None:
+    """Workflows of 1,000 nodes (today's largest), one node per queued job, each
+    workflow's fan-out edges: `outbox workflow show` must read one workflow's share,
+    and look each node's job up (never hash the whole queue)."""
+    conn = seeded.conn(backend)
+    sizes = {
+        "outbox_workflows": ROWS,
+        "outbox_workflow_nodes": ROWS,
+        "outbox_workflow_edges": ROWS - ROWS // 1000,
+    }
+    for table, n in sizes.items():
+        (row,) = conn.execute_sql(f"SELECT count(*) FROM {table}")
+        assert int(row[0]) == n, table
+
+
+@pytest.mark.parametrize("backend", backends.BACKENDS)
 def test_a_statement_that_scans_is_caught(seeded: Seeded, backend: str) -> None:
     """The check is not blind: a read by a column no index leads with is a full scan,
     of a big table or of a limits table."""

@@ -33,6 +33,7 @@ def cli(tmp_path: Path, *args: str, url: str = entries.URL) -> Any:
 
 def test_pause_and_resume_say_what_changed(rq: Any, tmp_path: Path) -> None:
     r, queue = rq
+    entries.add_job(r, queue, "t.ok")  # a queue with keys (one without: test_queue_jobs_cancel)
     assert cli(tmp_path, "queue", "pause", queue).output == f"paused queue {queue}\n"
     assert r.exists(names.paused_key(queue))
     assert cli(tmp_path, "queue", "pause", queue).output == f"queue {queue} was paused already\n"

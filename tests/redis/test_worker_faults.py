@@ -18,13 +18,16 @@ import pytest
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
 from outbox.redis import names
-from tests.fixtures.databases import sqlite_url
+from tests.fixtures.databases import backend_of, sqlite_url
 from tests.fixtures.fault_harness import cli_argv, fetch, finish, install_ledger, spawn
 from tests.redis import entries
 from tests.redis.test_worker_redis import runs
+from tests.reliability import rows
+from tests.reliability.conftest import SOAK_SIZED
 
 rq, ledger = entries.rq, entries.ledger  # the fixtures, used by name
 CONCURRENCY, PREFETCH = 2, 2
+JOBS, KILLS = (400, 30) if SOAK_SIZED else (40, 6)
 
 
 
@@ -44,15 +47,16 @@ def test_workers_sigkilled_while_jobs_run_lose_nothing(
 ) -> None:
     r, queue = rq
     db_url = sqlite_url(tmp_path)
-    ids = [entries.add_job(r, queue, "t.slow", {"s": 0.15}) for _ in range(40)]
+    ids = [entries.add_job(r, queue, "t.slow", {"s": 0.15}) for _ in range(JOBS)]
     rng, kills = random.Random(7), 0
     procs = [_worker(db_url, queue, ledger) for _ in range(2)]
-    deadline = time.monotonic() + 90
+    began = time.monotonic()
+    deadline = began + 90 + JOBS * 0.2
     try:
         while len(runs(ledger)) < len(ids):
             assert time.monotonic() < deadline, f"{len(ids) - len(runs(ledger))} never ran"
             time.sleep(rng.uniform(0.3, 0.8))
-            if kills < 6:
+            if kills < KILLS:
                 i = rng.randrange(len(procs))
                 procs[i].send_signal(signal.SIGKILL)
                 finish(procs[i], 10)
@@ -70,6 +74,17 @@ def test_workers_sigkilled_while_jobs_run_lose_nothing(
     assert extra <= kills * (CONCURRENCY + PREFETCH)  # each kill re-runs what it held
     assert entries.left(r, queue) == 0
     assert r.xpending(names.stream(queue), names.GROUP)["pending"] == 0
+    rows.report(
+        rows.Row(
+            fault=f"SIGKILL broker workers (Redis) while jobs run ({kills}x)",
+            backend=f"Redis {r.info('server')['redis_version']}",
+            traffic=f"{len(ids)} jobs of 0.15 s; 2 workers `--broker redis://` (c{CONCURRENCY}, "
+            f"p{PREFETCH}, lease 1 s)",
+            jobs=len(ids), faults=kills, lost=0, double_handoffs=None,
+            extra_executions=extra, extra_bound=kills * (CONCURRENCY + PREFETCH),
+            minutes=round((time.monotonic() - began) / 60, 1),
+        )
+    )
 
 
 @pytest.mark.slow
@@ -81,8 +96,9 @@ def test_inbox_workers_killed_between_commit_and_ack_leave_each_business_row_onc
     with Database(db_url).connect() as c:
         migrate(c)
     install_ledger(db_url)
-    ids = [entries.add_job(r, queue, "harness.tx", {"i": i}) for i in range(30)]
-    kills, seed, deadline = 0, 0, time.monotonic() + 120
+    ids = [entries.add_job(r, queue, "harness.tx", {"i": i}) for i in range(JOBS * 3 // 4)]
+    began = time.monotonic()
+    kills, seed, deadline = 0, 0, began + 300 + JOBS  # a liveness bound, on a loaded machine
     while entries.left(r, queue) > 0:
         assert time.monotonic() < deadline, f"{entries.left(r, queue)} left"
         procs = []
@@ -99,3 +115,14 @@ def test_inbox_workers_killed_between_commit_and_ack_leave_each_business_row_onc
     assert kills >= 3, f"only {kills} kills: the test did not test"
     ledger = Counter(row[0] for row in fetch(db_url, "SELECT message_id FROM harness_ledger"))
     assert ledger == Counter({i: 1 for i in ids})
+    rows.report(
+        rows.Row(
+            fault=f"SIGKILL broker workers (Redis) between COMMIT and ack, inbox ({kills}x)",
+            backend=backend_of(db_url),
+            traffic=f"{len(ids)} transactional jobs on Redis; 2 workers `--broker` at a time",
+            jobs=len(ids), faults=kills, lost=0, double_handoffs=None,
+            extra_executions=None, extra_bound=None,
+            doubled_effects=0,  # each business row once: asserted above
+            minutes=round((time.monotonic() - began) / 60, 1),
+        )
+    )

@@ -17,8 +17,12 @@ from tests.fixtures import databases as backends
 from tests.fixtures import pg_cluster
 from tests.fixtures.fault_harness import install_ledger
 from tests.fixtures.gaps import Gap, skip_gap
+from tests.reliability.report import QUICK_JOBS, SOAK_JOBS
 
 SOAK = os.environ.get("OUTBOX_SOAK", "") not in ("", "0")
+# Soak-sized: ``report --soak``, or OUTBOX_SOAK=1 by hand. The report's quick mode sets
+# OUTBOX_SOAK too, with its small OUTBOX_SOAK_JOBS: scenarios sized by this stay quick.
+SOAK_SIZED = SOAK and int(os.environ.get("OUTBOX_SOAK_JOBS", SOAK_JOBS)) > QUICK_JOBS
 
 
 def migrated(url: str) -> str:

@@ -46,11 +46,12 @@ SCENARIOS = [
     "test_on_jetstream_three_workers_run_each_key_in_commit_order_with_three_batches_in_flight",
     "tests/reliability/test_workflow_processes.py::"
     "test_a_worker_sigkilled_mid_node_loses_nothing_and_runs_no_dependent_early",
+    "tests/redis/test_relay_faults.py",
+    "tests/redis/test_worker_faults.py",
+    "tests/reliability/test_redis_faults.py",
 ]
 # Rows the issue asks for that no scenario here produces yet, and why.
 WAITING = [
-    "the Redis Streams broker's rows: its relay-kill, AOF-restart and worker-kill tests "
-    "(tests/redis) landed after this run and report no row yet",
     "the held xmin horizon on the opt-in ring storage (OUTBOX_QUEUE_STORAGE=ring, ADR 5): "
     "the row above runs the default storage; the ring's figures are in bench/RESULTS.md "
     "(held_xmin)",

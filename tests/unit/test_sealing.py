@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import orjson
 import pytest
+from structlog.testing import capture_logs
 
 from outbox import Job, sealing
 from outbox.errors import ConfigurationError, InvalidJob, MissingKey, TamperedPayload
@@ -144,6 +145,33 @@ def test_a_changed_byte_is_tampered_and_an_unknown_key_is_missing() -> None:
     with pytest.raises(MissingKey, match="'k1'") as caught:
         sealing.Keyring({"k2": K2}).open(sealed)
     assert caught.value.key_id == "k1" and b64(K1) not in str(caught.value)
+
+
+# Sealed by the first release of outbox.sealing: stored rows and their fingerprints
+# depend on these exact bytes (the same plaintext under the same key seals the same).
+KNOWN = '{"$sealed":"v1:k1:5azh-7G_MPllpfSHz4a17PBxu4GpDfL0NnJ_AlcSpBBpYz3HCI8hqg2T"}'
+
+
+def test_an_envelope_from_the_first_release_opens_and_seals_to_the_same_bytes() -> None:
+    ring = sealing.Keyring({"k1": K1})
+    assert ring.open(KNOWN) == '{"user_id":42}'
+    assert ring.seal('{"user_id":42}') == KNOWN
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        KNOWN.replace("5azh", "5a!h"),  # a character base64 does not have
+        KNOWN.replace("5azh-7G_", ""),  # cut short
+        KNOWN.replace("v1:k1:", "v1:k\\u0031:"),  # the id JSON-escaped
+        KNOWN.replace("v1:k1:", "v1:k1 \\n:"),  # an id no key can have
+        KNOWN.replace("v1:", "v2:"),
+    ],
+)
+def test_a_malformed_envelope_is_tampered_and_logs_no_key_id(text: str) -> None:
+    with capture_logs() as logs, pytest.raises(TamperedPayload):
+        sealing.Keyring({"k1": K1, "k2": K2}).open(text)
+    assert logs == []
 
 
 def test_with_no_keyring_a_sealed_text_is_a_missing_key_and_plaintext_passes() -> None:

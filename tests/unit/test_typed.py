@@ -36,6 +36,26 @@ class Order(pydantic.BaseModel):
     total: float
 
 
+@job_type("t.note")
+class Note(pydantic.BaseModel):
+    user_id: int
+    extra: Any = None
+
+
+@job_type("t.memo")
+@dataclasses.dataclass
+class Memo:
+    user_id: int
+    extra: Any = None
+
+
+class _Opaque:
+    """Not a JSON value; its repr would carry what it holds."""
+
+    def __repr__(self) -> str:
+        return "_Opaque(secret@example.com)"
+
+
 def _upgrade(data: dict[str, Any], version: int) -> dict[str, Any]:
     return {"full_name": data.pop("name"), **data} if version == 1 else data
 
@@ -72,6 +92,24 @@ def test_a_typed_value_is_its_job_validated_and_dumped() -> None:
 def test_a_bad_field_raises_invalid_job_naming_it(value: Any, wanted: str) -> None:
     with pytest.raises(InvalidJob, match=wanted):
         normalise(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "wanted"),
+    [
+        (Note(user_id=1, extra=_Opaque()), "field 'extra' of Note cannot be serialised to JSON"),
+        (Note(user_id=1, extra=b"\xff"), "field 'extra' of Note cannot be serialised to JSON"),
+        (Memo(user_id=1, extra=_Opaque()), "field 'extra': payload contains a _Opaque"),
+        (Memo(user_id=1, extra={"a": {1}}), "field 'extra': payload contains a set"),
+        (Memo(user_id=1, extra=[float("nan")]), "field 'extra': payload contains NaN"),
+    ],
+)
+def test_a_value_that_does_not_serialise_to_json_is_refused_naming_the_field(
+    value: Any, wanted: str
+) -> None:
+    with pytest.raises(InvalidJob, match=wanted) as caught:
+        normalise(value)
+    assert "secret@example.com" not in str(caught.value)  # never the value itself
 
 
 def test_a_type_that_cannot_be_json_is_refused_where_it_is_declared() -> None:

@@ -6,9 +6,10 @@ ORDER BY id DESC
 LIMIT :limit;
 
 -- name: queue_admin_failed_show
--- One dead letter in full, for an operator who asks (message and traceback included).
+-- One dead letter in full, for an operator who asks (message and traceback included;
+-- the payload only to say its size and key id, never shown).
 SELECT message_id, queue, job_name, attempts, max_attempts, exception_class,
-       exception_message, exception_trace, failed_at
+       exception_message, exception_trace, failed_at, payload
 FROM outbox_failed_jobs
 WHERE message_id = :message_id;
 

@@ -5,8 +5,8 @@
 -- name: workflow_insert
 -- The workflow's own row, in the recording transaction.
 INSERT INTO outbox_workflows
-    (workflow_id, name, key_digest, fingerprint, state, node_count, created_at)
-VALUES (:workflow_id, :name, :key_digest, :fingerprint, 'running', :node_count, {now_ms});
+    (workflow_id, name, state, node_count, created_at)
+VALUES (:workflow_id, :name, 'running', :node_count, {now_ms});
 
 -- name: workflow_node_succeeded
 -- The acknowledgement of a node, in its transaction: succeeded (only from due, so an
@@ -102,21 +102,25 @@ WHERE e.child_id = :node_id;
 SELECT workflow_id, name, state, node_count, created_at
 FROM outbox_workflows WHERE workflow_id = :workflow_id;
 
--- name: workflow_nodes_show
--- Every node of a workflow with what the queue, the results and the dead letters say of
--- its run: held by a worker (running), attempts and times, and for a job in the queue
--- its due time and last error class (a retry's, as `outbox queue jobs` shows them).
--- Never a payload.
-SELECT n.node_id, n.name, n.job_name, n.queue, n.state, n.on_failure, n.deps_total,
-       n.deps_left, n.created_at, n.due_at, n.finished_at,
+-- fragment: workflow_node_columns
+-- workflow_nodes_show's columns: every node of a workflow with what the queue (j), the
+-- results (r) and the dead letters (f) say of its run: held by a worker (running),
+-- attempts and times, and for a job in the queue its due time and last error class (a
+-- retry's, as `outbox queue jobs` shows them). Never a payload.
+SELECT n.node_id, n.name, n.job_name, n.queue, n.state, n.on_failure,
+       n.created_at, n.due_at, n.finished_at,
        j.reserved_by, j.reserved_at, j.attempts, r.attempts, r.started_at, f.attempts,
        f.exception_class, j.available_at, j.last_error
 FROM outbox_workflow_nodes n
+
+-- fragment: workflow_nodes_joins
+-- ... and how SQLite and MariaDB reach them: plain joins, which their planners run as a
+-- lookup of the unique message_id a node, whatever the tables hold.
 LEFT JOIN outbox_jobs j ON j.message_id = n.node_id
 LEFT JOIN outbox_job_results r ON r.message_id = n.node_id
 LEFT JOIN outbox_failed_jobs f ON f.message_id = n.node_id
 WHERE n.workflow_id = :workflow_id
-ORDER BY n.created_at, n.name;
+ORDER BY n.created_at, n.name
 
 -- name: workflow_edges_show
 -- Every edge of a workflow.

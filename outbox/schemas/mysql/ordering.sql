@@ -3,14 +3,14 @@
 -- not exist: entering the line and leaving it both start here, so the two serialise per
 -- key (the no-op update takes the lock). One statement for the batch; the rows are
 -- taken in the order given, so two batches never wait on each other in a circle.
-INSERT INTO outbox_ordering_keys (key_digest, created_at)
-SELECT k.key_digest, {now_ms}
+INSERT INTO outbox_ordering_keys (key_digest)
+SELECT k.key_digest
 FROM JSON_TABLE(:keys_json, '$[*]' COLUMNS (
     ord FOR ORDINALITY,
     key_digest VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$'
 )) AS k
 ORDER BY k.ord
-ON DUPLICATE KEY UPDATE created_at = outbox_ordering_keys.created_at;
+ON DUPLICATE KEY UPDATE key_digest = outbox_ordering_keys.key_digest;
 
 -- name: ordering_any_job
 -- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter that
@@ -50,16 +50,30 @@ WHERE key_digest IN :keys
   AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
                   WHERE f.ordering_key = outbox_ordering_keys.key_digest AND f.ordering_held = 1);
 
--- name: relay_block_jobs
--- The relay's keyed rows (outbox ids, :ids) that entered behind another job of their
--- key wait their turn; run after relay_insert_jobs, before relay_delete_moved.
-UPDATE outbox_jobs SET available_at = available_at + {blocked_offset_ms}
-WHERE message_id IN (SELECT message_id FROM outbox_messages WHERE id IN :ids)
-  AND available_at < {blocked_offset_ms};
+-- name: relay_insert_jobs_ordered
+-- relay_insert_jobs for a batch with keyed rows that enter behind another job of their
+-- key (:waiting, outbox ids): those enter already waiting their turn (available_at
+-- shifted by the offset), in the same INSERT. No second write of each waiting row (an
+-- UPDATE after the insert rewrote it and each of its index entries: the relay's
+-- costliest step with many keys).
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority, trace_context, ordering_key)
+SELECT message_id, queue, job_name, payload, 0, max_attempts,
+    COALESCE(available_at, clock.now_ms)
+      + CASE WHEN id IN :waiting THEN {blocked_offset_ms} ELSE 0 END,
+    clock.now_ms, priority, trace_context, ordering_key
+FROM outbox_messages,
+    (SELECT {now_ms} AS now_ms) AS clock
+WHERE id IN :ids AND state = 'pending'
+ORDER BY id;
 
 -- name: relay_ordering_earlier
 -- For each key of a batch, its oldest pending intent outside the batch (another relay
 -- holds it, or it was deferred): the batch's later intents of that key wait for it.
+-- Only one older than the batch's newest (:max_id) can hold any of them back, so each
+-- key's range of outbox_messages_ordering stops there: the key's backlog behind the
+-- batch is never read (it was, every batch: 20 intents a key read for 1 moved).
 SELECT ordering_key, min(id) FROM outbox_messages
-WHERE ordering_key IN :keys AND state = 'pending' AND id NOT IN :ids
+WHERE ordering_key IN :keys AND id < :max_id AND state = 'pending' AND id NOT IN :ids
 GROUP BY ordering_key;

@@ -87,13 +87,43 @@ FROM (SELECT seq AS g FROM seq_1_to_100000000 WHERE seq BETWEEN 1 AND :n DIV 10)
 -- name: plan_seed_ordering_keys
 -- n ordering key rows (as many keys with a job in the queue), whose jobs are not seeded:
 -- the reaper's heal must read a page of them, never all.
-INSERT INTO outbox_ordering_keys (key_digest, created_at)
-SELECT LPAD(g, 64, '0'), c.now_ms - g
+INSERT INTO outbox_ordering_keys (key_digest)
+SELECT LPAD(g, 64, '0')
+FROM (SELECT seq AS g FROM seq_1_to_100000000 WHERE seq BETWEEN 1 AND :n) AS s;
+
+-- name: plan_seed_workflows
+-- n workflows, w…1, w…2, ...: the first n / 1,000 of 1,000 nodes each (today's largest,
+-- seeded below), the others' nodes not seeded (the table's size is what counts here).
+INSERT INTO outbox_workflows (workflow_id, name, state, node_count, created_at)
+SELECT CONCAT('w', LPAD(g, 35, '0')), 'plan', 'running', 1000, c.now_ms - g
 FROM (SELECT seq AS g FROM seq_1_to_100000000 WHERE seq BETWEEN 1 AND :n) AS s,
     (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_workflow_nodes
+-- n nodes, 1,000 a workflow, whose ids are the seeded jobs' message ids (so show's join
+-- to the queue finds rows): each workflow's first node due, the others waiting for it.
+INSERT INTO outbox_workflow_nodes
+    (node_id, workflow_id, name, job_name, queue, payload, priority, on_failure, deps_left,
+     state, created_at, due_at)
+SELECT CONCAT('m', LPAD(g, 35, '0')), CONCAT('w', LPAD((g - 1) DIV 1000 + 1, 35, '0')),
+    CONCAT('n', g), 't.noop', 'default', '{"n": 1}', 0, 'stop',
+    CASE WHEN g % 1000 = 1 THEN 0 ELSE 1 END,
+    CASE WHEN g % 1000 = 1 THEN 'due' ELSE 'waiting' END, c.now_ms,
+    CASE WHEN g % 1000 = 1 THEN c.now_ms END
+FROM (SELECT seq AS g FROM seq_1_to_100000000 WHERE seq BETWEEN 1 AND :n DIV 1000 * 1000) AS s,
+    (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_workflow_edges
+-- The fan-out of each workflow: its first node before each of its other 999.
+INSERT INTO outbox_workflow_edges (parent_id, child_id, workflow_id)
+SELECT CONCAT('m', LPAD((g - 1) DIV 1000 * 1000 + 1, 35, '0')), CONCAT('m', LPAD(g, 35, '0')),
+    CONCAT('w', LPAD((g - 1) DIV 1000 + 1, 35, '0'))
+FROM (SELECT seq AS g FROM seq_1_to_100000000 WHERE seq BETWEEN 1 AND :n DIV 1000 * 1000) AS s
+WHERE g % 1000 <> 1;
 
 -- name: plan_analyze
 -- Fresh statistics and visibility map after the bulk load, as autovacuum leaves them.
 ANALYZE TABLE outbox_keys, outbox_messages, outbox_jobs, outbox_failed_jobs,
     outbox_paused_queues, outbox_limits, outbox_limit_starts, outbox_limit_slots,
-    outbox_limit_waits, outbox_ordering_keys;
+    outbox_limit_waits, outbox_ordering_keys, outbox_workflows, outbox_workflow_nodes,
+    outbox_workflow_edges;

@@ -3,11 +3,11 @@
 -- the line and leaving it both start here, so the two serialise per key (the no-op
 -- update takes the lock). One statement for the batch; the rows are taken in the order
 -- given, so two batches never wait on each other in a circle.
-INSERT INTO outbox_ordering_keys (key_digest, created_at)
-SELECT k.key_digest, {now_ms}
+INSERT INTO outbox_ordering_keys (key_digest)
+SELECT k.key_digest
 FROM unnest(CAST(:keys AS varchar[])) WITH ORDINALITY AS k (key_digest, ord)
 ORDER BY k.ord
-ON CONFLICT (key_digest) DO UPDATE SET created_at = outbox_ordering_keys.created_at;
+ON CONFLICT (key_digest) DO UPDATE SET key_digest = outbox_ordering_keys.key_digest;
 
 -- name: ordering_any_job
 -- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter
@@ -24,7 +24,8 @@ WHERE EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.ordering_key = k.key_digest)
 -- After jobs of :keys left the queue (their rows locked by ordering_lock): each key with
 -- no job in its turn and no dead letter holding it gives its turn to its waiting job
 -- with the lowest id (the due time it had before it waited). One statement for the
--- batch, in a snapshot taken after the locks; ordering_drop_free follows.
+-- batch, in a snapshot taken after the locks; ordering_drop_free follows, for the keys
+-- not returned (a key given a turn has a job: its row stays).
 UPDATE outbox_jobs SET available_at = available_at - {blocked_offset_ms}
 WHERE available_at >= {blocked_offset_ms} AND id IN (
     SELECT (SELECT w.id FROM outbox_jobs w
@@ -35,7 +36,8 @@ WHERE available_at >= {blocked_offset_ms} AND id IN (
                       WHERE j.ordering_key = k.key_digest
                         AND j.available_at < {blocked_offset_ms})
       AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
-                      WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1));
+                      WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1))
+RETURNING ordering_key;
 
 -- name: ordering_drop_free
 -- ... and the rows of those of :keys with no job left at all (nor a dead letter holding
@@ -46,18 +48,31 @@ WHERE k.key_digest = ANY(CAST(:keys AS varchar[]))
   AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
                   WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1);
 
--- name: relay_block_jobs
--- The relay's keyed rows (outbox ids, :ids) that entered behind another job of their
--- key wait their turn; run after the insert, before the rows leave the outbox.
-UPDATE outbox_jobs SET available_at = available_at + {blocked_offset_ms}
-WHERE message_id IN (
-    SELECT message_id FROM outbox_messages WHERE id = ANY(CAST(:ids AS bigint[])))
-  AND available_at < {blocked_offset_ms};
+-- name: relay_insert_jobs_ordered
+-- relay_insert_jobs for a batch with keyed rows that enter behind another job of their
+-- key (:waiting, outbox ids): those enter already waiting their turn (available_at
+-- shifted by the offset), in the same INSERT. No second write of each waiting row (an
+-- UPDATE after the insert rewrote it and each of its index entries: the relay's
+-- costliest step with many keys).
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority, trace_context, ordering_key)
+SELECT message_id, queue, job_name, payload, 0, max_attempts,
+    coalesce(available_at, clock.now_ms)
+      + CASE WHEN id = ANY(CAST(:waiting AS bigint[])) THEN {blocked_offset_ms} ELSE 0 END,
+    clock.now_ms, priority, trace_context, ordering_key
+FROM outbox_messages,
+    (SELECT {now_ms} AS now_ms) AS clock
+WHERE id = ANY(CAST(:ids AS bigint[])) AND state = 'pending'
+ORDER BY id;
 
 -- name: relay_ordering_earlier
 -- For each key of a batch, its oldest pending intent outside the batch (another relay
 -- holds it, or it was deferred): the batch's later intents of that key wait for it.
+-- Only one older than the batch's newest (:max_id) can hold any of them back, so each
+-- key's range of outbox_messages_ordering stops there: the key's backlog behind the
+-- batch is never read (it was, every batch: 20 intents a key read for 1 moved).
 SELECT ordering_key, min(id) FROM outbox_messages
-WHERE ordering_key = ANY(CAST(:keys AS varchar[])) AND state = 'pending'
+WHERE ordering_key = ANY(CAST(:keys AS varchar[])) AND id < :max_id AND state = 'pending'
   AND NOT (id = ANY(CAST(:ids AS bigint[])))
 GROUP BY ordering_key;

@@ -2,10 +2,10 @@
 -- A batch's key rows (:keys), created where they do not exist, in one statement. SQLite
 -- has one writer, so nothing waits here; the rows mark the keys with jobs (the reaper's
 -- heal and ordering_leave read them).
-INSERT INTO outbox_ordering_keys (key_digest, created_at)
-SELECT k.value, {now_ms} FROM json_each(:keys_json) AS k WHERE true
+INSERT INTO outbox_ordering_keys (key_digest)
+SELECT k.value FROM json_each(:keys_json) AS k WHERE true
 ORDER BY k.key
-ON CONFLICT (key_digest) DO UPDATE SET created_at = outbox_ordering_keys.created_at;
+ON CONFLICT (key_digest) DO NOTHING;
 
 -- name: ordering_any_job
 -- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter
@@ -28,7 +28,8 @@ WHERE available_at >= {blocked_offset_ms} AND id IN (
     WHERE NOT EXISTS (SELECT 1 FROM outbox_jobs j
                       WHERE j.ordering_key = k.value AND j.available_at < {blocked_offset_ms})
       AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
-                      WHERE f.ordering_key = k.value AND f.ordering_held = 1));
+                      WHERE f.ordering_key = k.value AND f.ordering_held = 1))
+RETURNING ordering_key;
 
 -- name: ordering_drop_free
 -- ... and the rows of those of :keys with no job left at all (nor a dead letter holding
@@ -39,18 +40,32 @@ WHERE key_digest IN (SELECT value FROM json_each(:keys_json))
   AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
                   WHERE f.ordering_key = outbox_ordering_keys.key_digest AND f.ordering_held = 1);
 
--- name: relay_block_jobs
--- The relay's keyed rows (outbox ids, :ids) that entered behind another job of their
--- key wait their turn; run after relay_insert_jobs, before relay_delete_moved.
-UPDATE outbox_jobs SET available_at = available_at + {blocked_offset_ms}
-WHERE message_id IN (
-    SELECT message_id FROM outbox_messages WHERE id IN (SELECT value FROM json_each(:ids)))
-  AND available_at < {blocked_offset_ms};
+-- name: relay_insert_jobs_ordered
+-- relay_insert_jobs for a batch with keyed rows that enter behind another job of their
+-- key (:waiting, outbox ids): those enter already waiting their turn (available_at
+-- shifted by the offset), in the same INSERT. No second write of each waiting row (an
+-- UPDATE after the insert rewrote it and each of its index entries: the relay's
+-- costliest step with many keys).
+INSERT INTO outbox_jobs
+    (message_id, queue, job_name, payload, attempts, max_attempts, available_at, created_at,
+     priority, trace_context, ordering_key)
+SELECT message_id, queue, job_name, payload, 0, max_attempts,
+    coalesce(available_at, clock.now_ms)
+      + CASE WHEN id IN (SELECT value FROM json_each(:waiting)) THEN {blocked_offset_ms}
+        ELSE 0 END,
+    clock.now_ms, priority, trace_context, ordering_key
+FROM outbox_messages,
+    (SELECT {now_ms} AS now_ms) AS clock
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
+ORDER BY id;
 
 -- name: relay_ordering_earlier
 -- For each key of a batch, its oldest pending intent outside the batch (another relay
 -- holds it, or it was deferred): the batch's later intents of that key wait for it.
+-- Only one older than the batch's newest (:max_id) can hold any of them back, so each
+-- key's range of outbox_messages_ordering stops there: the key's backlog behind the
+-- batch is never read (it was, every batch: 20 intents a key read for 1 moved).
 SELECT ordering_key, min(id) FROM outbox_messages
-WHERE ordering_key IN (SELECT value FROM json_each(:keys)) AND state = 'pending'
-  AND id NOT IN (SELECT value FROM json_each(:ids))
+WHERE ordering_key IN (SELECT value FROM json_each(:keys)) AND id < :max_id
+  AND state = 'pending' AND id NOT IN (SELECT value FROM json_each(:ids))
 GROUP BY ordering_key;

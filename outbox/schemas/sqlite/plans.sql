@@ -87,10 +87,38 @@ FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :
 -- name: plan_seed_ordering_keys
 -- n ordering key rows (as many keys with a job in the queue), whose jobs are not seeded:
 -- the reaper's heal must read a page of them, never all.
-INSERT INTO outbox_ordering_keys (key_digest, created_at)
-SELECT printf('%064d', g), c.now_ms - g
+INSERT INTO outbox_ordering_keys (key_digest)
+SELECT printf('%064d', g)
+FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n) SELECT g FROM s) AS s;
+
+-- name: plan_seed_workflows
+-- n workflows, w…1, w…2, ...: the first n / 1,000 of 1,000 nodes each (today's largest,
+-- seeded below), the others' nodes not seeded (the table's size is what counts here).
+INSERT INTO outbox_workflows (workflow_id, name, state, node_count, created_at)
+SELECT printf('w%035d', g), 'plan', 'running', 1000, c.now_ms - g
 FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n) SELECT g FROM s) AS s,
     (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_workflow_nodes
+-- n nodes, 1,000 a workflow, whose ids are the seeded jobs' message ids (so show's join
+-- to the queue finds rows): each workflow's first node due, the others waiting for it.
+INSERT INTO outbox_workflow_nodes
+    (node_id, workflow_id, name, job_name, queue, payload, priority, on_failure, deps_left,
+     state, created_at, due_at)
+SELECT printf('m%035d', g), printf('w%035d', (g - 1) / 1000 + 1), 'n' || g, 't.noop',
+    'default', '{"n": 1}', 0, 'stop', CASE WHEN g % 1000 = 1 THEN 0 ELSE 1 END,
+    CASE WHEN g % 1000 = 1 THEN 'due' ELSE 'waiting' END, c.now_ms,
+    CASE WHEN g % 1000 = 1 THEN c.now_ms END
+FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n / 1000 * 1000) SELECT g FROM s) AS s,
+    (SELECT {now_ms} AS now_ms) AS c;
+
+-- name: plan_seed_workflow_edges
+-- The fan-out of each workflow: its first node before each of its other 999.
+INSERT INTO outbox_workflow_edges (parent_id, child_id, workflow_id)
+SELECT printf('m%035d', (g - 1) / 1000 * 1000 + 1), printf('m%035d', g),
+    printf('w%035d', (g - 1) / 1000 + 1)
+FROM (WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < :n / 1000 * 1000) SELECT g FROM s) AS s
+WHERE g % 1000 <> 1;
 
 -- name: plan_analyze
 -- Fresh statistics and visibility map after the bulk load, as autovacuum leaves them.

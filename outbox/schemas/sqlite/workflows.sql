@@ -10,16 +10,17 @@ ON CONFLICT (key_digest) DO NOTHING;
 
 -- name: workflow_nodes_insert
 -- Every node from a JSON array of rows [node_id, name, job_name, queue, payload,
--- max_attempts, priority, on_failure, deps_total, intent key digest, intent fingerprint]:
+-- max_attempts, priority, on_failure, dependency count, intent key digest, intent
+-- fingerprint]:
 -- a root is due at once (its intent follows), the others wait.
 INSERT INTO outbox_workflow_nodes
     (node_id, workflow_id, name, job_name, queue, payload, max_attempts, priority,
-     on_failure, deps_total, deps_left, state, created_at, due_at)
+     on_failure, deps_left, state, created_at, due_at)
 SELECT json_extract(r.value, '$[0]'), :workflow_id, json_extract(r.value, '$[1]'),
        json_extract(r.value, '$[2]'), json_extract(r.value, '$[3]'),
        json_extract(r.value, '$[4]'), json_extract(r.value, '$[5]'),
        json_extract(r.value, '$[6]'), json_extract(r.value, '$[7]'),
-       json_extract(r.value, '$[8]'), json_extract(r.value, '$[8]'),
+       json_extract(r.value, '$[8]'),
        CASE WHEN json_extract(r.value, '$[8]') = 0 THEN 'due' ELSE 'waiting' END,
        {now_ms},
        CASE WHEN json_extract(r.value, '$[8]') = 0 THEN {now_ms} END
@@ -64,3 +65,8 @@ SELECT n.node_id, n.queue, n.job_name, n.payload, 0, n.max_attempts, {now_ms}, {
 FROM outbox_workflow_edges e
 JOIN outbox_workflow_nodes n ON n.node_id = e.child_id
 WHERE e.parent_id = :node_id AND n.state = 'waiting' AND n.deps_left = 0;
+
+-- name: workflow_nodes_show
+-- `outbox workflow show`: every node of a workflow (outbox.db.workflows.show_plan).
+{fragment:workflow_node_columns}
+{fragment:workflow_nodes_joins};
