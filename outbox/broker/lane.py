@@ -224,15 +224,20 @@ class BrokerLane(Generic[D]):
     # -- starting -----------------------------------------------------------------
 
     def _pump(self) -> None:
-        """Start waiting deliveries while slots are free."""
+        """Start waiting deliveries while slots are free. A sync job may also be queued
+        behind a busy thread, one per thread (``2 * cap`` started at most): the thread
+        goes from one job to the next without a trip through the loop, which cost a drain
+        with one slot two thread switches a job; still only ``cap`` threads run them. An
+        async job waits for a slot (``_start`` puts it back first in line)."""
         w = self.ctx
-        while self.waiting and self.busy < self.cap and not self.paused():
+        while self.waiting and self.busy < 2 * self.cap and not self.paused():
             d = self._most_urgent()
             if self._closed or w.stopping.is_set() or w.done():
                 self._release(d)
             else:
                 w.started += 1
-                self._start(d)
+                if not self._start(d):
+                    break
 
     def _most_urgent(self) -> D:
         """The next waiting delivery to start: the first of the most urgent band held."""
@@ -250,18 +255,22 @@ class BrokerLane(Generic[D]):
         del waiting[at]
         return d
 
-    def _start(self, d: D) -> None:
+    def _start(self, d: D) -> bool:
         w = self.ctx
         job = self._decode(d)
         if job is None:
-            return
+            return True
         now_ms = w.now_ms()
         if job.available_at > now_ms:  # handed off before it is due
             self._hand_back(d, (job.available_at - now_ms) / 1000)
-            return
+            return True
+        handler = w.registry.get(job.job_name)
+        if self.busy >= self.cap and handler is not None and handler.is_async:
+            w.started -= 1  # no slot for it: it waits for one, first in line
+            self.waiting.appendleft(d)
+            return False
         job.priority = self._band(d)
         w.stats.claimed += 1
-        handler = w.registry.get(job.job_name)
         limit = w.registry.max_attempts(job.job_name, job.max_attempts)
         if job.message_id in w.cancel_marks:  # cancelled before it ran: never runs
             self._settle(d, Outcome(Kind.CANCELLED, job))
@@ -281,6 +290,7 @@ class BrokerLane(Generic[D]):
                 self._handlers[id(job)] = self._spawn(self._run_async(job, handler))
             else:
                 self._sync_pool().inbox.put((job, handler))
+        return True
 
     async def _exhausted(self, d: D, job: ClaimedJob, limit: int, transactional: bool) -> None:
         """Dead-letter a job past its last attempt, unless that attempt committed: a

@@ -1,39 +1,31 @@
-"""Jobs with an ordering key on JetStream: one key's jobs one at a time, in stream order.
+"""Jobs with an ordering key on JetStream: the transport of a ``KeyedLane``.
+
+What keeps a key's line whatever the broker (what holds it, what releases it, shared
+partitions, slots) is ``outbox.broker.ordered``'s; this is how JetStream keeps it.
 
 The relay publishes a keyed job on its key's partition subject
-(``names.ordered_subject``; ``names.partition`` is a stable digest of the key), in the
-order its intents were committed (``outbox.relay.jetstream``). Each partition has its
-own durable consumer with ``max_ack_pending=1``, shared by every worker process: the
-server delivers a partition's next message only once the one before it was acked or
-terminated, so however many workers run, a key never has two jobs running and never
-runs a later one first. What holds the line is what keeps the message unacked:
+(``names.ordered_subject``), in the order its intents were committed
+(``outbox.relay.jetstream``). Each partition has its own durable consumer with
+``max_ack_pending=1``, shared by every worker process: the server delivers a partition's
+next message only once the one before it was acked or terminated. What keeps the
+message unacked:
 
-- running (its in-progress acks renew it each lease/3, as for any job);
+- running: its in-progress acks renew it each lease/3;
 - a retry: a NAK with the backoff keeps it the partition's one pending message, and it
   is redelivered first when the delay is over;
-- a snooze: a NAK with the snooze's delay too, not a new message at the end of the
-  stream (that would run later jobs of the key first). JetStream counts that redelivery,
-  so before the NAK the worker writes the job's snooze count into the bucket of
-  uncounted deliveries (``outbox.jetstream.uncounted``, as for releases); a redelivered
-  keyed message reads it and takes those deliveries off its attempt, so a snooze spends
-  no attempt, and the count feeds ``MAX_SNOOZES`` as the header does for a keyless job.
+- a snooze: a NAK with the snooze's delay too. JetStream counts that redelivery, so
+  before the NAK the worker writes the job's snooze count into the bucket of uncounted
+  deliveries (``outbox.jetstream.uncounted``, as for releases); a redelivered keyed
+  message reads it and takes those deliveries off its attempt, so a snooze spends no
+  attempt, and the count feeds ``MAX_SNOOZES`` as the header does for a keyless job.
   If the write fails the message is left alone and comes back after the ack wait (a
   retry, counted);
 - a worker that dies: the ack wait (the lease) returns the message, still first.
 
-A dead letter terminates the message, which releases the partition, so the key goes
-on (the default). ``dead_letter_holds_key=True`` cannot be kept here: holding a dead
-letter's message unacked would block every key of its partition, so the JetStream
-worker refuses such a handler at start (``outbox.jetstream.worker``).
-
-The partitions are shared by keys (``names.ORDERED_PARTITIONS``): a key waiting for its
-backoff or snooze also holds the other keys of its partition, and at most that many keys
-of a queue run at once. A key's order wins over its priority: keyed jobs run from their
-partitions, beside the bands of keyless ones, with slots of their own (``--concurrency``
-again). The lane below asks the partitions in turn, one message each, and never has more
-requests open than it has free slots (a message fetched past them would only wait, and
-be released at a stop): with a slot for every partition each request is held open,
-else each is answered at once and a sweep that found nothing pauses ``sleep``.
+A dead letter terminates the message, which releases the partition. The lane below asks
+the partitions in turn, one message each, and never has more requests open than it has
+free slots (``KeyedLane._asked``): with a slot for every partition each request is held
+open, else each is answered at once and a sweep that found nothing pauses ``sleep``.
 """
 
 from __future__ import annotations
@@ -46,7 +38,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from outbox.broker.context import LaneContext
+from outbox.broker.ordered import KeyedLane, LaneContext
 from outbox.db.rows import ClaimedJob
 from outbox.jetstream import names, uncounted
 from outbox.jetstream.lane import Lane, delivery_meta
@@ -56,7 +48,7 @@ from outbox.log import get_logger
 log = get_logger("outbox.worker")
 
 
-class OrderedLane(Lane):
+class OrderedLane(KeyedLane[Msg], Lane):
     """The keyed jobs of one queue: a puller per ordered partition, one message each."""
 
     def __init__(
@@ -74,9 +66,6 @@ class OrderedLane(Lane):
 
     def _consumer_name(self, index: int) -> str:
         return names.ordered_consumer(index)
-
-    def _want(self) -> int:
-        return max(0, self._free())
 
     def _snoozes(self, msg: Msg) -> int:
         return self.counts.get(delivery_meta(msg)[0], Counts()).snoozes
@@ -107,13 +96,9 @@ class OrderedLane(Lane):
             self.swept.discard(band)  # it had a message: it may have the next one
         self.room.set()
 
-    def _free(self) -> int:
-        """Slots for which no message is held and no request is open: a request per
-        partition whatever the cap would fetch up to a message per partition more than
-        the lane may run (and ``max_jobs`` allows), all released at a stop."""
+    def _asked(self) -> int:
         now = self.ctx.clock()
-        asked = sum(p.busy(now) for p in self.pullers)
-        return min(self.cap - self._held(), self._jobs_left()) - asked
+        return sum(p.busy(now) for p in self.pullers)
 
     async def run(self) -> None:
         """Ask the partitions in turn while a slot is free for a message."""

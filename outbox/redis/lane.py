@@ -55,6 +55,12 @@ _BLOCK_MAX_S = 1.0  # a blocking read's longest wait: a stop or a resume is seen
 # (a script over the bands), so a window of two (a cap of one, prefetched once) paid one
 # per job; 64 entries pay one per 32 jobs. A graceful stop hands them back unspent.
 DEFAULT_PREFETCH = 64
+# How long the first ack of a burst waits for others before they go in one round trip: a
+# socket write from the loop could wait for the GIL behind a handler thread (up to the
+# interpreter's switch interval), so fewer writes a job is what a drain gains most from.
+# The entries stay pending meanwhile, well within their lease.
+ACK_GATHER_S = 0.005
+ACK_GATHER_MAX = 32
 
 
 @dataclass(slots=True, eq=False)
@@ -65,6 +71,7 @@ class Entry:
     id: bytes
     fields: dict[bytes, bytes]
     delivered: int = 1
+    snoozes: int = 0  # a keyed job's snoozes, kept beside its held delivery
 
 
 def job_fields(job: ClaimedJob, due_ms: int, *, snoozes: int, before: int) -> list[str]:
@@ -96,6 +103,8 @@ class RedisLane(BrokerLane[Entry]):
         self.r, self.blocking, self.consumer = r, blocking, consumer
         self.streams = names.job_streams(queue)
         self.band_streams = names.band_streams(queue)
+        self.own_streams = self.band_streams  # the streams this lane reads
+        self.wake_keys: list[str] = []  # the wake stream a dead letter adds to (keyed jobs)
         self._script: dict[str, Any] = {}
         self._acks: dict[int, list[bytes]] = {}
         self._reclaim_at = 0.0
@@ -111,9 +120,9 @@ class RedisLane(BrokerLane[Entry]):
         return script(keys=keys, args=args)
 
     async def ensure_groups(self) -> None:
-        """The group on every stream of the queue (made with the stream when missing;
+        """The group on every stream the lane reads (made with the stream when missing;
         an existing group keeps its place)."""
-        for stream in self.streams:
+        for stream in self.own_streams:
             with contextlib.suppress(exceptions.ResponseError):  # BUSYGROUP: it exists
                 await self.r.xgroup_create(stream, names.GROUP, id="0", mkstream=True)
 
@@ -281,6 +290,8 @@ class RedisLane(BrokerLane[Entry]):
             self._send(self._send_acks)
 
     async def _send_acks(self) -> None:
+        if not self._closed and sum(map(len, self._acks.values())) < ACK_GATHER_MAX:
+            await asyncio.sleep(ACK_GATHER_S)
         acks, self._acks = self._acks, {}
         async with self.r.pipeline(transaction=False) as pipe:
             for i, ids in acks.items():
@@ -326,17 +337,30 @@ class RedisLane(BrokerLane[Entry]):
         member = orjson.dumps({"s": e.stream, "u": uuid.uuid4().hex, "f": fields})
         keys = [self.streams[e.stream], names.delayed_key(self.queue)]
         args = [names.GROUP, e.id, self.consumer, due_ms, member]
-        try:
-            deferred = bool(await self._run("DEFER", keys, args))
-        except Exception as exc:  # left pending: back after its lease, nothing lost
-            log.warning("worker.defer_failed", queue=self.queue, error=type(exc).__name__)
-            return
-        if not deferred:
-            log.warning("worker.lease_lost", queue=self.queue, entry=e.id.decode())
-            return
+        if await self._guarded(e, "DEFER", keys, args, "worker.defer_failed"):
+            self._deferred(due_ms, snooze)
+
+    def _deferred(self, due_ms: int, snooze: bool) -> None:
+        """A job put off until ``due_ms``: the next fetch looks for it then."""
         self.ctx.stats.snoozed += snooze
         if self._next_due_ms is None or due_ms < self._next_due_ms:
             self._next_due_ms = due_ms
+
+    async def _guarded(
+        self, e: Entry, script: str, keys: list[str], args: list[Any], failed: str
+    ) -> bool:
+        """Run ``script``, a write that ends ``e``'s delivery otherwise than with an ack
+        (``scripts.OWNED`` guards it). False when it failed (logged as ``failed``) or the
+        lease was lost: the entry is left as it was and comes back after its lease, so
+        nothing is lost."""
+        try:
+            done = bool(await self._run(script, keys, args))
+        except Exception as exc:
+            log.warning(failed, queue=self.queue, error=type(exc).__name__)
+            return False
+        if not done:
+            log.warning("worker.lease_lost", queue=self.queue, entry=e.id.decode())
+        return done
 
     async def _dead_letter(self, e: Entry, job: ClaimedJob, failure: Failure) -> bool:
         return await self._copy_dead(e, codec.dead_body(job, failure))
@@ -344,16 +368,9 @@ class RedisLane(BrokerLane[Entry]):
     async def _copy_dead(self, e: Entry, body: bytes, guard: bool = True) -> bool:
         """The dead-letter record on the dead stream, the entry gone, in one step; if it
         fails the entry stays pending and comes back after its lease: nothing is lost."""
-        keys = [self.streams[e.stream], names.dead_stream(self.queue)]
+        keys = [self.streams[e.stream], names.dead_stream(self.queue), *self.wake_keys]
         args = [names.GROUP, e.id, self.consumer, body, "1" if guard else "0"]
-        try:
-            done = bool(await self._run("BURY", keys, args))
-        except Exception as exc:
-            log.warning("worker.dead_letter_failed", queue=self.queue, error=type(exc).__name__)
-            return False
-        if not done:
-            log.warning("worker.lease_lost", queue=self.queue, entry=e.id.decode())
-        return done
+        return await self._guarded(e, "BURY", keys, args, "worker.dead_letter_failed")
 
     async def _extend(self, held: list[Entry]) -> None:
         by_stream: dict[int, list[bytes]] = {}

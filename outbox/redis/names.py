@@ -7,6 +7,13 @@ Cluster all of a queue's keys live on one node and one script may touch any of t
 - ``{outbox:search}:ord:<p>``: the stream of ordered partition ``p`` (jobs with an
   ordering key; ``outbox.jetstream.names.partition`` picks ``p``, the same digest as on
   JetStream, so a key's jobs keep their order);
+- ``{outbox:search}:held``: a hash, per ordered partition ``p``, of the one delivery of
+  ``p`` kept out while it waits (a keyed retry's backoff, a snooze, a hand-back): its
+  entry id, when it is due, the delivery count it gets back and its snooze count
+  (``outbox.redis.ordered``);
+- ``{outbox:search}:ord:wake``: a stream of one entry, added to whenever an ordered
+  partition may have a job for an idle worker (the relay added one, or a partition was
+  released with entries behind): idle workers block on it;
 - ``{outbox:search}:dead``: the dead-letter stream (kept until forgotten or re-driven);
 - ``{outbox:search}:seen:<msg id>``: the de-duplication marker of one published message,
   with a TTL (the window);
@@ -33,6 +40,7 @@ __all__ = [
     "band_streams",
     "dead_stream",
     "delayed_key",
+    "held_key",
     "job_streams",
     "ordered_stream",
     "ordered_streams",
@@ -41,6 +49,7 @@ __all__ = [
     "seen_key",
     "stream",
     "tag",
+    "wake_stream",
 ]
 
 GROUP = "outbox-workers"
@@ -98,3 +107,13 @@ def delayed_key(queue: str) -> str:
     """The sorted set of ``queue``'s jobs waiting to come back (retries, snoozes, early
     deliveries), scored by their due time in UNIX ms."""
     return f"{tag(queue)}:delayed"
+
+
+def held_key(queue: str) -> str:
+    """The hash of ``queue``'s ordered deliveries kept out while they wait, by partition."""
+    return f"{tag(queue)}:held"
+
+
+def wake_stream(queue: str) -> str:
+    """The stream idle workers of ``queue``'s keyed jobs block on."""
+    return f"{tag(queue)}:ord:wake"

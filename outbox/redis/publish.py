@@ -69,6 +69,7 @@ class Publisher:
         keys: list[str] = []
         for m in messages:
             keys += [names.seen_key(queue, m.message_id), m.stream]
+        keys.append(names.wake_stream(queue))
         fields = orjson.dumps([[x for kv in m.fields.items() for x in kv] for m in messages])
         pipe = node.pipeline(transaction=False)
         self._script(keys, [window_ms, max_len, fields], client=pipe)

@@ -19,8 +19,10 @@ Every key a call touches carries the queue's hash tag, so on Redis Cluster the c
 on the queue's node (``redis-py``'s ``Script`` sends ``EVALSHA`` and loads the script
 on ``NOSCRIPT``).
 
-KEYS: per message, its seen marker then its stream. ARGV: the window (ms), the length
-limit (0: none), and the messages' fields as one JSON array holding, per message, its
+KEYS: per message, its seen marker then its stream; last, the queue's wake stream
+(``names.wake_stream``), added to once when the call added a keyed job (an idle worker
+of keyed jobs blocks on it). ARGV: the window (ms), the length limit (0: none), and the
+messages' fields as one JSON array holding, per message, its
 field/value pairs in one flat array (one argument decoded by Redis's own cjson: redis-py
 encodes each argument in Python, which cost more than the script with one argument per
 field). The reply, per message: ``{0, entry id}`` added, ``{1, entry id}`` a duplicate,
@@ -45,6 +47,23 @@ nothing is written — the one who holds it now settles it.
   many moved and when the next one is due;
 - ``BURY``: a copy on the dead stream, and the entry leaves;
 - ``EXTEND``: reset the idle time of the entries this worker still holds (the lease).
+
+Keyed jobs (``outbox.redis.ordered``) have three more, which keep an ordered partition's
+one delivery out at a time:
+
+- ``TAKE``: per partition, in turn from ``start``, until ``want`` entries: nothing while
+  one of its entries is pending, unless it is this partition's held delivery now due
+  (``XCLAIM`` with the delivery count it was held with) or one idle past the lease (a
+  worker died: ``XCLAIM``, counted); else ``XREADGROUP COUNT 1``. Returns the queue's
+  paused flag, when the next held delivery is due, and the wake stream's last id (so a
+  blocking read after it misses no wake);
+- ``HOLD``: a retry, a snooze or a hand-back of a keyed job: the entry stays pending
+  (its partition's one delivery out) and the held hash notes its due time, the delivery
+  count it gets back and its snooze count; idle workers are woken (their next ``TAKE``
+  learns when it is due);
+- ``RELEASE``: the acks of a burst of keyed jobs (``XACK`` + ``XDEL``), waking idle
+  workers when a partition has entries behind the one acked. ``BURY`` wakes them too
+  when given the wake stream.
 """
 
 from __future__ import annotations
@@ -57,7 +76,8 @@ local limit = tonumber(ARGV[2])
 local fields = cjson.decode(ARGV[3])
 local room = {}
 local out = {}
-for i = 1, #KEYS / 2 do
+local woke = false
+for i = 1, (#KEYS - 1) / 2 do
   local seen, stream = KEYS[2 * i - 1], KEYS[2 * i]
   local had = redis.call('GET', seen)
   if had then
@@ -74,10 +94,12 @@ for i = 1, #KEYS / 2 do
       redis.call('SET', seen, id, 'PX', window)
       if limit > 0 then left = left - 1 end
       out[i] = {0, id}
+      woke = woke or string.find(stream, '}:ord:', 1, true) ~= nil
     end
     room[stream] = left
   end
 end
+if woke then redis.call('XADD', KEYS[#KEYS], 'MAXLEN', 1, '*', 'w', 1) end
 return out
 """
 
@@ -149,11 +171,20 @@ local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {#due, nxt[2] or false}
 """
 
-BURY = _OWNED + """
+_WAKE = """
+local function wake(key, stream)
+  if key and redis.call('XLEN', stream) > 0 then
+    redis.call('XADD', key, 'MAXLEN', 1, '*', 'w', 1)
+  end
+end
+"""
+
+BURY = _OWNED + _WAKE + """
 if ARGV[5] == '1' and not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 redis.call('XADD', KEYS[2], '*', 'data', ARGV[4])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
+wake(KEYS[3], KEYS[1])
 return 1
 """
 
@@ -166,4 +197,75 @@ for i = 3, #ARGV do
   end
 end
 return n
+"""
+
+TAKE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {1} end
+local group, consumer = ARGV[1], ARGV[2]
+local want, now, lease = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local n = #KEYS - 3
+local w = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
+local out = {0, false, w[1] and w[1][1] or '0-0'}
+local nxt = false
+local taken = 0
+for k = 0, n - 1 do
+  if taken >= want then break end
+  local p = (tonumber(ARGV[6]) + k) % n
+  local stream = KEYS[4 + p]
+  local e, count, snoozes = nil, 1, 0
+  local pend = redis.call('XPENDING', stream, group, '-', '+', 1)
+  if pend[1] then
+    local id = pend[1][1]
+    local h = redis.call('HGET', KEYS[2], p)
+    local hid, due, hcount, hsnoozes
+    if h then hid, due, hcount, hsnoozes = string.match(h, '^(%S+) (%d+) (%d+) (%d+)$') end
+    if h and hid == id then
+      if tonumber(due) <= now then
+        redis.call('HDEL', KEYS[2], p)
+        local c = redis.call('XCLAIM', stream, group, consumer, 0, id, 'RETRYCOUNT', hcount)
+        e, count, snoozes = c[1], tonumber(hcount), tonumber(hsnoozes)
+      elseif not nxt or tonumber(due) < nxt then
+        nxt = tonumber(due)
+      end
+    else
+      if h then redis.call('HDEL', KEYS[2], p) end
+      if pend[1][3] >= lease then
+        local c = redis.call('XCLAIM', stream, group, consumer, lease, id)
+        e, count = c[1], pend[1][4] + 1
+      end
+    end
+    if e ~= nil and not (e and e[2]) then
+      redis.call('XACK', stream, group, id)
+      e = nil
+    end
+  else
+    local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', 1,
+                         'STREAMS', stream, '>')
+    if r then e = r[1][2][1] end
+  end
+  if e then
+    table.insert(out, {p, e[1], e[2], count, snoozes})
+    taken = taken + 1
+  end
+end
+out[2] = nxt
+return out
+"""
+
+HOLD = _OWNED + """
+if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[2] .. ' ' .. ARGV[5] .. ' ' .. ARGV[6] .. ' ' .. ARGV[7])
+redis.call('XADD', KEYS[3], 'MAXLEN', 1, '*', 'w', 1)
+return 1
+"""
+
+RELEASE = _WAKE + """
+local behind = nil
+for i = 2, #KEYS do
+  redis.call('XACK', KEYS[i], ARGV[1], ARGV[i])
+  redis.call('XDEL', KEYS[i], ARGV[i])
+  if not behind and redis.call('XLEN', KEYS[i]) > 0 then behind = KEYS[i] end
+end
+if behind then wake(KEYS[1], behind) end
+return 1
 """

@@ -16,8 +16,10 @@ delivery counted as an attempt. Pausing a queue (``outbox queue pause --broker
 redis://``) sets ``names.paused_key``: every fetch reads it, so the fleet stops taking
 from the queue within one fetch (a blocking read, at most ``sleep`` or a second).
 
-Keyed jobs (the ordered partitions' streams) are not taken by this worker yet: it says
-so at start when a partition holds entries, and leaves them where they are.
+Keyed jobs come from the queue's ordered partitions instead, one delivery out per
+partition (``outbox.redis.ordered``: an ``OrderedRedisLane`` beside the queue's
+``RedisLane``, with slots of its own, ``--concurrency`` again), so a key's jobs run one
+at a time in the order the relay handed them off, whatever the number of workers.
 """
 
 from __future__ import annotations
@@ -28,14 +30,12 @@ from typing import Any
 from redis.asyncio import Redis
 
 from outbox.broker.worker import BrokerWorker
-from outbox.log import get_logger
 from outbox.queue.config import WorkerConfig
 from outbox.queue.registry import Registry
-from outbox.redis import names
 from outbox.redis.connect import RedisUrl, checked_client
 from outbox.redis.lane import RedisLane
+from outbox.redis.ordered import OrderedRedisLane
 
-log = get_logger("outbox.worker")
 REDIS_SYSTEM = "redis"  # messaging.system of the attempt spans (OpenTelemetry's name)
 
 
@@ -61,22 +61,14 @@ class RedisWorker(BrokerWorker):
         blocking = await checked_client(self.url)  # the blocking reads wait on their own socket
         caps = self.config.caps()
         try:
-            for queue in caps:
-                await self._say_keyed(r, queue)
             self.started(self.url.shown)
-            lanes = [
-                RedisLane(self.ctx, r, blocking, q, caps[q], self.worker_id) for q in caps
-            ]
+            lanes: list[RedisLane] = []
+            for q in caps:
+                for kind in (RedisLane, OrderedRedisLane):
+                    lanes.append(kind(self.ctx, r, blocking, q, caps[q], self.worker_id))
             await self.together([self.run_lane(lane) for lane in lanes])
         finally:
             self._r = None
             for client in (blocking, r):
                 with contextlib.suppress(Exception):
                     await client.aclose()
-
-    async def _say_keyed(self, r: Redis, queue: str) -> None:
-        waiting = 0
-        for stream in names.ordered_streams(queue):
-            waiting += int(await r.xlen(stream))
-        if waiting:
-            log.warning("worker.ordered_not_served", queue=queue, entries=waiting)

@@ -24,7 +24,9 @@ are committed, so a watching relay backs off. Nothing is ever trimmed.
 Ordering keys are kept as on JetStream: a batch holds a key's intents only when no older
 one is pending elsewhere (``outbox.db.ordering.in_turn``); a script call adds them in id
 order to the key's ordered partition stream, and when one is refused so are its key's
-later ones (the stream stays full for the rest of the call).
+later ones (the stream stays full for the rest of the call). A key is kept per queue, as
+on JetStream: a batch that puts a key in another queue than the last one logs
+``relay.ordering_key_queues`` (``outbox.relay.key_queues``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from outbox.redis import names
 from outbox.redis.connect import Connected, RedisUrl, broker_error, connect
 from outbox.redis.publish import Added, Full, Message, Publisher
 from outbox.relay import brokered, message
+from outbox.relay.key_queues import KeyQueues
 from outbox.relay.message import refuse_workflows
 
 log = get_logger("outbox.relay")
@@ -99,6 +102,7 @@ class RedisTarget:
         self._conn: Connected | None = None
         self._publisher: Publisher | None = None
         self._lock = threading.Lock()
+        self._key_queues = KeyQueues()  # a key in two queues is ordered in each only
 
     @property
     def in_flight(self) -> int:
@@ -129,6 +133,7 @@ class RedisTarget:
         if not intents:
             return set()
         refuse_workflows(intents)
+        self._key_queues.check(intents)
         conn, publisher = self._connected()
         now_ms = int(time.time() * 1000)
         by_queue: dict[str, list[Message]] = {}
