@@ -121,7 +121,13 @@ class BrokerWorker:
         self._said_started = True
         caps = self.config.caps()
         prefetch = "cap" if self.config.prefetch is None else self.config.prefetch
-        self.log.info("worker.started", broker=broker, queues=caps, prefetch=prefetch)
+        self.log.info(
+            "worker.started",
+            broker=broker,
+            queues=caps,
+            prefetch=prefetch,
+            **joblog.encryption_fields(),
+        )
 
     def paused_changed(self) -> None:
         """A queue was paused or resumed: every lane looks again."""

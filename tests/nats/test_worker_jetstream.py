@@ -166,6 +166,7 @@ def test_the_worker_logs_each_retry_and_dead_letter_and_its_run_as_the_sql_worke
     stopped = [e for e in logs if e["event"] == "worker.stopped"]
     worker_id = started[0]["worker_id"]
     assert worker_id and all(e["worker_id"] for e in started + stopped)
+    assert started[0]["encryption"] == "off"  # no keyring here: key ids only, never keys
     assert stopped[-1]["outcome"] == "stopped gracefully"
     assert sum(e["claimed"] for e in stopped) == 2
     assert {"succeeded", "retried", "dead", "released", "lost"} <= set(stopped[-1])
