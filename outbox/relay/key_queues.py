@@ -1,8 +1,8 @@
-"""Ordering keys used in two queues, as the JetStream relay sees them.
+"""Ordering keys used in two queues, as a broker relay (JetStream, Redis) sees them.
 
 On the SQL queue a key's line spans queues (``outbox.db.ordering`` locks one row per
-key, whatever the queue). On JetStream each queue is its own stream with its own
-ordered partitions, so two jobs of one key in two queues are each in order within their
+key, whatever the queue). On a broker each queue is its own stream (or set of streams) with its
+own ordered partitions, so two jobs of one key in two queues are each in order within their
 queue only. Nothing in the outbox's rows can enforce that once the earlier one is
 published, so the relay says so instead: it remembers the queue of the last
 ``SEEN_KEYS`` keys it published (key digests, in memory; never logged) and logs one
