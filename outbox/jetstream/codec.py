@@ -43,7 +43,6 @@ import orjson
 
 from outbox import tracing
 from outbox.db.rows import ClaimedJob, Failure
-from outbox.jetstream import names
 from outbox.job import MAX_ATTEMPTS_LIMIT, NAME_PATTERN
 
 MSG_ID = "Nats-Msg-Id"
@@ -190,14 +189,14 @@ class DeadLetter:
     body: dict[str, Any]
 
 
-def dead_body(job: ClaimedJob, failure: Failure, subject: str | None = None) -> bytes:
-    """The dead-letter record of ``job``; ``subject``, the one it was delivered on, is
-    kept for a job with an ordering key, so ``queue retry`` puts it back in its key's
-    partition (the key itself is not in the message)."""
-    ordered = subject is not None and names.is_ordered(subject)
+def dead_body(job: ClaimedJob, failure: Failure, partition: str | None = None) -> bytes:
+    """The dead-letter record of ``job``. ``partition``, the ordered partition it was
+    delivered from (a JetStream subject, a Redis stream), is given for a job with an
+    ordering key, so ``queue retry`` puts it back in its key's partition (the key itself
+    is not in the message); it is kept as ``subject``."""
     return orjson.dumps(
         {
-            **({"subject": subject} if ordered else {}),
+            **({"subject": partition} if partition is not None else {}),
             "message_id": job.message_id,
             "queue": job.queue,
             "job_name": job.job_name,

@@ -283,7 +283,8 @@ class Lane(BrokerLane[Msg]):
         self._send(partial(msg.nak, delay=delay_ms / 1000))
 
     async def _dead_letter(self, msg: Msg, job: ClaimedJob, failure: Failure) -> bool:
-        return await self._copy_dead(msg, job.id, codec.dead_body(job, failure, msg.subject))
+        ordered = msg.subject if names.is_ordered(msg.subject) else None  # its key's partition
+        return await self._copy_dead(msg, job.id, codec.dead_body(job, failure, ordered))
 
     async def _extend(self, held: list[Msg]) -> None:
         for msg in held:

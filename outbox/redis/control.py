@@ -143,8 +143,13 @@ async def _redrive(r: Any, queue: str, entry_id: bytes, dead: codec.DeadLetter) 
         available_at=0,
     )
     fields = job_fields(job, 0, snoozes=0, before=0)
+    partition = body.get("subject")  # a keyed job goes back into its key's line
+    keyed = isinstance(partition, str) and partition in names.ordered_streams(queue)
+    target = partition if keyed else names.stream(queue, priority)
     async with r.pipeline(transaction=True) as pipe:
-        pipe.xadd(names.stream(queue, priority), dict(zip(fields[::2], fields[1::2], strict=True)))
+        pipe.xadd(target, dict(zip(fields[::2], fields[1::2], strict=True)))
+        if keyed:
+            pipe.xadd(names.wake_stream(queue), {"w": "1"}, maxlen=1)
         pipe.xdel(names.dead_stream(queue), entry_id)
         await pipe.execute()
 

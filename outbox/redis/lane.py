@@ -363,7 +363,9 @@ class RedisLane(BrokerLane[Entry]):
         return done
 
     async def _dead_letter(self, e: Entry, job: ClaimedJob, failure: Failure) -> bool:
-        return await self._copy_dead(e, codec.dead_body(job, failure))
+        stream = self.streams[e.stream]
+        ordered = stream if e.stream >= len(names.BANDS) else None  # its key's partition
+        return await self._copy_dead(e, codec.dead_body(job, failure, ordered))
 
     async def _copy_dead(self, e: Entry, body: bytes, guard: bool = True) -> bool:
         """The dead-letter record on the dead stream, the entry gone, in one step; if it

@@ -9,6 +9,7 @@ is refused. The relay's side (partitions, commit order, a full stream) is in
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -25,7 +26,7 @@ from outbox.errors import ConfigurationError
 from outbox.jetstream import codec
 from outbox.job import ordering_digest
 from outbox.queue.config import WorkerConfig, WorkerStats
-from outbox.redis import names
+from outbox.redis import control, names
 from outbox.redis.connect import parse_url
 from outbox.redis.worker import RedisWorker
 from outbox.relay import Relay, RelayConfig
@@ -136,6 +137,15 @@ def test_a_dead_lettered_keyed_job_releases_its_key(
     assert [m for m, _, what in _lines(ledger) if what == "ran"] == [dead, after]
     assert stats.dead == 1 and [d["message_id"] for d in entries.dead(r, queue)] == [dead]
     assert entries.left(r, queue) == 0
+    # Re-driven, it goes back into its key's line (its partition), not a band stream
+    assert asyncio.run(control.retry(parse_url(entries.URL), dead)) == 1
+    assert [r.xlen(s) for s in names.band_streams(queue)] == [0] * len(names.BANDS)
+    assert sum(r.xlen(s) for s in names.ordered_streams(queue)) == 1
+    w = Running(queue)
+    ran = lambda: [m for m, _, what in _lines(ledger) if what == "ran"]  # noqa: E731
+    wait_until(lambda: len(ran()) == 3, 30, "the re-driven job to run")
+    w.stop()
+    assert ran() == [dead, after, dead]
 
 
 def test_a_keyed_job_handed_back_unstarted_keeps_its_place_and_its_attempt(
