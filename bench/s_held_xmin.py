@@ -35,6 +35,7 @@ from bench import data
 from bench.core import Case, Target
 from bench.plan import PY, Ctx, Plan
 from bench.s_hygiene import DefaultCluster
+from bench.w_held_xmin import ROTATE
 
 NAME = "held_xmin"
 RATE = 1000  # jobs/s offered
@@ -53,11 +54,12 @@ def prepare(storage: str, url: str) -> None:
     """A database migrated with ``OUTBOX_QUEUE_STORAGE=storage`` (today's: heap)."""
     from outbox.config import settings
 
+    kept = settings.queue_storage
     settings.queue_storage = "ring" if storage == "ring" else "heap"
     try:
         data.connect(url).close()
     finally:
-        settings.queue_storage = "heap"
+        settings.queue_storage = kept
 
 
 class Producer(threading.Thread):
@@ -90,6 +92,10 @@ class Producer(threading.Thread):
                     self.stop.wait(pause)
 
 
+class _Done(Exception):
+    """No hold: the steady window is measured, the run ends."""
+
+
 def _relations_sql() -> str:
     return (
         "SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0),"
@@ -108,10 +114,17 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run(
-    storage: str, cluster: DefaultCluster, hold_minutes: int
+    storage: str,
+    cluster: DefaultCluster,
+    hold_minutes: int,
+    *,
+    before_s: float = 60.0,
+    db: str = "",
 ) -> tuple[dict[str, float], list[str]]:
-    """One storage through the scenario; its figures and its per-minute report lines."""
-    db = f"held_{storage}"
+    """One storage through the scenario; its figures and its per-minute report lines.
+    With ``hold_minutes=0`` only the ``before_s`` window before a hold is measured (no
+    snapshot is ever held): the storages' steady-state costs (``bench.s_ring_costs``)."""
+    db = db or f"held_{storage}"
     admin = psycopg.connect(cluster.url(), autocommit=True)
     admin.execute(f"DROP DATABASE IF EXISTS {db}")
     admin.execute(f"CREATE DATABASE {db}")
@@ -119,6 +132,7 @@ def run(
     url = cluster.url(db)
     prepare(storage, url)
     samples_path = Path(cluster.root) / f"{db}.samples"
+    samples_path.unlink(missing_ok=True)  # an earlier run's samples of this database
     worker = subprocess.Popen([PY, "-m", "bench.w_held_xmin", str(samples_path), url])
     producer = Producer(url)
     stats = psycopg.connect(url, autocommit=True)
@@ -134,8 +148,10 @@ def run(
         producer.start()
         time.sleep(20)  # warm: caches, the worker's prefetch settles
         before = time.time()
-        time.sleep(60)
+        time.sleep(before_s)
         mark()
+        if not hold_minutes:
+            raise _Done
         hold = psycopg.connect(url)
         hold.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         hold.execute("SELECT count(*) FROM pg_class").fetchone()
@@ -145,6 +161,8 @@ def run(
             mark()
             if worker.poll() is not None:
                 raise RuntimeError(f"the held_xmin worker exited ({worker.returncode})")
+    except _Done:
+        held_from = time.time()
     finally:
         producer.stop.set()
         producer.join(timeout=30)
@@ -157,7 +175,9 @@ def run(
             worker.kill()
     stats.close()
     rows = [line.split(",") for line in samples_path.read_text().splitlines() if line]
-    calls = [(float(t), float(s), int(c), int(a)) for t, s, c, a in rows]
+    calls = [(float(t), float(s), int(c), int(a)) for t, s, c, a in rows if int(c) != ROTATE]
+    rotations = [float(s) * 1000 for t, s, c, _ in rows
+                 if int(c) == ROTATE and float(t) >= before]
     edges = [before, held_from] + [held_from + 60 * (m + 1) for m in range(hold_minutes)]
     labels = ["before"] + [f"hold {m + 1}" for m in range(hold_minutes)]
     lines = [
@@ -187,6 +207,15 @@ def run(
         )
     for line in lines:
         print(f"  [{NAME}] {line}", flush=True)
+    lines.append(
+        f"{storage}: rotation checks {len(rotations):,}, p50 {_pct(rotations, 0.5):.2f} ms,"
+        f" p95 {_pct(rotations, 0.95):.2f} ms, max {max(rotations, default=0.0):.2f} ms"
+        " (between claims: not in the claim figures)"
+    )
+    for line in lines:
+        print(f"  [{NAME}] {line}", flush=True)
+    if not hold_minutes:
+        return per[0], lines
     hold_rows = per[1:]
     figures = {
         "min completed/s during hold / offered": min(r["completed/s"] for r in hold_rows) / RATE,

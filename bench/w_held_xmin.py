@@ -4,7 +4,8 @@
 around the PostgreSQL driver's two claim calls (``job_claim``, ``job_ack_claim``: the
 claim's round trip, acknowledgements riding along). Every call appends ``time,
 seconds, claimed, acked`` to SAMPLES (flushed once a second), and so does every
-acknowledgement sent alone (``job_ack``, with ``claimed`` -1); the parent reads them
+acknowledgement sent alone (``job_ack``, with ``claimed`` -1) and every pass of the
+ring's rotation (``ring_rotate``, ``claimed`` -2); the parent reads them
 per minute. The timer is the only difference from a production worker.
 """
 
@@ -30,9 +31,18 @@ class _Samples:
             self.flushed = time.monotonic()
 
 
+ROTATE = -2  # the ``claimed`` field of a ring rotation pass's sample
+
+
 def _timed(samples: _Samples) -> None:
     claim, ack_claim = PostgresqlDriver.job_claim, PostgresqlDriver.job_ack_claim
-    ack = PostgresqlDriver.job_ack
+    ack, rotate = PostgresqlDriver.job_ack, PostgresqlDriver.ring_rotate
+
+    def ring_rotate(self: PostgresqlDriver) -> Any:
+        t = time.perf_counter()
+        answer = rotate(self)
+        samples.add(time.perf_counter() - t, ROTATE, 0)
+        return answer
 
     def job_claim(self: PostgresqlDriver, c: Any) -> Any:
         t = time.perf_counter()
@@ -52,6 +62,7 @@ def _timed(samples: _Samples) -> None:
         samples.add(time.perf_counter() - t, -1, len(acked))  # -1: an ack alone, no claim
         return acked
 
+    PostgresqlDriver.ring_rotate = ring_rotate  # type: ignore[method-assign]
     PostgresqlDriver.job_ack = job_ack  # type: ignore[method-assign]
     PostgresqlDriver.job_claim = job_claim  # type: ignore[method-assign]
     PostgresqlDriver.job_ack_claim = job_ack_claim  # type: ignore[method-assign]
