@@ -31,11 +31,12 @@ from typing import Any
 
 import psycopg
 
-from bench import data
+from bench import data, servers
 from bench.core import Case, Target
 from bench.plan import PY, Ctx, Plan
 from bench.s_hygiene import DefaultCluster
 from bench.w_held_xmin import ROTATE
+from bench.w_record import app_connect
 
 NAME = "held_xmin"
 RATE = 1000  # jobs/s offered
@@ -76,20 +77,118 @@ class Producer(threading.Thread):
         from outbox import Job, push_many
 
         per_tick = int(RATE * TICK_S)
-        with psycopg.connect(self.url) as conn:
+        conn, _ = app_connect(self.url)
+        try:
             due = time.monotonic()
             while not self.stop.is_set():
                 jobs = [Job(data.JOB_NAME, data.payload(self.pushed + i), queue=data.QUEUE)
                         for i in range(per_tick)]
                 t = time.perf_counter()
-                with conn.transaction():
-                    push_many(conn, jobs)
+                push_many(conn, jobs)
+                conn.commit()
                 self.latencies.append((time.time(), time.perf_counter() - t))
                 self.pushed += per_tick
                 due += TICK_S
                 pause = due - time.monotonic()
                 if pause > 0:
                     self.stop.wait(pause)
+        finally:
+            conn.close()
+
+
+MARIADB = "mariadb"
+
+
+class _Side:
+    """What ``run`` needs of a backend: a migrated database, its queue relations' size
+    and dead versions, and a long transaction holding its snapshot."""
+
+    url: str
+
+    def relations(self) -> tuple[int, int, int]:
+        """Bytes, dead row versions (PostgreSQL's ``n_dead_tup``; InnoDB's history
+        list, the undo purge has not caught up with), live rows."""
+        raise NotImplementedError
+
+    def hold(self) -> None:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class _PostgreSQL(_Side):
+    """A database of the private cluster: ``today`` the heap, ``ring`` the ring."""
+
+    def __init__(self, cluster: DefaultCluster, db: str, storage: str) -> None:
+        admin = psycopg.connect(cluster.url(), autocommit=True)
+        admin.execute(f"DROP DATABASE IF EXISTS {db}")
+        admin.execute(f"CREATE DATABASE {db}")
+        admin.close()
+        self.url = cluster.url(db)
+        prepare(storage, self.url)
+        self.stats = psycopg.connect(self.url, autocommit=True)
+        self.held: psycopg.Connection[Any] | None = None
+
+    def relations(self) -> tuple[int, int, int]:
+        size, dead, live = self.stats.execute(_relations_sql()).fetchone()  # type: ignore[misc]
+        return int(size), int(dead), int(live)
+
+    def hold(self) -> None:
+        """REPEATABLE READ, one read of something else than the queue, left open."""
+        self.held = psycopg.connect(self.url)
+        self.held.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        self.held.execute("SELECT count(*) FROM pg_class").fetchone()
+
+    def release(self) -> None:
+        if self.held is not None:
+            self.held.close()
+
+    def close(self) -> None:
+        self.stats.close()
+
+
+class _MariaDB(_Side):
+    """A database of the shared MariaDB server (its settings as the machine has them):
+    the read view of ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, left open, stops
+    InnoDB's purge, as a REPEATABLE READ snapshot stops VACUUM."""
+
+    def __init__(self, db: str) -> None:
+        self.url = servers.fresh("mariadb", db)
+        data.connect(self.url).close()
+        self.stats, _ = app_connect(self.url)
+        self.stats.autocommit(True)
+        self.held: Any = None
+
+    def relations(self) -> tuple[int, int, int]:
+        with self.stats.cursor() as cur:
+            cur.execute("SELECT coalesce(sum(data_length + index_length), 0) FROM"
+                        " information_schema.tables WHERE table_schema = DATABASE()"
+                        " AND table_name = 'outbox_jobs'")
+            size = int(cur.fetchone()[0])
+            cur.execute("SELECT count FROM information_schema.innodb_metrics"
+                        " WHERE name = 'trx_rseg_history_len'")
+            history = int(cur.fetchone()[0])
+            cur.execute("SELECT count(*) FROM outbox_jobs")
+            live = int(cur.fetchone()[0])
+        return size, history, live
+
+    def hold(self) -> None:
+        self.held, _ = app_connect(self.url)
+        with self.held.cursor() as cur:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            cur.execute("SELECT count(*) FROM outbox_paused_queues")
+            cur.fetchall()
+
+    def release(self) -> None:
+        if self.held is not None:
+            self.held.close()
+
+    def close(self) -> None:
+        self.stats.close()
 
 
 class _Done(Exception):
@@ -125,23 +224,17 @@ def run(
     With ``hold_minutes=0`` only the ``before_s`` window before a hold is measured (no
     snapshot is ever held): the storages' steady-state costs (``bench.s_ring_costs``)."""
     db = db or f"held_{storage}"
-    admin = psycopg.connect(cluster.url(), autocommit=True)
-    admin.execute(f"DROP DATABASE IF EXISTS {db}")
-    admin.execute(f"CREATE DATABASE {db}")
-    admin.close()
-    url = cluster.url(db)
-    prepare(storage, url)
+    side: _Side = _MariaDB(db) if storage == MARIADB else _PostgreSQL(cluster, db, storage)
+    url = side.url
     samples_path = Path(cluster.root) / f"{db}.samples"
     samples_path.unlink(missing_ok=True)  # an earlier run's samples of this database
     worker = subprocess.Popen([PY, "-m", "bench.w_held_xmin", str(samples_path), url])
     producer = Producer(url)
-    stats = psycopg.connect(url, autocommit=True)
-    hold: psycopg.Connection[Any] | None = None
+    held = False
     marks: list[tuple[float, int, int, int]] = []  # (time, bytes, n_dead_tup, n_live_tup)
 
     def mark() -> None:
-        size, dead, live = stats.execute(_relations_sql()).fetchone()  # type: ignore[misc]
-        marks.append((time.time(), int(size), int(dead), int(live)))
+        marks.append((time.time(), *side.relations()))
 
     try:
         time.sleep(3)  # the worker's imports and connection
@@ -152,9 +245,8 @@ def run(
         mark()
         if not hold_minutes:
             raise _Done
-        hold = psycopg.connect(url)
-        hold.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        hold.execute("SELECT count(*) FROM pg_class").fetchone()
+        side.hold()
+        held = True
         held_from = time.time()
         for _ in range(hold_minutes):
             time.sleep(60)
@@ -166,14 +258,14 @@ def run(
     finally:
         producer.stop.set()
         producer.join(timeout=30)
-        if hold is not None:
-            hold.close()
+        if held:
+            side.release()
         worker.terminate()
         try:
             worker.wait(timeout=60)
         except Exception:
             worker.kill()
-    stats.close()
+    side.close()
     rows = [line.split(",") for line in samples_path.read_text().splitlines() if line]
     calls = [(float(t), float(s), int(c), int(a)) for t, s, c, a in rows if int(c) != ROTATE]
     rotations = [float(s) * 1000 for t, s, c, _ in rows

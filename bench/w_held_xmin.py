@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from outbox.db.mysql import MysqlDriver
 from outbox.db.postgresql import PostgresqlDriver
 
 
@@ -34,9 +35,9 @@ class _Samples:
 ROTATE = -2  # the ``claimed`` field of a ring rotation pass's sample
 
 
-def _timed(samples: _Samples) -> None:
-    claim, ack_claim = PostgresqlDriver.job_claim, PostgresqlDriver.job_ack_claim
-    ack, rotate = PostgresqlDriver.job_ack, PostgresqlDriver.ring_rotate
+def _timed(samples: _Samples, driver: Any) -> None:
+    claim, ack_claim, ack = driver.job_claim, driver.job_ack_claim, driver.job_ack
+    rotate = PostgresqlDriver.ring_rotate
 
     def ring_rotate(self: PostgresqlDriver) -> Any:
         t = time.perf_counter()
@@ -44,28 +45,28 @@ def _timed(samples: _Samples) -> None:
         samples.add(time.perf_counter() - t, ROTATE, 0)
         return answer
 
-    def job_claim(self: PostgresqlDriver, c: Any) -> Any:
+    def job_claim(self: Any, c: Any) -> Any:
         t = time.perf_counter()
         got = claim(self, c)
         samples.add(time.perf_counter() - t, len(got), 0)
         return got
 
-    def job_ack_claim(self: PostgresqlDriver, done: Any, c: Any) -> Any:
+    def job_ack_claim(self: Any, done: Any, c: Any) -> Any:
         t = time.perf_counter()
         acked, got = ack_claim(self, done, c)
         samples.add(time.perf_counter() - t, len(got), len(acked))
         return acked, got
 
-    def job_ack(self: PostgresqlDriver, fence: Any) -> Any:
+    def job_ack(self: Any, fence: Any) -> Any:
         t = time.perf_counter()
         acked = ack(self, fence)
         samples.add(time.perf_counter() - t, -1, len(acked))  # -1: an ack alone, no claim
         return acked
 
     PostgresqlDriver.ring_rotate = ring_rotate  # type: ignore[method-assign]
-    PostgresqlDriver.job_ack = job_ack  # type: ignore[method-assign]
-    PostgresqlDriver.job_claim = job_claim  # type: ignore[method-assign]
-    PostgresqlDriver.job_ack_claim = job_ack_claim  # type: ignore[method-assign]
+    driver.job_ack = job_ack
+    driver.job_claim = job_claim
+    driver.job_ack_claim = job_ack_claim
 
 
 def main(path: str, url: str) -> None:
@@ -73,7 +74,7 @@ def main(path: str, url: str) -> None:
 
     os.environ["OUTBOX_DATABASE_URL"] = url
     with open(path, "a", buffering=1 << 16) as out:
-        _timed(_Samples(out))
+        _timed(_Samples(out), PostgresqlDriver if url.startswith("postgresql") else MysqlDriver)
         sys.argv = ["outbox", "--log-level", "warning", "worker", "bench", "--app",
                     "bench.w_outbox:APP"]
         try:
