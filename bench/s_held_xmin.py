@@ -12,8 +12,14 @@ latency p50/p95/p99 (the claim's round trip, acknowledgements riding along),
 ``n_dead_tup`` and table + index size of the queue's relations.
 
 Each storage runs in its own database of the same cluster, one after the other in the
-same run: ``today`` (the ``outbox_jobs`` heap of schema 12) is the comparator, ``ring``
-the rotated storage of ADR 0001 (see docs/explanation/queue-storage.md).
+same run: ``today`` (the ``outbox_jobs`` heap, ``OUTBOX_QUEUE_STORAGE=heap``) is the
+comparator, ``ring`` the rotated storage of ADR 5 (the default on PostgreSQL;
+docs/explanation/adr/0005-queue-ring-storage.md). ``mariadb``, asked for with
+``OUTBOX_BENCH_HELD_STORAGES=today,ring,mariadb``, runs the same load on the shared
+MariaDB server with a read view held open (``START TRANSACTION WITH CONSISTENT
+SNAPSHOT`` and one read): InnoDB's purge waits for it as VACUUM waits for a snapshot;
+its dead-version column is the server's history list length
+(``trx_rseg_history_len``: undo logs not yet purged).
 
 The hold lasts ``OUTBOX_BENCH_HELD_MINUTES`` minutes (default 10; ``--quick``: 2); a full
 run is about 25 minutes.
@@ -274,7 +280,8 @@ def run(
     labels = ["before"] + [f"hold {m + 1}" for m in range(hold_minutes)]
     lines = [
         f"{storage}: minute | completed/s | claim p50 ms | p95 ms | p99 ms | claims |"
-        " n_dead_tup | live | table+index MB | push_many p50 ms",
+        f" {'history list' if storage == MARIADB else 'n_dead_tup'} | live |"
+        " table+index MB | push_many p50 ms",
         "--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---:",
     ]
     per: list[dict[str, float]] = []

@@ -21,19 +21,17 @@ VALUES (1, 0, 2, CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT));
 
 LOCK TABLE outbox_jobs IN ACCESS EXCLUSIVE MODE;
 
-CREATE SEQUENCE outbox_jobs_ring_id_seq AS BIGINT;
-
-SELECT setval('outbox_jobs_ring_id_seq', GREATEST(
-    COALESCE((SELECT max(id) FROM outbox_jobs), 0),
-    COALESCE(pg_sequence_last_value(CAST(pg_get_serial_sequence('outbox_jobs', 'id') AS regclass)), 0),
-    1));
-
+-- The id stays an identity column (no role needs sequence privileges), going on from
+-- where the heap's left off.
 CREATE TABLE outbox_jobs_ring (
-    LIKE outbox_jobs INCLUDING DEFAULTS,
+    LIKE outbox_jobs INCLUDING DEFAULTS INCLUDING IDENTITY,
     slot SMALLINT NOT NULL DEFAULT 0
 ) PARTITION BY LIST (slot);
 
-ALTER TABLE outbox_jobs_ring ALTER COLUMN id SET DEFAULT nextval('outbox_jobs_ring_id_seq');
+SELECT setval(CAST(pg_get_serial_sequence('outbox_jobs_ring', 'id') AS regclass), GREATEST(
+    COALESCE((SELECT max(id) FROM outbox_jobs), 0),
+    COALESCE(pg_sequence_last_value(CAST(pg_get_serial_sequence('outbox_jobs', 'id') AS regclass)), 0),
+    1));
 
 -- The partitions, with the heap's storage parameters (fillfactor, autovacuum), its
 -- keys (the partition key joins each: a partitioned table's unique index must hold it;
@@ -84,7 +82,6 @@ BEGIN
     FOREACH name IN ARRAY names LOOP
         EXECUTE format('ALTER INDEX %I RENAME TO %I', name || '_ring', name);
     END LOOP;
-    ALTER SEQUENCE outbox_jobs_ring_id_seq OWNED BY outbox_jobs.id;
 END $$;
 
 -- One rotation, in the caller's transaction (one statement in autocommit): when the
