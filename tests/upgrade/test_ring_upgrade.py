@@ -83,7 +83,7 @@ def _every_state(database: Database, conn: Connection) -> dict[str, Any]:
 @pytest.mark.slow
 def _heap_database(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Database:
     """The empty ``db_url`` migrated as the release before the ring left it: the heap
-    (``OUTBOX_QUEUE_STORAGE=heap``; the ring is the default)."""
+    (``OUTBOX_QUEUE_STORAGE=heap``, whatever the default)."""
     monkeypatch.setattr(settings, "queue_storage", "heap")
     database = Database(db_url)
     with database.connect() as c:
@@ -155,30 +155,23 @@ def _relkind(db_url: str) -> str:
             "SELECT relkind FROM pg_class WHERE oid = CAST('outbox_jobs' AS regclass)")[0][0])
 
 
-def test_a_fresh_migrate_builds_the_ring_and_heap_keeps_the_heap_until_asked(
+def test_outbox_migrate_keeps_the_heap_until_the_ring_is_asked_for(
     backend: str, db_url: str
 ) -> None:
-    """The ring is PostgreSQL's default: a fresh ``outbox migrate`` builds it; with
-    ``OUTBOX_QUEUE_STORAGE=heap`` the plain table is built and stays, and the next
-    ``outbox migrate`` with the default converts it, rows and all."""
+    """The CLI's ``outbox migrate``: the heap by default (and when asked for), the ring
+    with ``OUTBOX_QUEUE_STORAGE=ring``, rows and all, and a ring stays a ring."""
     skip_unless(backend, "postgresql", gap=Gap.RING_STORAGE)
-    _outbox_migrate(db_url, "heap")
+    _outbox_migrate(db_url, None)
     assert _relkind(db_url) == "r"
-    _outbox_migrate(db_url, "heap")  # asked again: still the heap
+    _outbox_migrate(db_url, "heap")
     assert _relkind(db_url) == "r"
     with psycopg.connect(db_url) as app:
         push(app, Job("upgrade.echo", {"n": 1}, queue=QUEUE))
         app.commit()
-    _outbox_migrate(db_url, None)
+    _outbox_migrate(db_url, "ring")
     assert _relkind(db_url) == "p"
     with Database(db_url).connect() as c:
         assert count_rows(c, "outbox_jobs") == 1
         assert c.execute_sql("SELECT slot, slots FROM outbox_queue_ring") == [(0, 2)]
-
-
-def test_a_fresh_migrate_on_postgresql_is_the_ring(backend: str, db_url: str) -> None:
-    skip_unless(backend, "postgresql", gap=Gap.RING_STORAGE)
-    _outbox_migrate(db_url, None)
-    assert _relkind(db_url) == "p"
     _outbox_migrate(db_url, "heap")  # a ring stays a ring
     assert _relkind(db_url) == "p"

@@ -84,6 +84,27 @@ BEGIN
     END LOOP;
 END $$;
 
+-- Each slot's copy of an index named after it: outbox_jobs_claim_ring_0 on
+-- outbox_jobs_ring_0 (plans read as the heap's, less the suffix: outbox.db.plans).
+DO $$
+DECLARE
+    r RECORD;
+BEGIN
+    FOR r IN
+        SELECT child.relname AS child, parent.relname AS parent, part.relname AS part
+        FROM pg_index pi
+        JOIN pg_class parent ON parent.oid = pi.indexrelid
+        JOIN pg_inherits inh ON inh.inhparent = pi.indexrelid
+        JOIN pg_class child ON child.oid = inh.inhrelid
+        JOIN pg_index ci ON ci.indexrelid = inh.inhrelid
+        JOIN pg_class part ON part.oid = ci.indrelid
+        WHERE pi.indrelid = CAST('outbox_jobs' AS regclass)
+    LOOP
+        EXECUTE format('ALTER INDEX %I RENAME TO %I', r.child,
+                       r.parent || substring(r.part FROM '_ring_[0-9]+$'));
+    END LOOP;
+END $$;
+
 -- One rotation, in the caller's transaction (one statement in autocommit): when the
 -- current slot is at least every_ms old and holds at least min_dead dead row versions,
 -- take ACCESS EXCLUSIVE on the parent and so on every slot, within lock_timeout (no
