@@ -359,7 +359,10 @@ class Settler:
 
     def storage_tick(self) -> None:
         """The storage's upkeep between claims (``Driver.storage_tick``: the ring's
-        rotation on PostgreSQL)."""
+        rotation on PostgreSQL), on the connection the claims use; it never opens one
+        (after a database error the next claim does, with its pause)."""
+        if self._conn is None:
+            return
         try:
             self._driver().storage_tick()
         except DatabaseError as exc:
