@@ -38,6 +38,7 @@ SCENARIOS = (
     "workflow",
     "ordering",
     "held_xmin",
+    "ring_costs",
 )
 ANY_BACKEND = (
     "record", "relay", "worker", "tally", "plans", "limits", "tracing", "workflow", "ordering"

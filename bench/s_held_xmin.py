@@ -12,8 +12,14 @@ latency p50/p95/p99 (the claim's round trip, acknowledgements riding along),
 ``n_dead_tup`` and table + index size of the queue's relations.
 
 Each storage runs in its own database of the same cluster, one after the other in the
-same run: ``today`` (the ``outbox_jobs`` heap of schema 12) is the comparator, ``ring``
-the rotated storage of ADR 0001 (see docs/explanation/queue-storage.md).
+same run: ``today`` (the ``outbox_jobs`` heap, ``OUTBOX_QUEUE_STORAGE=heap``) is the
+comparator, ``ring`` the rotated storage of ADR 5 (the default on PostgreSQL;
+docs/explanation/adr/0005-queue-ring-storage.md). ``mariadb``, asked for with
+``OUTBOX_BENCH_HELD_STORAGES=today,ring,mariadb``, runs the same load on the shared
+MariaDB server with a read view held open (``START TRANSACTION WITH CONSISTENT
+SNAPSHOT`` and one read): InnoDB's purge waits for it as VACUUM waits for a snapshot;
+its dead-version column is the server's history list length
+(``trx_rseg_history_len``: undo logs not yet purged).
 
 The hold lasts ``OUTBOX_BENCH_HELD_MINUTES`` minutes (default 10; ``--quick``: 2); a full
 run is about 25 minutes.
@@ -31,10 +37,12 @@ from typing import Any
 
 import psycopg
 
-from bench import data
+from bench import data, servers
 from bench.core import Case, Target
 from bench.plan import PY, Ctx, Plan
 from bench.s_hygiene import DefaultCluster
+from bench.w_held_xmin import ROTATE
+from bench.w_record import app_connect
 
 NAME = "held_xmin"
 RATE = 1000  # jobs/s offered
@@ -53,11 +61,12 @@ def prepare(storage: str, url: str) -> None:
     """A database migrated with ``OUTBOX_QUEUE_STORAGE=storage`` (today's: heap)."""
     from outbox.config import settings
 
+    kept = settings.queue_storage
     settings.queue_storage = "ring" if storage == "ring" else "heap"
     try:
         data.connect(url).close()
     finally:
-        settings.queue_storage = "heap"
+        settings.queue_storage = kept
 
 
 class Producer(threading.Thread):
@@ -74,20 +83,122 @@ class Producer(threading.Thread):
         from outbox import Job, push_many
 
         per_tick = int(RATE * TICK_S)
-        with psycopg.connect(self.url) as conn:
+        conn, _ = app_connect(self.url)
+        try:
             due = time.monotonic()
             while not self.stop.is_set():
                 jobs = [Job(data.JOB_NAME, data.payload(self.pushed + i), queue=data.QUEUE)
                         for i in range(per_tick)]
                 t = time.perf_counter()
-                with conn.transaction():
-                    push_many(conn, jobs)
+                push_many(conn, jobs)
+                conn.commit()
                 self.latencies.append((time.time(), time.perf_counter() - t))
                 self.pushed += per_tick
                 due += TICK_S
                 pause = due - time.monotonic()
                 if pause > 0:
                     self.stop.wait(pause)
+        finally:
+            conn.close()
+
+
+MARIADB = "mariadb"
+
+
+class _Side:
+    """What ``run`` needs of a backend: a migrated database, its queue relations' size
+    and dead versions, and a long transaction holding its snapshot."""
+
+    url: str
+
+    def relations(self) -> tuple[int, int, int]:
+        """Bytes, dead row versions (PostgreSQL's ``n_dead_tup``; InnoDB's history
+        list, the undo purge has not caught up with), live rows."""
+        raise NotImplementedError
+
+    def hold(self) -> None:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class _PostgreSQL(_Side):
+    """A database of the private cluster: ``today`` the heap, ``ring`` the ring."""
+
+    def __init__(self, cluster: DefaultCluster, db: str, storage: str) -> None:
+        admin = psycopg.connect(cluster.url(), autocommit=True)
+        admin.execute(f"DROP DATABASE IF EXISTS {db}")
+        admin.execute(f"CREATE DATABASE {db}")
+        admin.close()
+        self.url = cluster.url(db)
+        prepare(storage, self.url)
+        self.stats = psycopg.connect(self.url, autocommit=True)
+        self.held: psycopg.Connection[Any] | None = None
+
+    def relations(self) -> tuple[int, int, int]:
+        size, dead, live = self.stats.execute(_relations_sql()).fetchone()  # type: ignore[misc]
+        return int(size), int(dead), int(live)
+
+    def hold(self) -> None:
+        """REPEATABLE READ, one read of something else than the queue, left open."""
+        self.held = psycopg.connect(self.url)
+        self.held.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        self.held.execute("SELECT count(*) FROM pg_class").fetchone()
+
+    def release(self) -> None:
+        if self.held is not None:
+            self.held.close()
+
+    def close(self) -> None:
+        self.stats.close()
+
+
+class _MariaDB(_Side):
+    """A database of the shared MariaDB server (its settings as the machine has them):
+    the read view of ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, left open, stops
+    InnoDB's purge, as a REPEATABLE READ snapshot stops VACUUM."""
+
+    def __init__(self, db: str) -> None:
+        self.url = servers.fresh("mariadb", db)
+        data.connect(self.url).close()
+        self.stats, _ = app_connect(self.url)
+        self.stats.autocommit(True)
+        self.held: Any = None
+
+    def relations(self) -> tuple[int, int, int]:
+        with self.stats.cursor() as cur:
+            cur.execute("SELECT coalesce(sum(data_length + index_length), 0) FROM"
+                        " information_schema.tables WHERE table_schema = DATABASE()"
+                        " AND table_name = 'outbox_jobs'")
+            size = int(cur.fetchone()[0])
+            cur.execute("SELECT count FROM information_schema.innodb_metrics"
+                        " WHERE name = 'trx_rseg_history_len'")
+            history = int(cur.fetchone()[0])
+            cur.execute("SELECT count(*) FROM outbox_jobs")
+            live = int(cur.fetchone()[0])
+        return size, history, live
+
+    def hold(self) -> None:
+        self.held, _ = app_connect(self.url)
+        with self.held.cursor() as cur:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            cur.execute("SELECT count(*) FROM outbox_paused_queues")
+            cur.fetchall()
+
+    def release(self) -> None:
+        if self.held is not None:
+            self.held.close()
+
+    def close(self) -> None:
+        self.stats.close()
+
+
+class _Done(Exception):
+    """No hold: the steady window is measured, the run ends."""
 
 
 def _relations_sql() -> str:
@@ -108,61 +219,69 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run(
-    storage: str, cluster: DefaultCluster, hold_minutes: int
+    storage: str,
+    cluster: DefaultCluster,
+    hold_minutes: int,
+    *,
+    before_s: float = 60.0,
+    db: str = "",
 ) -> tuple[dict[str, float], list[str]]:
-    """One storage through the scenario; its figures and its per-minute report lines."""
-    db = f"held_{storage}"
-    admin = psycopg.connect(cluster.url(), autocommit=True)
-    admin.execute(f"DROP DATABASE IF EXISTS {db}")
-    admin.execute(f"CREATE DATABASE {db}")
-    admin.close()
-    url = cluster.url(db)
-    prepare(storage, url)
+    """One storage through the scenario; its figures and its per-minute report lines.
+    With ``hold_minutes=0`` only the ``before_s`` window before a hold is measured (no
+    snapshot is ever held): the storages' steady-state costs (``bench.s_ring_costs``)."""
+    db = db or f"held_{storage}"
+    side: _Side = _MariaDB(db) if storage == MARIADB else _PostgreSQL(cluster, db, storage)
+    url = side.url
     samples_path = Path(cluster.root) / f"{db}.samples"
+    samples_path.unlink(missing_ok=True)  # an earlier run's samples of this database
     worker = subprocess.Popen([PY, "-m", "bench.w_held_xmin", str(samples_path), url])
     producer = Producer(url)
-    stats = psycopg.connect(url, autocommit=True)
-    hold: psycopg.Connection[Any] | None = None
+    held = False
     marks: list[tuple[float, int, int, int]] = []  # (time, bytes, n_dead_tup, n_live_tup)
 
     def mark() -> None:
-        size, dead, live = stats.execute(_relations_sql()).fetchone()  # type: ignore[misc]
-        marks.append((time.time(), int(size), int(dead), int(live)))
+        marks.append((time.time(), *side.relations()))
 
     try:
         time.sleep(3)  # the worker's imports and connection
         producer.start()
         time.sleep(20)  # warm: caches, the worker's prefetch settles
         before = time.time()
-        time.sleep(60)
+        time.sleep(before_s)
         mark()
-        hold = psycopg.connect(url)
-        hold.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        hold.execute("SELECT count(*) FROM pg_class").fetchone()
+        if not hold_minutes:
+            raise _Done
+        side.hold()
+        held = True
         held_from = time.time()
         for _ in range(hold_minutes):
             time.sleep(60)
             mark()
             if worker.poll() is not None:
                 raise RuntimeError(f"the held_xmin worker exited ({worker.returncode})")
+    except _Done:
+        held_from = time.time()
     finally:
         producer.stop.set()
         producer.join(timeout=30)
-        if hold is not None:
-            hold.close()
+        if held:
+            side.release()
         worker.terminate()
         try:
             worker.wait(timeout=60)
         except Exception:
             worker.kill()
-    stats.close()
+    side.close()
     rows = [line.split(",") for line in samples_path.read_text().splitlines() if line]
-    calls = [(float(t), float(s), int(c), int(a)) for t, s, c, a in rows]
+    calls = [(float(t), float(s), int(c), int(a)) for t, s, c, a in rows if int(c) != ROTATE]
+    rotations = [float(s) * 1000 for t, s, c, _ in rows
+                 if int(c) == ROTATE and float(t) >= before]
     edges = [before, held_from] + [held_from + 60 * (m + 1) for m in range(hold_minutes)]
     labels = ["before"] + [f"hold {m + 1}" for m in range(hold_minutes)]
     lines = [
         f"{storage}: minute | completed/s | claim p50 ms | p95 ms | p99 ms | claims |"
-        " n_dead_tup | live | table+index MB | push_many p50 ms",
+        f" {'history list' if storage == MARIADB else 'n_dead_tup'} | live |"
+        " table+index MB | push_many p50 ms",
         "--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---:",
     ]
     per: list[dict[str, float]] = []
@@ -187,6 +306,15 @@ def run(
         )
     for line in lines:
         print(f"  [{NAME}] {line}", flush=True)
+    lines.append(
+        f"{storage}: rotation checks {len(rotations):,}, p50 {_pct(rotations, 0.5):.2f} ms,"
+        f" p95 {_pct(rotations, 0.95):.2f} ms, max {max(rotations, default=0.0):.2f} ms"
+        " (between claims: not in the claim figures)"
+    )
+    for line in lines:
+        print(f"  [{NAME}] {line}", flush=True)
+    if not hold_minutes:
+        return per[0], lines
     hold_rows = per[1:]
     figures = {
         "min completed/s during hold / offered": min(r["completed/s"] for r in hold_rows) / RATE,

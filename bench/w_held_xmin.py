@@ -4,7 +4,8 @@
 around the PostgreSQL driver's two claim calls (``job_claim``, ``job_ack_claim``: the
 claim's round trip, acknowledgements riding along). Every call appends ``time,
 seconds, claimed, acked`` to SAMPLES (flushed once a second), and so does every
-acknowledgement sent alone (``job_ack``, with ``claimed`` -1); the parent reads them
+acknowledgement sent alone (``job_ack``, with ``claimed`` -1) and every pass of the
+ring's rotation (``ring_rotate``, ``claimed`` -2); the parent reads them
 per minute. The timer is the only difference from a production worker.
 """
 
@@ -15,6 +16,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from outbox.db.mysql import MysqlDriver
 from outbox.db.postgresql import PostgresqlDriver
 
 
@@ -30,31 +32,41 @@ class _Samples:
             self.flushed = time.monotonic()
 
 
-def _timed(samples: _Samples) -> None:
-    claim, ack_claim = PostgresqlDriver.job_claim, PostgresqlDriver.job_ack_claim
-    ack = PostgresqlDriver.job_ack
+ROTATE = -2  # the ``claimed`` field of a ring rotation pass's sample
 
-    def job_claim(self: PostgresqlDriver, c: Any) -> Any:
+
+def _timed(samples: _Samples, driver: Any) -> None:
+    claim, ack_claim, ack = driver.job_claim, driver.job_ack_claim, driver.job_ack
+    rotate = PostgresqlDriver.ring_rotate
+
+    def ring_rotate(self: PostgresqlDriver) -> Any:
+        t = time.perf_counter()
+        answer = rotate(self)
+        samples.add(time.perf_counter() - t, ROTATE, 0)
+        return answer
+
+    def job_claim(self: Any, c: Any) -> Any:
         t = time.perf_counter()
         got = claim(self, c)
         samples.add(time.perf_counter() - t, len(got), 0)
         return got
 
-    def job_ack_claim(self: PostgresqlDriver, done: Any, c: Any) -> Any:
+    def job_ack_claim(self: Any, done: Any, c: Any) -> Any:
         t = time.perf_counter()
         acked, got = ack_claim(self, done, c)
         samples.add(time.perf_counter() - t, len(got), len(acked))
         return acked, got
 
-    def job_ack(self: PostgresqlDriver, fence: Any) -> Any:
+    def job_ack(self: Any, fence: Any) -> Any:
         t = time.perf_counter()
         acked = ack(self, fence)
         samples.add(time.perf_counter() - t, -1, len(acked))  # -1: an ack alone, no claim
         return acked
 
-    PostgresqlDriver.job_ack = job_ack  # type: ignore[method-assign]
-    PostgresqlDriver.job_claim = job_claim  # type: ignore[method-assign]
-    PostgresqlDriver.job_ack_claim = job_ack_claim  # type: ignore[method-assign]
+    PostgresqlDriver.ring_rotate = ring_rotate  # type: ignore[method-assign]
+    driver.job_ack = job_ack
+    driver.job_claim = job_claim
+    driver.job_ack_claim = job_ack_claim
 
 
 def main(path: str, url: str) -> None:
@@ -62,7 +74,7 @@ def main(path: str, url: str) -> None:
 
     os.environ["OUTBOX_DATABASE_URL"] = url
     with open(path, "a", buffering=1 << 16) as out:
-        _timed(_Samples(out))
+        _timed(_Samples(out), PostgresqlDriver if url.startswith("postgresql") else MysqlDriver)
         sys.argv = ["outbox", "--log-level", "warning", "worker", "bench", "--app",
                     "bench.w_outbox:APP"]
         try:

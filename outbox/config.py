@@ -16,9 +16,10 @@ they poll. ``session`` (PgBouncer's ``pool_mode = session``: a server connection
 client's for its whole session) behaves as ``none``.
 
 ``OUTBOX_QUEUE_STORAGE`` (default ``heap``): ``ring`` makes ``migrate`` on PostgreSQL
-turn ``outbox_jobs`` into the rotated ring of partitions that a long transaction cannot
-slow down (docs/explanation/queue-storage.md); once converted, a database stays a ring
-whatever this says. SQLite and MariaDB keep the heap.
+build ``outbox_jobs`` as the rotated ring of partitions that a long transaction cannot
+slow down, converting a heap ``outbox_jobs`` in place, rows and all (ADR 5,
+docs/explanation/adr/0005-queue-ring-storage.md); once converted, a database stays a
+ring whatever this says. SQLite and MariaDB keep the heap whatever this says.
 
 Each is read when first used, not at import, so a bad value never breaks
 ``import outbox``: it is a one-line ``ConfigurationError`` naming the variable and the

@@ -207,6 +207,12 @@ class Driver(Protocol):
         """
         ...
 
+    def storage_tick(self) -> None:
+        """Upkeep of the queue's storage, asked by a worker between claims (each driver
+        decides how often to act): on PostgreSQL's ring, a pass of the rotation
+        (``outbox.db.ring``); nothing elsewhere."""
+        ...
+
     def ordering_heal(self, limit: int) -> int:
         """Give up to ``limit`` ordering keys whose waiting jobs have no turn (left so by
         code that does not pass turns on) their next turn; how many jobs got one."""

@@ -224,8 +224,9 @@ def apply_locked(conn: Connection, to: int | None = None) -> list[int]:
 
 def _with_storage(conn: Connection, applied: list[int]) -> list[int]:
     """After the numbered migrations, the queue storage ``OUTBOX_QUEUE_STORAGE`` asks for:
-    on PostgreSQL, ``ring`` converts a heap ``outbox_jobs`` in place (this transaction,
-    under the migration lock), rows and all; a ring stays a ring. ``outbox migrate`` and
+    on PostgreSQL, ``ring`` builds the ring, converting a heap ``outbox_jobs`` in place
+    (this transaction, under the migration lock), rows and all; ``heap`` (the default)
+    leaves the table as it is; a ring stays a ring. ``outbox migrate`` and
     Alembic's ``upgrade`` both come here once at the latest version (a revision pinned to
 an earlier one converts nothing), so both make the same schema."""
     storage = _storage_ddl(conn.dialect.name, settings.queue_storage)

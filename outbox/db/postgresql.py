@@ -66,20 +66,31 @@ class PostgresqlDriver(SharedDriver):
         self._rotate_due = 0.0
 
     def _on_ring(self) -> bool:
-        """Is this database's queue the ring? Asked once per connection; on the ring,
-        also rotates when due (the claim path is the ring's ticker)."""
+        """Is this database's queue the ring? Asked once per connection."""
         if self._ring is None:
             self._ring = bool(self._read("queue storage", "ring_installed")[0][0])
-        if self._ring and time.monotonic() >= self._rotate_due:
-            self._rotate_due = time.monotonic() + ring.CHECK_EVERY_S
-            try:
-                answer = self._one("ring rotate", "ring_rotate", ring.rotate_params())[0][0]
-            except DatabaseError as exc:  # the claim goes on; the next pass tries again
-                log.warning("queue.ring_rotate_failed", error=type(exc).__name__)
-            else:
-                if answer == "rotated":
-                    log.debug("queue.ring_rotated")
         return self._ring
+
+    def storage_tick(self) -> None:
+        """On the ring, a pass of the rotation at most once per ``ring.CHECK_EVERY_S``:
+        workers are the ring's ticker, between claims (never inside one, so a claim
+        never waits for a rotation it started)."""
+        if time.monotonic() < self._rotate_due or not self._on_ring():
+            return
+        self._rotate_due = time.monotonic() + ring.CHECK_EVERY_S
+        self.ring_rotate()
+
+    def ring_rotate(self) -> str | None:
+        """One pass of the ring's rotation (``outbox_ring_rotate``): its answer, or
+        ``None`` when it failed (logged; the next pass tries again)."""
+        try:
+            answer = str(self._one("ring rotate", "ring_rotate", ring.rotate_params())[0][0])
+        except DatabaseError as exc:  # the claim goes on; the next pass tries again
+            log.warning("queue.ring_rotate_failed", error=type(exc).__name__)
+            return None
+        if answer == "rotated":
+            log.debug("queue.ring_rotated")
+        return answer
 
     def job_claim(self, p: JobClaim) -> list[ClaimedJob]:
         if not self._on_ring():

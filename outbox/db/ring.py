@@ -1,19 +1,20 @@
 """The ring storage of ``outbox_jobs`` on PostgreSQL: when and how it rotates.
 
-``OUTBOX_QUEUE_STORAGE=ring`` makes ``migrate`` turn the heap into a parent partitioned
-by slot (``outbox/schemas/postgresql/storage/ring.sql``; the design and its
-measurements: docs/explanation/queue-storage.md). The claim reads the current slot
+``migrate`` turns the heap into a parent partitioned by slot
+(``outbox/schemas/postgresql/storage/ring.sql``; the design and its measurements:
+docs/explanation/adr/0005-queue-ring-storage.md). The claim reads the current slot
 only; a rotation moves every row still in it to the next slot and TRUNCATEs it, so the
 row versions a long transaction keeps from VACUUM never pile up in front of the claim.
 
-Workers rotate, from their claim path: at most once per ``CHECK_EVERY_S`` each asks the
-database (``outbox_ring_rotate``), which rotates when the current slot is
-``EVERY_MS`` old and holds ``MIN_DEAD`` dead row versions, at most once per
-``EVERY_MS`` whatever the number of workers (the ring's row is locked SKIP LOCKED).
-A rotation waits ``LOCK_TIMEOUT`` at most for its locks (it holds SHARE on
-``outbox_jobs``: producers and workers wait for it, never longer than that plus the
-move of at most ``MAX_MOVE`` rows), and is skipped, to be tried again, when they are
-busy.
+Workers rotate, between claims (``PostgresqlDriver.storage_tick``): at most once per
+``CHECK_EVERY_S`` each asks the database (``outbox_ring_rotate``), which rotates when
+the current slot is ``EVERY_MS`` old and holds ``MIN_DEAD`` dead row versions, at most
+once per ``EVERY_MS`` whatever the number of workers (the ring's row is locked SKIP
+LOCKED). A rotation waits ``LOCK_TIMEOUT`` at most for its lock (ACCESS EXCLUSIVE on
+``outbox_jobs``: every statement on jobs waits for it, never longer than that plus the
+move of at most ``MAX_MOVE`` rows and a commit), and is skipped, to be tried again,
+when it is busy. ``EVERY_MS`` trades those stops against the dead versions a claim
+walks while the horizon is held (about the jobs of ``EVERY_MS``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 TABLES = ("outbox_queue_ring", "outbox_jobs_ring_0", "outbox_jobs_ring_1")
 
 CHECK_EVERY_S = 1.0
-EVERY_MS = 2_000
+EVERY_MS = 5_000
 MIN_DEAD = 2_000
 MAX_MOVE = 5_000
 LOCK_TIMEOUT = "50ms"

@@ -214,6 +214,9 @@ class SharedDriver(LimitOps, ResultOps):
         rows = self._read("heartbeat", "job_cancel_requested", self._fence_params(fence))
         return {int(r[0]) for r in rows}
 
+    def storage_tick(self) -> None:
+        return None  # the heap needs no upkeep beyond VACUUM's
+
     def job_reap(
         self,
         limit_for: Callable[[str, int | None], int],

@@ -357,6 +357,17 @@ class Settler:
             self._trouble("queue paused", exc)
             return False
 
+    def storage_tick(self) -> None:
+        """The storage's upkeep between claims (``Driver.storage_tick``: the ring's
+        rotation on PostgreSQL), on the connection the claims use; it never opens one
+        (after a database error the next claim does, with its pause)."""
+        if self._conn is None:
+            return
+        try:
+            self._driver().storage_tick()
+        except DatabaseError as exc:
+            self._trouble("storage upkeep", exc)
+
     def reap(self) -> None:
         """Expired leases back to the queue, or to the dead letters at their limit."""
         try:

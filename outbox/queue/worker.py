@@ -241,6 +241,7 @@ class Worker:
                     return
             elif self._should_exit_empty(self._d.claim_round()):
                 return
+            self._d.db.storage_tick()  # after the claim: a woken worker claims first
             self._d.wait(min(next_beat, next_reap) - self._clock())
             self._d.collect()
 

@@ -571,6 +571,28 @@ def _keyed(conn: Connection, n: int, key: str = "order:1") -> list[str]:
         ]
 
 
+def test_storage_tick_keeps_every_job_as_it_was(
+    conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's storage upkeep between claims: nothing on the heap; on PostgreSQL's
+    ring (``OUTBOX_QUEUE_STORAGE=ring``) a rotation when due, here made due at once,
+    which moves rows with their ids, attempts and leases and changes no job."""
+    from outbox.db import ring
+
+    monkeypatch.setattr(ring, "EVERY_MS", 0)
+    monkeypatch.setattr(ring, "MIN_DEAD", 0)
+    d = conn.driver
+    _push(conn, 3)
+    held = _claim(conn, 1)
+    jobs = "SELECT id, message_id, attempts, reserved_by, lease_expires_at FROM outbox_jobs"
+    before = sorted(conn.execute_sql(jobs))
+    assert d.storage_tick() is None
+    assert d.storage_tick() is None  # at most once per ring.CHECK_EVERY_S: a no-op now
+    assert sorted(conn.execute_sql(jobs)) == before
+    assert d.job_ack(JobFence(W, held)) == {held[0].id}
+    assert [j.attempts for j in _claim(conn)] == [1, 1]
+
+
 def test_ordering_counts_held_keys_and_heal(conn: Connection) -> None:
     d = conn.driver
     assert d.ordering_counts() == (0, 0)

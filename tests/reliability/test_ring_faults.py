@@ -241,3 +241,38 @@ def test_workers_killed_while_the_ring_rotates_lose_nothing(
     verdict = check_delivery(ring_url, extra_allowed=kills * (2 + 2))
     assert verdict.problems == []
     assert verdict.committed + verdict.rolled_back == 160
+
+
+def test_a_worker_rotates_the_ring_between_its_claims_and_new_jobs_follow_the_slot(
+    ring_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers are the ring's ticker (``storage_tick``, after a claim round): one worker
+    alone rotates it; every job runs once; a job pushed after the rotations lands in the
+    current slot, through a statement its connection prepared before them too (each
+    rotation sets the slot's default and so invalidates cached plans)."""
+    from outbox import Registry
+    from outbox.db import ring
+    from outbox.queue import Worker, WorkerConfig
+
+    monkeypatch.setattr(ring, "EVERY_MS", 0)
+    monkeypatch.setattr(ring, "MIN_DEAD", 0)
+    monkeypatch.setattr(ring, "CHECK_EVERY_S", 0.0)
+    ran: list[int] = []
+    registry = Registry()
+    registry.job("ring.tick")(lambda body, ctx: ran.append(int(body["n"])))
+    app = psycopg.connect(ring_url)
+    for i in range(30):  # prepared by psycopg after its fifth run
+        push(app, Job("ring.tick", {"n": i}, queue="ticks"))
+        app.commit()
+    (_, rotations_before), _ = _state(ring_url)
+    with Worker(Database(ring_url), registry,
+                WorkerConfig(queues={"ticks": None}, stop_when_empty=True, sleep=0.01,
+                             prefetch=1, concurrency=1)) as worker:
+        worker.run()
+    assert sorted(ran) == list(range(30))
+    (slot, rotations), _ = _state(ring_url)
+    assert rotations > rotations_before
+    push(app, Job("ring.tick", {"n": 30}, queue="ticks"))
+    app.commit()
+    app.close()
+    assert fetch(ring_url, "SELECT slot FROM outbox_jobs") == [(slot,)]

@@ -7,10 +7,14 @@ release's: each job runs once, none is stranded."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from outbox import Job, Relay, Workflow, record
@@ -77,11 +81,34 @@ def _every_state(database: Database, conn: Connection) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+def _heap_database(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Database:
+    """The empty ``db_url`` migrated as the release before the ring left it: the heap
+    (``OUTBOX_QUEUE_STORAGE=heap``, whatever the default)."""
+    monkeypatch.setattr(settings, "queue_storage", "heap")
+    database = Database(db_url)
+    with database.connect() as c:
+        migrate(c)
+        assert c.execute_sql("SELECT relkind FROM pg_class"
+                             " WHERE oid = CAST('outbox_jobs' AS regclass)") == [("r",)]
+    return database
+
+
 def test_every_state_survives_the_ring_conversion_and_both_releases_drain_it(
-    backend: str, database: Database, conn: Connection, db_url: str, base_package: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    backend: str, db_url: str, base_package: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     skip_unless(backend, "postgresql", gap=Gap.RING_STORAGE)
+    database = _heap_database(db_url, monkeypatch)
+    conn = database.connect()
+    try:
+        _convert_and_drain(database, conn, db_url, base_package, monkeypatch)
+    finally:
+        conn.close()
+
+
+def _convert_and_drain(
+    database: Database, conn: Connection, db_url: str, base_package: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     held = _every_state(database, conn)
     before = _jobs(conn)
     others = {t: count_rows(conn, t) for t in
@@ -111,3 +138,40 @@ def test_every_state_survives_the_ring_conversion_and_both_releases_drain_it(
     assert all(d["dead"] == 0 for d in done)
     assert count_rows(conn, "outbox_jobs") == 0
     assert count_rows(conn, "outbox_failed_jobs") == 1
+
+
+def _outbox_migrate(db_url: str, storage: str | None) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OUTBOX_QUEUE_STORAGE"}
+    if storage is not None:
+        env["OUTBOX_QUEUE_STORAGE"] = storage
+    done = subprocess.run([sys.executable, "-m", "outbox", "--database-url", db_url, "migrate"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def _relkind(db_url: str) -> str:
+    with Database(db_url).connect() as c:
+        return str(c.execute_sql(
+            "SELECT relkind FROM pg_class WHERE oid = CAST('outbox_jobs' AS regclass)")[0][0])
+
+
+def test_outbox_migrate_keeps_the_heap_until_the_ring_is_asked_for(
+    backend: str, db_url: str
+) -> None:
+    """The CLI's ``outbox migrate``: the heap by default (and when asked for), the ring
+    with ``OUTBOX_QUEUE_STORAGE=ring``, rows and all, and a ring stays a ring."""
+    skip_unless(backend, "postgresql", gap=Gap.RING_STORAGE)
+    _outbox_migrate(db_url, None)
+    assert _relkind(db_url) == "r"
+    _outbox_migrate(db_url, "heap")
+    assert _relkind(db_url) == "r"
+    with psycopg.connect(db_url) as app:
+        push(app, Job("upgrade.echo", {"n": 1}, queue=QUEUE))
+        app.commit()
+    _outbox_migrate(db_url, "ring")
+    assert _relkind(db_url) == "p"
+    with Database(db_url).connect() as c:
+        assert count_rows(c, "outbox_jobs") == 1
+        assert c.execute_sql("SELECT slot, slots FROM outbox_queue_ring") == [(0, 2)]
+    _outbox_migrate(db_url, "heap")  # a ring stays a ring
+    assert _relkind(db_url) == "p"

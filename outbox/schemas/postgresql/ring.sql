@@ -1,8 +1,10 @@
--- The ring storage's own statements (outbox.db.ring; docs/explanation/queue-storage.md).
--- Every other statement reads and writes outbox_jobs as it does the heap: the
--- partitioned parent takes them unchanged. Only the claim differs: it reads the current
--- slot alone (outbox_ring_slot() is STABLE, so PostgreSQL prunes the other partitions
--- at executor start-up and never walks their dead index entries).
+-- The ring storage's own statements (outbox.db.ring; ADR 5,
+-- docs/explanation/adr/0005-queue-ring-storage.md). Every other statement reads and
+-- writes outbox_jobs as it does the heap: the partitioned parent takes them unchanged
+-- (an insert lands in the current slot through the column's default, which each
+-- rotation sets). Only the claim differs: it reads the current slot alone (the ring's
+-- row read by an InitPlan, so PostgreSQL prunes the other partitions at executor
+-- start-up and never walks their dead index entries).
 
 -- name: ring_installed
 -- Is outbox_jobs the ring's partitioned parent?

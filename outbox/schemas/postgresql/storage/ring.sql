@@ -1,6 +1,7 @@
--- The ring storage for outbox_jobs (docs/explanation/queue-storage.md): the table becomes
--- a parent partitioned by LIST (slot) over outbox_queue_ring.slots partitions; new jobs
--- go to the current slot (the column's default), the claim reads only the current
+-- The ring storage for outbox_jobs (ADR 5, docs/explanation/adr/0005-queue-ring-storage.md):
+-- the table becomes a parent partitioned by LIST (slot) over outbox_queue_ring.slots
+-- partitions; new jobs go to the current slot (the column's default: a constant, which
+-- each rotation sets, so an insert pays no function call per row), the claim reads only the current
 -- slot, and outbox_ring_rotate() moves every row still in it to the next slot and
 -- TRUNCATEs it, so the row versions dead since the oldest snapshot go with the file
 -- instead of waiting for VACUUM. Applied in one transaction under the migration lock
@@ -18,25 +19,19 @@ CREATE TABLE outbox_queue_ring (
 INSERT INTO outbox_queue_ring (id, slot, slots, rotated_at)
 VALUES (1, 0, 2, CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT));
 
--- The slot new jobs go to; STABLE: read once per statement's snapshot, like the clock.
-CREATE FUNCTION outbox_ring_slot() RETURNS SMALLINT LANGUAGE sql STABLE PARALLEL SAFE
-AS $$ SELECT slot FROM outbox_queue_ring WHERE id = 1 $$;
-
 LOCK TABLE outbox_jobs IN ACCESS EXCLUSIVE MODE;
 
-CREATE SEQUENCE outbox_jobs_ring_id_seq AS BIGINT;
+-- The id stays an identity column (no role needs sequence privileges), going on from
+-- where the heap's left off.
+CREATE TABLE outbox_jobs_ring (
+    LIKE outbox_jobs INCLUDING DEFAULTS INCLUDING IDENTITY,
+    slot SMALLINT NOT NULL DEFAULT 0
+) PARTITION BY LIST (slot);
 
-SELECT setval('outbox_jobs_ring_id_seq', GREATEST(
+SELECT setval(CAST(pg_get_serial_sequence('outbox_jobs_ring', 'id') AS regclass), GREATEST(
     COALESCE((SELECT max(id) FROM outbox_jobs), 0),
     COALESCE(pg_sequence_last_value(CAST(pg_get_serial_sequence('outbox_jobs', 'id') AS regclass)), 0),
     1));
-
-CREATE TABLE outbox_jobs_ring (
-    LIKE outbox_jobs INCLUDING DEFAULTS,
-    slot SMALLINT NOT NULL DEFAULT outbox_ring_slot()
-) PARTITION BY LIST (slot);
-
-ALTER TABLE outbox_jobs_ring ALTER COLUMN id SET DEFAULT nextval('outbox_jobs_ring_id_seq');
 
 -- The partitions, with the heap's storage parameters (fillfactor, autovacuum), its
 -- keys (the partition key joins each: a partitioned table's unique index must hold it;
@@ -68,7 +63,7 @@ BEGIN
     END LOOP;
 END $$;
 
-INSERT INTO outbox_jobs_ring SELECT j.*, outbox_ring_slot() FROM outbox_jobs AS j;
+INSERT INTO outbox_jobs_ring SELECT j.*, 0 FROM outbox_jobs AS j;
 
 -- The old names back, once the heap is gone.
 DO $$
@@ -87,23 +82,47 @@ BEGIN
     FOREACH name IN ARRAY names LOOP
         EXECUTE format('ALTER INDEX %I RENAME TO %I', name || '_ring', name);
     END LOOP;
-    ALTER SEQUENCE outbox_jobs_ring_id_seq OWNED BY outbox_jobs.id;
+END $$;
+
+-- Each slot's copy of an index named after it: outbox_jobs_claim_ring_0 on
+-- outbox_jobs_ring_0 (plans read as the heap's, less the suffix: outbox.db.plans).
+DO $$
+DECLARE
+    r RECORD;
+BEGIN
+    FOR r IN
+        SELECT child.relname AS child, parent.relname AS parent, part.relname AS part
+        FROM pg_index pi
+        JOIN pg_class parent ON parent.oid = pi.indexrelid
+        JOIN pg_inherits inh ON inh.inhparent = pi.indexrelid
+        JOIN pg_class child ON child.oid = inh.inhrelid
+        JOIN pg_index ci ON ci.indexrelid = inh.inhrelid
+        JOIN pg_class part ON part.oid = ci.indrelid
+        WHERE pi.indrelid = CAST('outbox_jobs' AS regclass)
+    LOOP
+        EXECUTE format('ALTER INDEX %I RENAME TO %I', r.child,
+                       r.parent || substring(r.part FROM '_ring_[0-9]+$'));
+    END LOOP;
 END $$;
 
 -- One rotation, in the caller's transaction (one statement in autocommit): when the
 -- current slot is at least every_ms old and holds at least min_dead dead row versions,
--- take SHARE on the parent (no write to any job row is in flight or can start, so no
--- statement can meet a row this moves, and no producer can route a row to the slot
--- being left) and ACCESS EXCLUSIVE on the current slot, both within lock_timeout;
--- move every row of that slot to the next one (ids, attempts and leases unchanged: a
--- worker's fence still matches), point the ring at it and TRUNCATE the slot left. All
--- or nothing: a rotation that is killed, terminated or cut by a restart rolls back
--- whole and the next pass tries again. A busy lock or a slot of more than max_move
--- live rows skips the rotation (the claim stays correct, only not shielded).
+-- take ACCESS EXCLUSIVE on the parent and so on every slot, within lock_timeout (no
+-- statement on a job is in flight or can start, so none can meet a row this moves, and
+-- no producer can route a row to the slot being left); move every row of that slot to
+-- the next one (ids, attempts and leases unchanged: a worker's fence still matches),
+-- point the ring and the column's default at it (other sessions see the new default
+-- once the rotation commits: the ALTER invalidates their cached plans) and TRUNCATE the
+-- slot left. All or nothing: a rotation that is killed, terminated or cut by a restart
+-- rolls back whole and the next pass tries again. A busy lock or a slot of more than
+-- max_move live rows skips the rotation (the claim stays correct, only not shielded).
 -- Answers what it did: rotated, busy (another session rotates), recent, clean,
--- backlog, locked.
+-- backlog, locked. SECURITY DEFINER, with the migration's search_path: ALTER and
+-- TRUNCATE need the tables' owner, and a worker may run as a role that is not
+-- (EXECUTE is revoked from PUBLIC: grant it to such a role).
 CREATE FUNCTION outbox_ring_rotate(min_dead BIGINT, every_ms BIGINT, max_move INTEGER,
-                                   wait TEXT) RETURNS TEXT LANGUAGE plpgsql AS $$
+                                   wait TEXT) RETURNS TEXT LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     ring outbox_queue_ring%ROWTYPE;
     cur REGCLASS;
@@ -128,8 +147,7 @@ BEGIN
     nxt := (ring.slot + 1) % ring.slots;
     PERFORM set_config('lock_timeout', wait, true);
     BEGIN
-        LOCK TABLE outbox_jobs IN SHARE MODE;
-        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', cur);
+        LOCK TABLE outbox_jobs IN ACCESS EXCLUSIVE MODE;
     EXCEPTION WHEN lock_not_available THEN
         RETURN 'locked';
     END;
@@ -139,8 +157,11 @@ BEGIN
         RETURN 'backlog';
     END IF;
     UPDATE outbox_jobs SET slot = nxt WHERE slot = ring.slot;
+    EXECUTE format('ALTER TABLE ONLY outbox_jobs ALTER COLUMN slot SET DEFAULT %s', nxt);
     UPDATE outbox_queue_ring SET slot = nxt, rotated_at = now_ms, rotations = rotations + 1
     WHERE id = 1;
     EXECUTE format('TRUNCATE %s', cur);
     RETURN 'rotated';
 END $$;
+
+REVOKE EXECUTE ON FUNCTION outbox_ring_rotate(BIGINT, BIGINT, INTEGER, TEXT) FROM PUBLIC;
