@@ -110,6 +110,8 @@ class _Side:
     and dead versions, and a long transaction holding its snapshot."""
 
     url: str
+    stats: Any  # the connection ``relations`` reads through
+    held: Any  # the long transaction's connection, while it holds
 
     def relations(self) -> tuple[int, int, int]:
         """Bytes, dead row versions (PostgreSQL's ``n_dead_tup``; InnoDB's history
@@ -120,10 +122,11 @@ class _Side:
         raise NotImplementedError
 
     def release(self) -> None:
-        raise NotImplementedError
+        if self.held is not None:
+            self.held.close()
 
     def close(self) -> None:
-        raise NotImplementedError
+        self.stats.close()
 
 
 class _PostgreSQL(_Side):
@@ -148,13 +151,6 @@ class _PostgreSQL(_Side):
         self.held = psycopg.connect(self.url)
         self.held.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         self.held.execute("SELECT count(*) FROM pg_class").fetchone()
-
-    def release(self) -> None:
-        if self.held is not None:
-            self.held.close()
-
-    def close(self) -> None:
-        self.stats.close()
 
 
 class _MariaDB(_Side):
@@ -188,13 +184,6 @@ class _MariaDB(_Side):
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
             cur.execute("SELECT count(*) FROM outbox_paused_queues")
             cur.fetchall()
-
-    def release(self) -> None:
-        if self.held is not None:
-            self.held.close()
-
-    def close(self) -> None:
-        self.stats.close()
 
 
 class _Done(Exception):
