@@ -78,6 +78,10 @@ def test_relays_workers_and_producers_ride_out_a_server_restart(
             120,
             "producers to get going",
         )
+        # The restart is for running relays and workers: on a loaded machine one may still
+        # be starting, and a process that cannot reach its database at start exits (its
+        # schema check), as documented, for its supervisor to start again.
+        relays.wait_ready()
         pg_private.restart("immediate")
         stats = []
         for proc in producers:
