@@ -41,7 +41,14 @@ from bench import servers
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).with_name("w_encryption.py")
 TYPED_COMMIT = "3a51e74"  # "Typed jobs (outbox/typed.py) ...": the hook's only commit
-HOOK_FILES = ("outbox/job.py", "outbox/queue/execute.py")
+HOOK_FILES = ("outbox/job.py", "outbox/queue/execute.py")  # their paths in that commit
+# Moved since (outbox/job/ became a package): the diff is rewritten to today's names.
+MOVED = {
+    "a/outbox/job.py": "a/outbox/job/__init__.py",
+    "b/outbox/job.py": "b/outbox/job/__init__.py",
+    "outbox.typed": "outbox.job.typed",
+    "outbox.sealing": "outbox.job.sealing",
+}
 SIDES = ("off", "on", "base")
 MEASURES = ("record", "drain", "normalise")
 UNITS = {
@@ -76,6 +83,8 @@ def base_tree(folder: Path) -> Path:
         capture_output=True,
         text=True,
     ).stdout
+    for was, now in MOVED.items():
+        diff = diff.replace(was, now)
     subprocess.run(["git", "apply", "-R"], cwd=folder, input=diff, text=True, check=True)
     return folder
 

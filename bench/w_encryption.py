@@ -97,7 +97,7 @@ def _noop(payload: Any, ctx: Any) -> None:
 
 def main(argv: list[str]) -> None:
     mode, side, url, jobs, tag = argv
-    from outbox import sealing
+    from outbox.job import sealing
 
     sealing.configure({"k1": KEY} if side == "on" else None)
     if mode == "normalise":

@@ -12,6 +12,8 @@ from outbox.db.connection import Database
 from outbox.errors import PermanentFailure, Snooze
 from outbox.events import Event, emit, emit_async
 from outbox.job import Job
+from outbox.job import sealing as sealing  # `from outbox import sealing`, as the docs write
+from outbox.job.typed import job_type, typed_job
 from outbox.queue.backoff import Backoff
 from outbox.queue.context import DBAPIConnection, JobContext
 from outbox.queue.control import cancel as cancel_job
@@ -23,7 +25,6 @@ from outbox.queue.registry import Registry
 from outbox.queue.worker import Worker, WorkerConfig, WorkerStats
 from outbox.record import record, record_async, record_many, record_many_async
 from outbox.relay import Relay, RelayConfig
-from outbox.typed import job_type, typed_job
 from outbox.workflows import Workflow
 
 __version__ = "0.1.0"

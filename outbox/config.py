@@ -117,8 +117,8 @@ settings = Settings()
 
 def check() -> None:
     """Read every setting now, so a bad value is refused before anything runs (the
-    encryption keyring too: ``outbox.sealing``)."""
-    from outbox import sealing  # it reads its own variables; config stays below it
+    encryption keyring too: ``outbox.job.sealing``)."""
+    from outbox.job import sealing  # it reads its own variables; config stays below it
 
     _ = settings.notify, settings.pooler, settings.queue_storage
     sealing.check()

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from outbox import sealing
 from outbox.config import settings
 from outbox.db.adapters import adapt, adapt_async
 from outbox.db.caller import (
@@ -26,7 +25,7 @@ from outbox.db.caller import (
 from outbox.db.dialect import Dialect
 from outbox.errors import IdempotencyConflict, InvalidJob, InvalidKey, RetryTransaction
 from outbox.ids import new_message_id, new_message_ids
-from outbox.job import Job, NormalJob, availability_ms, fingerprint, key_digest, normalise
+from outbox.job import Job, NormalJob, availability_ms, fingerprint, key_digest, normalise, sealing
 
 
 @runtime_checkable
@@ -130,7 +129,7 @@ def _same_job(intent: Intent, held: str) -> bool:
     """Whether the key's stored fingerprint is this job's. With encryption on, a job
     recorded in plaintext before it was turned on, or sealed under an older key of the
     ring before a rotation, has another fingerprint: the job is sealed again under each
-    (the conflict path only) and a match is a replay (``outbox.sealing``)."""
+    (the conflict path only) and a match is a replay (``outbox.job.sealing``)."""
     if held == intent.fingerprint:
         return True
     if not intent.payload.startswith(sealing.MARKER):

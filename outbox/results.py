@@ -23,11 +23,11 @@ from typing import Any
 
 import orjson
 
-from outbox import sealing
 from outbox.db.connection import Connection, Database
 from outbox.db.rows import FAILED, SUCCESSFUL, Failure, StoredResult, without_messages
 from outbox.errors import ConfigurationError, OutboxError
 from outbox.ids import is_node_id
+from outbox.job import sealing
 from outbox.log import get_logger
 
 READY = "READY"

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from outbox import sealing
 from outbox.db import keys
 from outbox.db.connection import Connection
 from outbox.db.rows import QueueCounts
+from outbox.job import sealing
 
 __all__ = [
     "STATUS_SCHEMA_VERSION",

@@ -1,4 +1,4 @@
-"""``outbox keys status`` / ``outbox keys rotate``: encryption at rest (``outbox.sealing``).
+"""``outbox keys status`` / ``outbox keys rotate``: encryption at rest (``outbox.job.sealing``).
 
 ``status`` counts stored rows per key id and table, plaintext included, so an operator
 sees what a key still protects before taking it out of the keyring. ``rotate`` re-seals
@@ -12,10 +12,10 @@ from __future__ import annotations
 import click
 import orjson
 
-from outbox import sealing
 from outbox import status as outbox_status
 from outbox.cli.context import CliContext, pass_cli
 from outbox.db import keys
+from outbox.job import sealing
 
 PLAINTEXT = outbox_status.PLAINTEXT
 
@@ -109,7 +109,7 @@ def echo_failure(
 ) -> None:
     """A dead letter's payload size and key id (never the payload), and its exception,
     opened when this process has its key, else said to be encrypted (key id and size;
-    ``outbox.sealing.readable``). Shared by ``queue failed --show`` on SQL and with
+    ``outbox.job.sealing.readable``). Shared by ``queue failed --show`` on SQL and with
     ``--broker``."""
     click.echo(f"PAYLOAD:     {payload_summary(payload)}")
     click.echo(f"EXCEPTION:   {exception_class}: {sealing.readable(message) or ''}")

@@ -1,5 +1,5 @@
 """``outbox schema [JOB] --app MODULE:ATTR``: the JSON Schema of a typed job's payload
-(``outbox.typed``), for the services on the other side of the queue; without JOB, the
+(``outbox.job.typed``), for the services on the other side of the queue; without JOB, the
 typed jobs' names, one a line (what a docs build or a script walks). Importing the app
 imports its payload types; a job without one is an error naming it."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 import click
 import orjson
 
-from outbox import typed
 from outbox.cli.app import load_registry
+from outbox.job import typed
 
 
 @click.command("schema")

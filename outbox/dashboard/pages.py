@@ -14,13 +14,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from outbox import sealing
 from outbox import status as outbox_status
 from outbox.dashboard import chart, store
 from outbox.dashboard import schedules as schedule_reads
 from outbox.dashboard.backend import Overview
 from outbox.dashboard.web import Dashboard, Problem
 from outbox.db.connection import Connection
+from outbox.job import sealing
 from outbox.queue import admin as queue_admin
 from outbox.queue import control
 from outbox.queue.throughput import FLUSH_EVERY_S

@@ -27,11 +27,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from outbox import sealing
 from outbox.db.connection import Connection
 from outbox.db.driver import Row
 from outbox.errors import ConfigurationError, MissingKey, TamperedPayload
-from outbox.job import NormalJob, fingerprint
+from outbox.job import NormalJob, fingerprint, sealing
 
 DEFAULT_BATCH = 500
 MAX_BATCH = 10_000

@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from outbox import sealing, tracing
+from outbox import tracing
 from outbox.db.connection import Connection, Database
 from outbox.db.errors import is_retryable
 from outbox.db.rows import ClaimedJob, Failure, JobFence, KeptResult
@@ -40,6 +40,7 @@ from outbox.db.workflows import parent_results
 from outbox.errors import ConfigurationError, OutboxError, PermanentFailure, Snooze
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.ids import is_node_id
+from outbox.job import sealing
 from outbox.queue.context import JobContext
 from outbox.queue.registry import Handler, Registry
 from outbox.queue.results_view import NO_RESULTS, DependencyResults
@@ -103,13 +104,13 @@ def failure_of(exc: BaseException) -> Failure:
         message = str(exc)
     except Exception:
         message = UNPRINTABLE
-    # Both may quote the payload: sealed like it when encryption is on (outbox.sealing).
+    # Both may quote the payload: sealed like it when encryption is on (outbox.job.sealing).
     return Failure(class_name(exc), sealing.seal(message), sealing.seal(trace))
 
 
 def _binder(fn: Callable[..., Any]) -> Callable[[Any], Any] | None:
     """A converter from decoded JSON to the type the payload parameter names: a typed
-    job's type (``outbox.typed``: upgraded from an older version, then validated), or
+    job's type (``outbox.job.typed``: upgraded from an older version, then validated), or
     any other dataclass."""
     try:
         hints = typing.get_type_hints(fn)
@@ -118,7 +119,7 @@ def _binder(fn: Callable[..., Any]) -> Callable[[Any], Any] | None:
         return None
     cls = hints.get(first)
     spec = getattr(cls, "__outbox_job__", None)
-    if spec is not None:  # duck-typed: outbox.typed sits above this module
+    if spec is not None:  # duck-typed: outbox.job.typed sits above this module
         load: Callable[[Any], Any] = spec.load
         return load
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):

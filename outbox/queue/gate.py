@@ -52,8 +52,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from outbox import sealing
 from outbox.db.rows import ClaimedJob, Failure, LimitAsk, LimitScope, LimitSlot
+from outbox.job import sealing
 from outbox.queue.limits import Limits
 from outbox.queue.registry import Registry
 

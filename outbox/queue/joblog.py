@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from outbox import sealing
 from outbox.db.rows import ClaimedJob, Failure
+from outbox.job import sealing
 from outbox.queue.config import WorkerStats
 from outbox.queue.policy import Action
 

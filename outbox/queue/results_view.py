@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from outbox import sealing
+from outbox.job import sealing
 
 Loader = Callable[[], list[tuple[str, str, str, str | None]]]
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from outbox import sealing
 from outbox.db.adapters import adapt
 from outbox.db.caller import jobs_recorded, run
-from outbox.job import canonical_json
+from outbox.job import canonical_json, sealing
 
 
 class _Any:

@@ -1,4 +1,4 @@
-"""Encryption at rest (``outbox.sealing``) on every backend: every payload written is
+"""Encryption at rest (``outbox.job.sealing``) on every backend: every payload written is
 ciphertext in every table, the handler gets the plaintext, replays are still recognised
 (also across a rotation and from before encryption was on), results and dead-letter
 messages are sealed, and a missing key or a tampered ciphertext parks the job (a dead

@@ -117,7 +117,7 @@ def test_a_version_1_payload_runs_under_version_2_and_a_newer_one_is_parked(
     drain(database, registry, ("typed",))
     assert sorted((p.first, p.last) for p in got) == [("Ada", "Lovelace"), ("Grace", "Hopper")]
     dead = failed_job(conn, newer_id)
-    assert dead is not None and dead.exception_class == "outbox.typed.PayloadVersionError"
+    assert dead is not None and dead.exception_class == "outbox.job.typed.PayloadVersionError"
     assert "version 3 is newer than this code's 2" in (dead.exception_message or "")
     assert count_rows(conn, "outbox_failed_jobs") == 1  # kept, for `queue retry` after deploy
 

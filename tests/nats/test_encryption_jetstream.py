@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from nats.js.errors import NotFoundError
 
-from outbox import sealing
 from outbox.jetstream import admin, names
 from outbox.jetstream.connect import Broker, parse_url
+from outbox.job import sealing
 from tests.nats import support
 from tests.nats import test_worker_jetstream as jetstream_worker
 from tests.nats.servers import run

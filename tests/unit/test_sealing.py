@@ -1,4 +1,4 @@
-"""The keyring and the envelope (``outbox.sealing``), without a database: bad keyrings
+"""The keyring and the envelope (``outbox.job.sealing``), without a database: bad keyrings
 are refused where they are given, naming the key id and never the key; envelopes round
 trip, are deterministic per key, and a changed byte or a missing key is a named error."""
 
@@ -147,7 +147,7 @@ def test_a_changed_byte_is_tampered_and_an_unknown_key_is_missing() -> None:
     assert caught.value.key_id == "k1" and b64(K1) not in str(caught.value)
 
 
-# Sealed by the first release of outbox.sealing: stored rows and their fingerprints
+# Sealed by the first release of outbox.job.sealing: stored rows and their fingerprints
 # depend on these exact bytes (the same plaintext under the same key seals the same).
 KNOWN = '{"$sealed":"v1:k1:5azh-7G_MPllpfSHz4a17PBxu4GpDfL0NnJ_AlcSpBBpYz3HCI8hqg2T"}'
 

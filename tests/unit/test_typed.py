@@ -1,4 +1,4 @@
-"""Typed jobs (``outbox.typed``) without a database: declaring a type checks it, a typed
+"""Typed jobs (``outbox.job.typed``) without a database: declaring a type checks it, a typed
 value becomes its job and is validated field by field (``InvalidJob`` naming the field),
 the JSON Schema, and payload versions with their upgrade."""
 
@@ -13,7 +13,7 @@ import pytest
 from outbox import Job, job_type, typed_job
 from outbox.errors import ConfigurationError, InvalidJob
 from outbox.job import normalise
-from outbox.typed import PayloadVersionError, spec_of
+from outbox.job.typed import PayloadVersionError, spec_of
 
 
 @job_type("t.welcome", queue="mail")

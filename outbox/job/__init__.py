@@ -30,7 +30,7 @@ and a row whose priority was changed after recording fails verification either w
   without an ordering key keeps version 1 or 2, so every key recorded before ordering
   keys existed replays unchanged.
 - ``payload``: the canonical JSON text (``canonical_json``), exactly as stored: with
-  encryption on, its envelope (``outbox.sealing``), which makes the fingerprint a keyed
+  encryption on, its envelope (``outbox.job.sealing``), which makes the fingerprint a keyed
   digest of the job.
 """
 
@@ -48,8 +48,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from outbox import sealing
 from outbox.errors import InvalidJob, InvalidKey
+from outbox.job import sealing
 
 MAX_PAYLOAD_BYTES = 65_535
 MAX_DEPTH = 64
@@ -113,7 +113,7 @@ def _untyped(payload: object) -> Any:
     return payload
 
 
-# outbox.typed sits above this module (it builds Jobs), so it plugs its conversions in
+# outbox.job.typed sits above this module (it builds Jobs), so it plugs its conversions in
 # when it loads, and `import outbox` always loads it: a typed value given where a Job is
 # expected becomes its Job, and a typed payload is validated and dumped to JSON.
 typed_job: Callable[[object], Job | None] = _no_typed_job
@@ -193,10 +193,10 @@ def normalise(job: Job) -> NormalJob:
     if type(queue) is not str or queue not in _known_names:
         check_name(queue, "queue name")
     payload = job.payload
-    if type(payload) not in _JSON_TYPES:  # a typed value: validated and dumped (outbox.typed)
+    if type(payload) not in _JSON_TYPES:  # a typed value: validated and dumped (outbox.job.typed)
         payload = typed_payload(payload)
     payload_json = canonical_json(payload)  # the checks run in the order they always did
-    # Sealed here, so every path that stores a payload stores the envelope (outbox.sealing);
+    # Sealed here, so every path that stores a payload stores the envelope (outbox.job.sealing);
     # with encryption off and a plain payload this is two reads, not a call.
     if sealing._ring is not None or payload_json.startswith(_SEALED):
         payload_json = sealing.seal_payload(payload_json, MAX_PAYLOAD_BYTES)
