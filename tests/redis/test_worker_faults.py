@@ -19,7 +19,15 @@ from outbox.db.connection import Database
 from outbox.db.migrate import migrate
 from outbox.redis import names
 from tests.fixtures.databases import backend_of, sqlite_url
-from tests.fixtures.fault_harness import cli_argv, fetch, finish, install_ledger, spawn
+from tests.fixtures.fault_harness import (
+    INBOX_KILL_P,
+    cli_argv,
+    fetch,
+    finish,
+    install_ledger,
+    keep_running,
+    spawn,
+)
 from tests.redis import entries
 from tests.redis.test_worker_redis import runs
 from tests.reliability import rows
@@ -98,20 +106,13 @@ def test_inbox_workers_killed_between_commit_and_ack_leave_each_business_row_onc
     install_ledger(db_url)
     ids = [entries.add_job(r, queue, "harness.tx", {"i": i}) for i in range(JOBS * 3 // 4)]
     began = time.monotonic()
-    kills, seed, deadline = 0, 0, began + 300 + JOBS  # a liveness bound, on a loaded machine
-    while entries.left(r, queue) > 0:
-        assert time.monotonic() < deadline, f"{entries.left(r, queue)} left"
-        procs = []
-        for _ in range(2):
-            seed += 1
-            argv = [sys.executable, "-m", "tests.redis.inbox_worker", entries.URL, db_url, queue]
-            procs.append(spawn([*argv, str(seed)], {"HARNESS_URL": db_url}))
-        for proc in procs:
-            code, _, err = finish(proc, 120)
-            assert code in (0, -9), err[-2000:]
-            kills += code == -9
-        if entries.left(r, queue) > 0:
-            time.sleep(1.1)  # the lease: what a killed worker held is taken back after it
+    argv = [sys.executable, "-m", "tests.redis.inbox_worker", entries.URL, db_url, queue]
+    kills = keep_running(
+        lambda seed: spawn([*argv, str(seed), INBOX_KILL_P], {"HARNESS_URL": db_url}),
+        lambda: entries.left(r, queue),
+        lease=1.1,  # the workers' lease: what a killed one held is taken back after it
+        within=300 + JOBS,  # a liveness bound, on a loaded machine
+    )
     assert kills >= 3, f"only {kills} kills: the test did not test"
     ledger = Counter(row[0] for row in fetch(db_url, "SELECT message_id FROM harness_ledger"))
     assert ledger == Counter({i: 1 for i in ids})
