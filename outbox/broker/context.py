@@ -47,6 +47,12 @@ class LaneContext:
         c = self.config
         if c.max_jobs is not None and self.started >= c.max_jobs:
             return True
+        return self.time_up()
+
+    def time_up(self) -> bool:
+        """``max_time`` over: what has not started is handed back (``max_jobs`` lets
+        the jobs it counted run)."""
+        c = self.config
         return c.max_time is not None and self.clock() - self.began >= c.max_time
 
     async def pause(self, seconds: float) -> None:

@@ -51,10 +51,6 @@ log = get_logger("outbox.worker")
 DATA = names.DATA_FIELD.encode()
 PROMOTE_BATCH = 100
 _BLOCK_MAX_S = 1.0  # a blocking read's longest wait: a stop or a resume is seen by then
-# Entries read ahead per queue when ``prefetch`` is not given: each fetch is a round trip
-# (a script over the bands), so a window of two (a cap of one, prefetched once) paid one
-# per job; 64 entries pay one per 32 jobs. A graceful stop hands them back unspent.
-DEFAULT_PREFETCH = 64
 # How long the first ack of a burst waits for others before they go in one round trip: a
 # socket write from the loop could wait for the GIL behind a handler thread (up to the
 # interpreter's switch interval), so fewer writes a job is what a drain gains most from.
@@ -92,14 +88,17 @@ def entry_id_int(entry_id: bytes) -> int:
 
 class RedisLane(BrokerLane[Entry]):
     """Fetches the keyless jobs of one queue from its band streams and writes what
-    follows each."""
+    follows each. Without ``prefetch`` it reads ahead as the SQL worker claims ahead
+    (``BrokerLane.adaptive``): each fetch is a round trip (a script over the bands), so
+    a window of two paid one per job, and quick jobs now pay one per few hundred; a
+    graceful stop hands them back unspent."""
+
+    adaptive = True
 
     def __init__(
         self, ctx: LaneContext, r: Redis, blocking: Redis, queue: str, cap: int, consumer: str
     ) -> None:
         super().__init__(ctx, queue, cap, len(names.BANDS))
-        if ctx.config.prefetch is None:
-            self.window = cap + max(cap, DEFAULT_PREFETCH)
         self.r, self.blocking, self.consumer = r, blocking, consumer
         self.streams = names.job_streams(queue)
         self.band_streams = names.band_streams(queue)
@@ -254,6 +253,7 @@ class RedisLane(BrokerLane[Entry]):
         if paused and not was:
             self.ctx.paused.add(self.queue)
             log.info("worker.queue_paused", queue=self.queue)
+            self.wake()
         elif was and not paused:
             self.ctx.paused.discard(self.queue)
             log.info("worker.queue_resumed", queue=self.queue)
