@@ -42,9 +42,11 @@ from redis.asyncio import Redis
 
 from outbox.broker.context import LaneContext
 from outbox.broker.lane import BrokerLane
+from outbox.db.driver import CANCELLED
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.jetstream import codec
 from outbox.log import get_logger
+from outbox.queue.execute import Kind, Outcome
 from outbox.redis import names, scripts
 
 log = get_logger("outbox.worker")
@@ -68,6 +70,9 @@ class Entry:
     fields: dict[bytes, bytes]
     delivered: int = 1
     snoozes: int = 0  # a keyed job's snoozes, kept beside its held delivery
+
+
+Done = tuple[Entry, ClaimedJob]  # a delivery whose job succeeded, waiting for its ack
 
 
 def job_fields(job: ClaimedJob, due_ms: int, *, snoozes: int, before: int) -> list[str]:
@@ -105,7 +110,9 @@ class RedisLane(BrokerLane[Entry]):
         self.own_streams = self.band_streams  # the streams this lane reads
         self.wake_keys: list[str] = []  # the wake stream a dead letter adds to (keyed jobs)
         self._script: dict[str, Any] = {}
-        self._acks: dict[int, list[bytes]] = {}
+        self._acks: list[Done] = []
+        self.cancel_key = names.cancel_key(queue)
+        self._marks: set[str] = set()  # the cancel marks as this lane last read them
         self._reclaim_at = 0.0
         self._next_due_ms: float | None = None
         self.empty = False  # the last fetch found nothing anywhere
@@ -285,19 +292,66 @@ class RedisLane(BrokerLane[Entry]):
 
     def _ack(self, e: Entry, job: ClaimedJob) -> None:
         first = not self._acks
-        self._acks.setdefault(e.stream, []).append(e.id)
+        self._acks.append((e, job))
         if first:
             self._send(self._send_acks)
 
     async def _send_acks(self) -> None:
-        if not self._closed and sum(map(len, self._acks.values())) < ACK_GATHER_MAX:
+        if not self._closed and len(self._acks) < ACK_GATHER_MAX:
             await asyncio.sleep(ACK_GATHER_S)
-        acks, self._acks = self._acks, {}
-        async with self.r.pipeline(transaction=False) as pipe:
-            for i, ids in acks.items():
-                pipe.xack(self.streams[i], names.GROUP, *ids)
-                pipe.xdel(self.streams[i], *ids)
-            await pipe.execute()
+        acks, self._acks = self._acks, []
+        if not await self._ack_now(acks, check=True):
+            await self._ack_now(await self._uncancelled(acks), check=False)
+
+    async def _ack_now(self, acks: list[Done], *, check: bool) -> bool:
+        """``scripts.ACK`` of ``acks``; False (nothing acked) when ``check`` and the
+        queue has cancel marks."""
+        by_stream: dict[int, list[bytes]] = {}
+        for e, _ in acks:
+            by_stream.setdefault(e.stream, []).append(e.id)
+        if not by_stream:
+            return True
+        keys: list[str] = [self.cancel_key]
+        args: list[Any] = [names.GROUP, "1" if check else "0"]
+        for i, ids in by_stream.items():
+            keys.append(self.streams[i])
+            args += [len(ids), *ids]
+        return bool(await self._run("ACK", keys, args))
+
+    # -- cancelled while held: ``outbox queue cancel`` marks, this lane settles ----
+
+    async def _uncancelled(self, acks: list[Done]) -> list[Done]:
+        """An ack the cancel marks stopped: each job an operator cancelled is recorded as
+        cancelled (the policy decides, as if the worker had known when the handler
+        returned); the others are returned, to be acked. A transactional job's effects
+        committed with its inbox row: the policy acks it all the same."""
+        marks = await self._look_for_cancels()
+        keep: list[Done] = []
+        w = self.ctx
+        for e, job in acks:
+            handler = w.registry.get(job.job_name)
+            if job.message_id not in marks or (handler is not None and handler.transactional):
+                keep.append((e, job))
+                continue
+            w.stats.succeeded -= 1  # counted by the ack this replaces
+            w.runner.cancelled.add(job.id)
+            self._settle(e, Outcome(Kind.DONE, job))
+        return keep
+
+    async def _look_for_cancels(self) -> set[str]:
+        """Read the queue's cancel marks: the jobs this lane holds that an operator
+        cancelled see ``ctx.cancelled`` now (an async handler is cancelled), one fetched
+        and not started never runs (``BrokerLane._start``)."""
+        found: Any = await self.r.hkeys(self.cancel_key)
+        marks = {m.decode(errors="replace") for m in found}
+        w = self.ctx
+        w.cancel_marks -= self._marks - marks  # re-driven since (``queue retry``)
+        w.cancel_marks |= marks
+        self._marks = marks
+        for _, job in list(self.running.values()):
+            if job.message_id in marks and job.id not in w.runner.cancelled:
+                self.cancel_job(job.message_id)
+        return marks
 
     def _retry(self, e: Entry, job: ClaimedJob, delay_ms: int) -> None:
         due = self.ctx.now_ms() + delay_ms
@@ -365,7 +419,11 @@ class RedisLane(BrokerLane[Entry]):
     async def _dead_letter(self, e: Entry, job: ClaimedJob, failure: Failure) -> bool:
         stream = self.streams[e.stream]
         ordered = stream if e.stream >= len(names.BANDS) else None  # its key's partition
-        return await self._copy_dead(e, codec.dead_body(job, failure, ordered))
+        buried = await self._copy_dead(e, codec.dead_body(job, failure, ordered))
+        if buried and failure.exception_class == CANCELLED:  # the mark has done its work
+            with contextlib.suppress(Exception):  # left behind, ``queue retry`` drops it
+                await self.r.hdel(self.cancel_key, job.message_id)
+        return buried
 
     async def _copy_dead(self, e: Entry, body: bytes, guard: bool = True) -> bool:
         """The dead-letter record on the dead stream, the entry gone, in one step; if it
@@ -375,11 +433,14 @@ class RedisLane(BrokerLane[Entry]):
         return await self._guarded(e, "BURY", keys, args, "worker.dead_letter_failed")
 
     async def _extend(self, held: list[Entry]) -> None:
+        """The lease of every entry held renewed; then the cancel marks read (as the SQL
+        worker's heartbeat learns of cancelled jobs)."""
         by_stream: dict[int, list[bytes]] = {}
         for e in held:
             by_stream.setdefault(e.stream, []).append(e.id)
         for i, ids in by_stream.items():
             await self._run("EXTEND", [self.streams[i]], [names.GROUP, self.consumer, *ids])
+        await self._look_for_cancels()
 
 
 def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
