@@ -301,7 +301,7 @@ class RedisLane(BrokerLane[Entry]):
             await asyncio.sleep(ACK_GATHER_S)
         acks, self._acks = self._acks, []
         if not await self._ack_now(acks, check=True):
-            await self._ack_now(await self._uncancelled(acks), check=False)
+            await self._ack_uncancelled(acks)
 
     async def _ack_now(self, acks: list[Done], *, check: bool) -> bool:
         """``scripts.ACK`` of ``acks``; False (nothing acked) when ``check`` and the
@@ -320,23 +320,29 @@ class RedisLane(BrokerLane[Entry]):
 
     # -- cancelled while held: ``outbox queue cancel`` marks, this lane settles ----
 
-    async def _uncancelled(self, acks: list[Done]) -> list[Done]:
+    async def _ack_uncancelled(self, acks: list[Done]) -> None:
         """An ack the cancel marks stopped: each job an operator cancelled is recorded as
         cancelled (the policy decides, as if the worker had known when the handler
-        returned); the others are returned, to be acked. A transactional job's effects
-        committed with its inbox row: the policy acks it all the same."""
+        returned); the others are acked. A transactional job's effects committed with its
+        inbox row: the policy acks it all the same, and its mark goes."""
         marks = await self._look_for_cancels()
         keep: list[Done] = []
+        spent: list[str] = []  # marks of transactional jobs acked all the same
         w = self.ctx
         for e, job in acks:
-            handler = w.registry.get(job.job_name)
-            if job.message_id not in marks or (handler is not None and handler.transactional):
+            if job.message_id not in marks:
                 keep.append((e, job))
+                continue
+            handler = w.registry.get(job.job_name)
+            if handler is not None and handler.transactional:
+                keep.append((e, job))
+                spent.append(job.message_id)
                 continue
             w.stats.succeeded -= 1  # counted by the ack this replaces
             w.runner.cancelled.add(job.id)
             self._settle(e, Outcome(Kind.DONE, job))
-        return keep
+        if await self._ack_now(keep, check=False) and spent:
+            await self.r.hdel(self.cancel_key, *spent)
 
     async def _look_for_cancels(self) -> set[str]:
         """Read the queue's cancel marks: the jobs this lane holds that an operator

@@ -105,7 +105,7 @@ class OrderedRedisLane(KeyedLane[Entry], RedisLane):
     async def _send_releases(self) -> None:
         out, self._releases = self._releases, []
         if not await self._ack_now(out, check=True):
-            await self._ack_now(await self._uncancelled(out), check=False)
+            await self._ack_uncancelled(out)
 
     async def _ack_now(self, acks: list[Done], *, check: bool) -> bool:
         """``scripts.RELEASE``: the acks, each partition let go; False (nothing acked)
