@@ -40,6 +40,9 @@ class LaneContext:
     paused: set[str] = field(default_factory=set)  # queues paused by an operator
     cancel_marks: set[str] = field(default_factory=set)  # message ids an operator cancelled
     inbox: InboxRunner | None = None  # transactional handlers' inbox (``outbox.broker.inbox``)
+    # A lane saw ``paused`` change (a transport that reads it in its fetch): every lane of
+    # the worker looks again (``BrokerWorker.paused_changed``).
+    paused_changed: Callable[[], None] = lambda: None
     log: Any = log  # bound to the worker's id: the per-job lines (``outbox.queue.joblog``)
 
     def done(self) -> bool:

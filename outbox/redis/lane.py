@@ -260,11 +260,11 @@ class RedisLane(BrokerLane[Entry]):
         if paused and not was:
             self.ctx.paused.add(self.queue)
             log.info("worker.queue_paused", queue=self.queue)
-            self.wake()
+            self.ctx.paused_changed()  # the queue's other lane too: its queued jobs wait
         elif was and not paused:
             self.ctx.paused.discard(self.queue)
             log.info("worker.queue_resumed", queue=self.queue)
-            self.wake()
+            self.ctx.paused_changed()
 
     def _took(self, entry: Entry) -> None:
         self._wait_for_slot(entry)
