@@ -59,6 +59,10 @@ _BLOCK_MAX_S = 1.0  # a blocking read's longest wait: a stop or a resume is seen
 # The entries stay pending meanwhile, well within their lease.
 ACK_GATHER_S = 0.005
 ACK_GATHER_MAX = 32
+# Writes that end a delivery otherwise than with an ack (``_guarded``), in flight at once:
+# each takes a connection of the client's pool for its round trip, and a graceful stop
+# hands back the whole read-ahead (up to ``outbox.queue.prefetch.MAX_ADAPTIVE``) at once.
+GUARDED_AT_ONCE = 16
 
 
 @dataclass(slots=True, eq=False)
@@ -110,6 +114,7 @@ class RedisLane(BrokerLane[Entry]):
         self.own_streams = self.band_streams  # the streams this lane reads
         self.wake_keys: list[str] = []  # the wake stream a dead letter adds to (keyed jobs)
         self._script: dict[str, Any] = {}
+        self._writes = asyncio.Semaphore(GUARDED_AT_ONCE)
         self._acks: list[Done] = []
         self.cancel_key = names.cancel_key(queue)
         self._marks: set[str] = set()  # the cancel marks as this lane last read them
@@ -414,7 +419,8 @@ class RedisLane(BrokerLane[Entry]):
         lease was lost: the entry is left as it was and comes back after its lease, so
         nothing is lost."""
         try:
-            done = bool(await self._run(script, keys, args))
+            async with self._writes:
+                done = bool(await self._run(script, keys, args))
         except Exception as exc:
             log.warning(failed, queue=self.queue, error=type(exc).__name__)
             return False
