@@ -40,6 +40,9 @@ class LaneContext:
     paused: set[str] = field(default_factory=set)  # queues paused by an operator
     cancel_marks: set[str] = field(default_factory=set)  # message ids an operator cancelled
     inbox: InboxRunner | None = None  # transactional handlers' inbox (``outbox.broker.inbox``)
+    # A lane saw ``paused`` change (a transport that reads it in its fetch): every lane of
+    # the worker looks again (``BrokerWorker.paused_changed``).
+    paused_changed: Callable[[], None] = lambda: None
     log: Any = log  # bound to the worker's id: the per-job lines (``outbox.queue.joblog``)
 
     def done(self) -> bool:
@@ -47,6 +50,12 @@ class LaneContext:
         c = self.config
         if c.max_jobs is not None and self.started >= c.max_jobs:
             return True
+        return self.time_up()
+
+    def time_up(self) -> bool:
+        """``max_time`` over: what has not started is handed back (``max_jobs`` lets
+        the jobs it counted run)."""
+        c = self.config
         return c.max_time is not None and self.clock() - self.began >= c.max_time
 
     async def pause(self, seconds: float) -> None:

@@ -51,6 +51,7 @@ from outbox.log import get_logger
 from outbox.queue import joblog
 from outbox.queue.execute import JobTimeout, Kind, Outcome, SyncPool, failure_of
 from outbox.queue.policy import UNKNOWN_FAILURE, Action, Decision, decide
+from outbox.queue.prefetch import Prefetch
 from outbox.queue.registry import Handler
 
 log = get_logger("outbox.worker")
@@ -78,12 +79,23 @@ class _Outcomes(SimpleQueue[Any]):
 class BrokerLane(Generic[D]):
     """Runs and settles the jobs of one queue, at most ``cap`` at a time; a transport's
     subclass fetches them (calling ``_wait_for_slot`` for each delivery) and writes what
-    follows each."""
+    follows each.
+
+    Without ``prefetch`` configured, a transport whose class sets ``adaptive`` holds
+    ahead what the SQL worker would claim ahead (``outbox.queue.prefetch``: learnt from
+    the sync handlers' run times, up to ``MAX_ADAPTIVE`` for quick ones, one a slot for
+    slow ones); any other holds one a slot."""
+
+    adaptive = False
 
     def __init__(self, ctx: LaneContext, queue: str, cap: int, bands: int = 1) -> None:
         self.ctx, self.queue, self.cap, self.bands = ctx, queue, cap, bands
         config = ctx.config
-        self.window = cap + (config.prefetch if config.prefetch is not None else cap)
+        fixed = config.prefetch
+        if fixed is None and not self.adaptive:
+            fixed = cap
+        self.prefetch = Prefetch(cap, fixed)
+        self.window = cap + self.prefetch.value
         self.waiting: deque[D] = deque()
         self.running: dict[int, tuple[D, ClaimedJob]] = {}  # id(job) → its delivery
         self.busy = 0  # slots taken: len(running)
@@ -187,9 +199,25 @@ class BrokerLane(Generic[D]):
                     task.cancel()
 
     def wake(self) -> None:
-        """The queue was paused or resumed: fetch and start again, or stop doing so."""
+        """The queue was paused or resumed: fetch and start again, or stop doing so (the
+        sync jobs no thread has taken yet wait again, their leases renewed)."""
+        if self.paused():
+            self._unqueue()
         self.room.set()
         self._pump()
+
+    def _unqueue(self) -> None:
+        """Sync jobs queued in the pool that no thread has taken: back to the front of
+        ``waiting`` in their order, as if never started."""
+        if self._pool is None:
+            return
+        taken = self._pool.drain()
+        for job, _ in reversed(taken):
+            d, _ = self.running.pop(id(job))
+            self.ctx.started -= 1
+            self.ctx.stats.claimed -= 1
+            self._freed()
+            self.waiting.appendleft(d)
 
     def _jobs_left(self) -> int:
         """How many more deliveries this worker may still start (``max_jobs``) beyond the
@@ -224,13 +252,17 @@ class BrokerLane(Generic[D]):
     # -- starting -----------------------------------------------------------------
 
     def _pump(self) -> None:
-        """Start waiting deliveries while slots are free. A sync job may also be queued
-        behind a busy thread, one per thread (``2 * cap`` started at most): the thread
-        goes from one job to the next without a trip through the loop, which cost a drain
-        with one slot two thread switches a job; still only ``cap`` threads run them. An
-        async job waits for a slot (``_start`` puts it back first in line)."""
+        """Start waiting deliveries while slots are free. Sync jobs may also be queued
+        behind the busy threads, up to the lane's window, as the SQL worker hands its
+        whole claim to the pool's buffer: a thread goes from one job to the next without
+        a trip through the loop, and the loop wakes once for a burst of outcomes, not
+        for each job (a queue one job deep cost a drain with one slot two thread switches
+        a job). Still only ``cap`` threads run them; the ones no thread has taken come
+        back to ``waiting`` on a pause (``wake``) and are handed back at a stop
+        (``_finish``). An async job waits for a slot (``_start`` puts it back first in
+        line)."""
         w = self.ctx
-        while self.waiting and self.busy < 2 * self.cap and not self.paused():
+        while self.waiting and self.busy < self.window and not self.paused():
             d = self._most_urgent()
             if self._closed or w.stopping.is_set() or w.done():
                 self._release(d)
@@ -379,6 +411,10 @@ class BrokerLane(Generic[D]):
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
+        if outcome.ran_s is not None and self.adaptive:
+            prefetch = self.prefetch
+            prefetch.observe(outcome.ran_s)
+            self.window = self.cap + prefetch.value
         d, _ = self.running.pop(key)
         self._freed()
         self._settle(d, outcome)
@@ -482,8 +518,10 @@ class BrokerLane(Generic[D]):
         """Hand back what has not started; give running jobs ``grace`` (a second signal
         ends the wait); then wait for dead-lettering still in flight."""
         self._closed = True
-        if self.ctx.stopping.is_set():  # a thread yet to take its job hands it back
+        w = self.ctx
+        if w.stopping.is_set() or w.time_up():  # what no thread has taken goes back
             self._pool_stopping.set()
+            self._unqueue()
         while self.waiting:
             self._release(self.waiting.popleft())
         if self._releasing:  # their writes out before the grace (bounded)

@@ -63,6 +63,7 @@ class BrokerWorker:
             config, registry, runner, WorkerStats(), hooks, clock, wall_clock, began=clock()
         )
         self.ctx.inbox = self.inbox
+        self.ctx.paused_changed = self.paused_changed
         self.log = self.ctx.log = log.bind(worker_id=self.worker_id)
         self.stats = self.ctx.stats
         self._lanes: list[BrokerLane[Any]] = []

@@ -563,11 +563,10 @@ def cancel_command(cli: CliContext, message_id: str, broker: str | None) -> None
     """Cancel one job; it becomes a dead letter with exception class "cancelled".
 
     A waiting job goes at once. A running job is flagged: its handler sees
-    ctx.cancelled (an async handler is cancelled) within a third of the lease, and its
-    worker records the cancellation when it returns. On Redis (--broker redis://) a running
-    job is dead-lettered at once instead: its run is not told and goes to its end, and
-    nothing it settles counts. No confirmation: the dead letter keeps the job (`outbox
-    queue retry ID` runs it again).
+    ctx.cancelled (an async handler is cancelled) within a third of the lease (on
+    --broker nats:// at once), and its worker records the cancellation when it returns.
+    No confirmation: the dead letter keeps the job (`outbox queue retry ID` runs it
+    again).
     """
     if (url := cli_broker.broker_url(broker, "--broker")) is not None:
         cli_broker.queue_admin().cancel(url, message_id)

@@ -167,11 +167,6 @@ def cancel(url: Url, message_id: str) -> None:
     how = _admin(url, "cancel", message_id)
     if how == "dead":
         click.echo(f"cancelled {message_id} (moved to the dead letters)")
-    elif how == "taken":
-        click.echo(
-            f"cancelled {message_id} (moved to the dead letters); a worker was running it: "
-            "that run goes to its end, and nothing it settles counts"
-        )
     else:
         click.echo(
             f"cancelling {message_id}: a worker has it; it will be recorded as cancelled"

@@ -17,13 +17,20 @@ last-delivered id is ``reserved`` (delivered and not acknowledged: an ack delete
 a later one ``ready`` (or ``delayed`` when its due time is ahead); a member of the delayed
 set (a retry's backoff, a snooze, an early delivery handed back) is ``delayed``.
 
-``cancel`` takes the job out and writes its dead letter (class ``cancelled``) in one
-script (``CANCEL``), so a worker fetching it at the same moment either got it first (the
-entry is then reserved) or finds nothing. A reserved entry is taken from its worker the
-same way: the worker is not told (no handler sees ``ctx.cancelled`` on Redis), its run
-goes to its end and whatever it then writes (an ack, a retry, a dead letter) finds the
-entry gone and changes nothing (``scripts.OWNED``); the job never runs again. Nothing is
-read or written for a job id that is not found: the streams stay as they were.
+``cancel`` of a job no worker holds takes it out and writes its dead letter (class
+``cancelled``) in one script (``CANCEL``), so a worker fetching it at the same moment
+either got it first (the entry is then reserved) or finds nothing. A reserved entry is
+left where it is and flagged instead, as on SQL and JetStream: its id goes into the
+queue's cancel hash (``names.cancel_key``), which its worker reads with its next lease
+renewal (each third of the lease): the handler sees ``ctx.cancelled`` (an async one is
+cancelled), and the worker records the cancellation (a dead letter, class
+``cancelled``) when it returns, whatever it returned; an ack finds the flag too
+(``scripts.ACK``), so a job that finishes before its worker read the flag is recorded
+as cancelled all the same. The entry stays pending until then, so a keyed job's next
+job waits as it would for any run. A flagged job whose worker dies or stops comes back
+with its flag: the next worker never starts it once it has read the flag, and records
+the cancellation. Nothing is read or written for a job id that is not found: the
+streams stay as they were.
 """
 
 from __future__ import annotations
@@ -148,6 +155,7 @@ async def _redrive(r: Any, queue: str, entry_id: bytes, dead: codec.DeadLetter) 
     target = partition if keyed else names.stream(queue, priority)
     async with r.pipeline(transaction=True) as pipe:
         pipe.xadd(target, dict(zip(fields[::2], fields[1::2], strict=True)))
+        pipe.hdel(names.cancel_key(queue), dead.message_id)  # it runs again: no flag
         if keyed:
             pipe.xadd(names.wake_stream(queue), {"w": "1"}, maxlen=1)
         pipe.xdel(names.dead_stream(queue), entry_id)
@@ -287,20 +295,20 @@ def _delayed_job(queue: str, member: bytes, due_ms: int) -> ClaimedJob | None:
     return job
 
 
-# Take a job entry out of its stream and write its dead letter, in one step: KEYS the
-# stream and the dead stream, ARGV the group, the entry id and the dead-letter record.
-# 0: the entry was gone (settled meanwhile); 1: it waited; 2: a worker held it.
+# Take a job entry out of its stream and write its dead letter, in one step; or, when a
+# worker holds it, flag it for that worker. KEYS the stream, the dead stream and the
+# cancel hash; ARGV the group, the entry id, the dead-letter record and the message id.
+# 0: the entry was gone (settled meanwhile); 1: it waited (dead now); 2: flagged.
 CANCEL = """
 if #redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2]) == 0 then return 0 end
-local held = 1
 local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if type(p) == 'table' and p[1] then
-  held = 2
-  redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('HSET', KEYS[3], ARGV[4], ARGV[2])
+  return 2
 end
 redis.call('XDEL', KEYS[1], ARGV[2])
 redis.call('XADD', KEYS[2], '*', 'data', ARGV[3])
-return held
+return 1
 """
 # The same for a member of the delayed set: KEYS the set and the dead stream.
 CANCEL_DELAYED = """
@@ -310,25 +318,27 @@ return 1
 """
 
 
-async def cancel(url: RedisUrl, message_id: str) -> Literal["dead", "taken"]:
-    """Cancel job ``message_id``: "dead" when it waited, "taken" when a worker held it
-    (its run is not stopped, and nothing it writes afterwards counts)."""
+async def cancel(url: RedisUrl, message_id: str) -> Literal["dead", "flagged"]:
+    """Cancel job ``message_id``: "dead" when it waited (its dead letter is written
+    now), "flagged" when a worker holds it (that worker records it)."""
     r = await checked_client(url)
     try:
         found = await _jobs(r, None, None, message_id)
         if not found:
             raise MessageNotFound(f"no job with message id {message_id} in a queue on Redis")
-        how: Literal["dead", "taken"] = "dead"
+        how: Literal["dead", "flagged"] = "dead"
         done = 0
         for w in found:
+            q = w.job.queue
             body = codec.dead_body(w.job, CANCELLED_FAILURE)
-            dead = names.dead_stream(w.job.queue)
+            dead = names.dead_stream(q)
             if w.entry is None:
                 n = await r.eval(CANCEL_DELAYED, 2, w.stream, dead, w.member, body)
             else:
-                n = await r.eval(CANCEL, 2, w.stream, dead, names.GROUP, w.entry, body)
+                keys = [w.stream, dead, names.cancel_key(q)]
+                n = await r.eval(CANCEL, 3, *keys, names.GROUP, w.entry, body, message_id)
             done += int(n > 0)
-            how = "taken" if n == 2 else how
+            how = "flagged" if n == 2 else how
         if not done:  # every copy settled between the read and the script
             raise MessageNotFound(f"job {message_id} left its queue on Redis meanwhile")
         return how

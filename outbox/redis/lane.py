@@ -42,25 +42,27 @@ from redis.asyncio import Redis
 
 from outbox.broker.context import LaneContext
 from outbox.broker.lane import BrokerLane
+from outbox.db.driver import CANCELLED
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.jetstream import codec
 from outbox.log import get_logger
+from outbox.queue.execute import Kind, Outcome
 from outbox.redis import names, scripts
 
 log = get_logger("outbox.worker")
 DATA = names.DATA_FIELD.encode()
 PROMOTE_BATCH = 100
 _BLOCK_MAX_S = 1.0  # a blocking read's longest wait: a stop or a resume is seen by then
-# Entries read ahead per queue when ``prefetch`` is not given: each fetch is a round trip
-# (a script over the bands), so a window of two (a cap of one, prefetched once) paid one
-# per job; 64 entries pay one per 32 jobs. A graceful stop hands them back unspent.
-DEFAULT_PREFETCH = 64
 # How long the first ack of a burst waits for others before they go in one round trip: a
 # socket write from the loop could wait for the GIL behind a handler thread (up to the
 # interpreter's switch interval), so fewer writes a job is what a drain gains most from.
 # The entries stay pending meanwhile, well within their lease.
 ACK_GATHER_S = 0.005
 ACK_GATHER_MAX = 32
+# Writes that end a delivery otherwise than with an ack (``_guarded``), in flight at once:
+# each takes a connection of the client's pool for its round trip, and a graceful stop
+# hands back the whole read-ahead (up to ``outbox.queue.prefetch.MAX_ADAPTIVE``) at once.
+GUARDED_AT_ONCE = 16
 
 
 @dataclass(slots=True, eq=False)
@@ -72,6 +74,9 @@ class Entry:
     fields: dict[bytes, bytes]
     delivered: int = 1
     snoozes: int = 0  # a keyed job's snoozes, kept beside its held delivery
+
+
+Done = tuple[Entry, ClaimedJob]  # a delivery whose job succeeded, waiting for its ack
 
 
 def job_fields(job: ClaimedJob, due_ms: int, *, snoozes: int, before: int) -> list[str]:
@@ -92,21 +97,27 @@ def entry_id_int(entry_id: bytes) -> int:
 
 class RedisLane(BrokerLane[Entry]):
     """Fetches the keyless jobs of one queue from its band streams and writes what
-    follows each."""
+    follows each. Without ``prefetch`` it reads ahead as the SQL worker claims ahead
+    (``BrokerLane.adaptive``): each fetch is a round trip (a script over the bands), so
+    a window of two paid one per job, and quick jobs now pay one per few hundred; a
+    graceful stop hands them back unspent."""
+
+    adaptive = True
 
     def __init__(
         self, ctx: LaneContext, r: Redis, blocking: Redis, queue: str, cap: int, consumer: str
     ) -> None:
         super().__init__(ctx, queue, cap, len(names.BANDS))
-        if ctx.config.prefetch is None:
-            self.window = cap + max(cap, DEFAULT_PREFETCH)
         self.r, self.blocking, self.consumer = r, blocking, consumer
         self.streams = names.job_streams(queue)
         self.band_streams = names.band_streams(queue)
         self.own_streams = self.band_streams  # the streams this lane reads
         self.wake_keys: list[str] = []  # the wake stream a dead letter adds to (keyed jobs)
         self._script: dict[str, Any] = {}
-        self._acks: dict[int, list[bytes]] = {}
+        self._writes = asyncio.Semaphore(GUARDED_AT_ONCE)
+        self._acks: list[Done] = []
+        self.cancel_key = names.cancel_key(queue)
+        self._marks: set[str] = set()  # the cancel marks as this lane last read them
         self._reclaim_at = 0.0
         self._next_due_ms: float | None = None
         self.empty = False  # the last fetch found nothing anywhere
@@ -254,10 +265,11 @@ class RedisLane(BrokerLane[Entry]):
         if paused and not was:
             self.ctx.paused.add(self.queue)
             log.info("worker.queue_paused", queue=self.queue)
+            self.ctx.paused_changed()  # the queue's other lane too: its queued jobs wait
         elif was and not paused:
             self.ctx.paused.discard(self.queue)
             log.info("worker.queue_resumed", queue=self.queue)
-            self.wake()
+            self.ctx.paused_changed()
 
     def _took(self, entry: Entry) -> None:
         self._wait_for_slot(entry)
@@ -285,19 +297,72 @@ class RedisLane(BrokerLane[Entry]):
 
     def _ack(self, e: Entry, job: ClaimedJob) -> None:
         first = not self._acks
-        self._acks.setdefault(e.stream, []).append(e.id)
+        self._acks.append((e, job))
         if first:
             self._send(self._send_acks)
 
     async def _send_acks(self) -> None:
-        if not self._closed and sum(map(len, self._acks.values())) < ACK_GATHER_MAX:
+        if not self._closed and len(self._acks) < ACK_GATHER_MAX:
             await asyncio.sleep(ACK_GATHER_S)
-        acks, self._acks = self._acks, {}
-        async with self.r.pipeline(transaction=False) as pipe:
-            for i, ids in acks.items():
-                pipe.xack(self.streams[i], names.GROUP, *ids)
-                pipe.xdel(self.streams[i], *ids)
-            await pipe.execute()
+        acks, self._acks = self._acks, []
+        if not await self._ack_now(acks, check=True):
+            await self._ack_uncancelled(acks)
+
+    async def _ack_now(self, acks: list[Done], *, check: bool) -> bool:
+        """``scripts.ACK`` of ``acks``; False (nothing acked) when ``check`` and the
+        queue has cancel marks."""
+        by_stream: dict[int, list[bytes]] = {}
+        for e, _ in acks:
+            by_stream.setdefault(e.stream, []).append(e.id)
+        if not by_stream:
+            return True
+        keys: list[str] = [self.cancel_key]
+        args: list[Any] = [names.GROUP, "1" if check else "0"]
+        for i, ids in by_stream.items():
+            keys.append(self.streams[i])
+            args += [len(ids), *ids]
+        return bool(await self._run("ACK", keys, args))
+
+    # -- cancelled while held: ``outbox queue cancel`` marks, this lane settles ----
+
+    async def _ack_uncancelled(self, acks: list[Done]) -> None:
+        """An ack the cancel marks stopped: each job an operator cancelled is recorded as
+        cancelled (the policy decides, as if the worker had known when the handler
+        returned); the others are acked. A transactional job's effects committed with its
+        inbox row: the policy acks it all the same, and its mark goes."""
+        marks = await self._look_for_cancels()
+        keep: list[Done] = []
+        spent: list[str] = []  # marks of transactional jobs acked all the same
+        w = self.ctx
+        for e, job in acks:
+            if job.message_id not in marks:
+                keep.append((e, job))
+                continue
+            handler = w.registry.get(job.job_name)
+            if handler is not None and handler.transactional:
+                keep.append((e, job))
+                spent.append(job.message_id)
+                continue
+            w.stats.succeeded -= 1  # counted by the ack this replaces
+            w.runner.cancelled.add(job.id)
+            self._settle(e, Outcome(Kind.DONE, job))
+        if await self._ack_now(keep, check=False) and spent:
+            await self.r.hdel(self.cancel_key, *spent)
+
+    async def _look_for_cancels(self) -> set[str]:
+        """Read the queue's cancel marks: the jobs this lane holds that an operator
+        cancelled see ``ctx.cancelled`` now (an async handler is cancelled), one fetched
+        and not started never runs (``BrokerLane._start``)."""
+        found: Any = await self.r.hkeys(self.cancel_key)
+        marks = {m.decode(errors="replace") for m in found}
+        w = self.ctx
+        w.cancel_marks -= self._marks - marks  # re-driven since (``queue retry``)
+        w.cancel_marks |= marks
+        self._marks = marks
+        for _, job in list(self.running.values()):
+            if job.message_id in marks and job.id not in w.runner.cancelled:
+                self.cancel_job(job.message_id)
+        return marks
 
     def _retry(self, e: Entry, job: ClaimedJob, delay_ms: int) -> None:
         due = self.ctx.now_ms() + delay_ms
@@ -354,7 +419,8 @@ class RedisLane(BrokerLane[Entry]):
         lease was lost: the entry is left as it was and comes back after its lease, so
         nothing is lost."""
         try:
-            done = bool(await self._run(script, keys, args))
+            async with self._writes:
+                done = bool(await self._run(script, keys, args))
         except Exception as exc:
             log.warning(failed, queue=self.queue, error=type(exc).__name__)
             return False
@@ -365,7 +431,11 @@ class RedisLane(BrokerLane[Entry]):
     async def _dead_letter(self, e: Entry, job: ClaimedJob, failure: Failure) -> bool:
         stream = self.streams[e.stream]
         ordered = stream if e.stream >= len(names.BANDS) else None  # its key's partition
-        return await self._copy_dead(e, codec.dead_body(job, failure, ordered))
+        buried = await self._copy_dead(e, codec.dead_body(job, failure, ordered))
+        if buried and failure.exception_class == CANCELLED:  # the mark has done its work
+            with contextlib.suppress(Exception):  # left behind, ``queue retry`` drops it
+                await self.r.hdel(self.cancel_key, job.message_id)
+        return buried
 
     async def _copy_dead(self, e: Entry, body: bytes, guard: bool = True) -> bool:
         """The dead-letter record on the dead stream, the entry gone, in one step; if it
@@ -375,11 +445,14 @@ class RedisLane(BrokerLane[Entry]):
         return await self._guarded(e, "BURY", keys, args, "worker.dead_letter_failed")
 
     async def _extend(self, held: list[Entry]) -> None:
+        """The lease of every entry held renewed; then the cancel marks read (as the SQL
+        worker's heartbeat learns of cancelled jobs)."""
         by_stream: dict[int, list[bytes]] = {}
         for e in held:
             by_stream.setdefault(e.stream, []).append(e.id)
         for i, ids in by_stream.items():
             await self._run("EXTEND", [self.streams[i]], [names.GROUP, self.consumer, *ids])
+        await self._look_for_cancels()
 
 
 def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
@@ -387,5 +460,15 @@ def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
 
 
 def _headers(e: Entry) -> dict[str, str]:
-    return {k.decode(errors="replace"): v.decode(errors="replace")
-            for k, v in e.fields.items() if k != DATA}
+    """The entry's fields but ``data``, as text (a plain loop: half the cost of a
+    comprehension with ``errors="replace"``, paid by every job); bytes that are not
+    UTF-8 are replaced, so a foreign entry is parked, never a crash."""
+    out: dict[str, str] = {}
+    try:
+        for k, v in e.fields.items():
+            if k != DATA:
+                out[k.decode()] = v.decode()
+    except UnicodeDecodeError:
+        return {k.decode(errors="replace"): v.decode(errors="replace")
+                for k, v in e.fields.items() if k != DATA}  # fmt: skip
+    return out

@@ -38,6 +38,7 @@ __all__ = [
     "GROUP",
     "ORDERED_PARTITIONS",
     "band_streams",
+    "cancel_key",
     "dead_stream",
     "delayed_key",
     "held_key",
@@ -117,3 +118,10 @@ def held_key(queue: str) -> str:
 def wake_stream(queue: str) -> str:
     """The stream idle workers of ``queue``'s keyed jobs block on."""
     return f"{tag(queue)}:ord:wake"
+
+
+def cancel_key(queue: str) -> str:
+    """The hash of ``queue``'s jobs an operator cancelled while a worker held them, by
+    message id: their workers learn of it with their next lease renewal, and an ack of
+    one records the cancellation instead (``outbox.redis.lane``)."""
+    return f"{tag(queue)}:cancel"

@@ -11,6 +11,9 @@ before it was acked or dead-lettered (``XACK`` + ``XDEL``), whichever worker ran
 What keeps the entry pending:
 
 - running: the ticker resets its idle time each lease/3 (``EXTEND``), as for any job;
+  cancelled by an operator meanwhile, it stays out until this worker records the
+  cancellation when the handler returns (``BURY``), so the key's next job never runs
+  beside it;
 - a retry, a snooze, a hand-back (a stop's prefetch, a job handed off before it is due):
   ``HOLD`` leaves the entry pending and notes in the queue's held hash
   (``names.held_key``) when it is due, the delivery count it gets back (one more for a
@@ -39,7 +42,7 @@ from outbox.db.rows import ClaimedJob
 from outbox.jetstream import codec
 from outbox.log import get_logger
 from outbox.redis import names
-from outbox.redis.lane import _BLOCK_MAX_S, Entry, RedisLane, _headers, _pairs
+from outbox.redis.lane import _BLOCK_MAX_S, Done, Entry, RedisLane, _headers, _pairs
 
 log = get_logger("outbox.worker")
 FIRST = len(names.BANDS)  # ``Entry.stream`` of partition 0: ``names.job_streams`` order
@@ -56,7 +59,7 @@ class OrderedRedisLane(KeyedLane[Entry], RedisLane):
         self.wake_keys = [names.wake_stream(queue)]
         self._turn = 0  # the partition the next TAKE begins with: each its turn
         self._woke = b"0-0"  # the wake stream's last id as the last TAKE saw it
-        self._releases: list[Entry] = []
+        self._releases: list[Done] = []
 
     def _band(self, e: Entry) -> int:
         return 0  # a key's order wins over its priority
@@ -97,12 +100,21 @@ class OrderedRedisLane(KeyedLane[Entry], RedisLane):
     def _ack(self, e: Entry, job: ClaimedJob) -> None:
         if not self._releases:
             self._send(self._send_releases)
-        self._releases.append(e)
+        self._releases.append((e, job))
 
     async def _send_releases(self) -> None:
         out, self._releases = self._releases, []
-        keys = [*self.wake_keys, *(self.streams[e.stream] for e in out)]
-        await self._run("RELEASE", keys, [names.GROUP, *(e.id for e in out)])
+        if not await self._ack_now(out, check=True):
+            await self._ack_uncancelled(out)
+
+    async def _ack_now(self, acks: list[Done], *, check: bool) -> bool:
+        """``scripts.RELEASE``: the acks, each partition let go; False (nothing acked)
+        when ``check`` and the queue has cancel marks."""
+        if not acks:
+            return True
+        keys = [*self.wake_keys, self.cancel_key, *(self.streams[e.stream] for e, _ in acks)]
+        args = [names.GROUP, "1" if check else "0", *(e.id for e, _ in acks)]
+        return bool(await self._run("RELEASE", keys, args))
 
     def _retry(self, e: Entry, job: ClaimedJob, delay_ms: int) -> None:
         due = self.ctx.now_ms() + delay_ms

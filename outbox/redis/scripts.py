@@ -46,7 +46,10 @@ nothing is written — the one who holds it now settles it.
 - ``PROMOTE``: the delayed jobs now due back to their streams (new entries); returns how
   many moved and when the next one is due;
 - ``BURY``: a copy on the dead stream, and the entry leaves;
-- ``EXTEND``: reset the idle time of the entries this worker still holds (the lease).
+- ``EXTEND``: reset the idle time of the entries this worker still holds (the lease);
+- ``ACK``: the acks of a burst (``XACK`` + ``XDEL`` on each stream), unless the queue's
+  cancel hash (``names.cancel_key``) exists: then nothing, and the worker looks at which
+  of them an operator cancelled before it acks the others (``outbox.redis.lane``).
 
 Keyed jobs (``outbox.redis.ordered``) have three more, which keep an ordered partition's
 one delivery out at a time:
@@ -62,8 +65,8 @@ one delivery out at a time:
   count it gets back and its snooze count; idle workers are woken (their next ``TAKE``
   learns when it is due);
 - ``RELEASE``: the acks of a burst of keyed jobs (``XACK`` + ``XDEL``), waking idle
-  workers when a partition has entries behind the one acked. ``BURY`` wakes them too
-  when given the wake stream.
+  workers when a partition has entries behind the one acked; the cancel hash stops it
+  as it stops ``ACK``. ``BURY`` wakes them too when given the wake stream.
 """
 
 from __future__ import annotations
@@ -259,9 +262,28 @@ redis.call('XADD', KEYS[3], 'MAXLEN', 1, '*', 'w', 1)
 return 1
 """
 
-RELEASE = _WAKE + """
-local behind = nil
+# KEYS: the queue's cancel hash, then per stream acked; ARGV: the group, "1" to stop when
+# the cancel hash exists (0 returned, nothing acked), then per stream its count of ids
+# followed by the ids.
+ACK = """
+if ARGV[2] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local at = 3
 for i = 2, #KEYS do
+  local n = tonumber(ARGV[at])
+  local ids = {unpack(ARGV, at + 1, at + n)}
+  redis.call('XACK', KEYS[i], ARGV[1], unpack(ids))
+  redis.call('XDEL', KEYS[i], unpack(ids))
+  at = at + n + 1
+end
+return 1
+"""
+
+# KEYS: the wake stream, the cancel hash, then one stream per id; ARGV: the group, the
+# cancel check as for ACK, then the ids (ARGV[i] is on KEYS[i]).
+RELEASE = _WAKE + """
+if ARGV[2] == '1' and redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local behind = nil
+for i = 3, #KEYS do
   redis.call('XACK', KEYS[i], ARGV[1], ARGV[i])
   redis.call('XDEL', KEYS[i], ARGV[i])
   if not behind and redis.call('XLEN', KEYS[i]) > 0 then behind = KEYS[i] end

@@ -1,14 +1,18 @@
 """``outbox queue jobs`` and ``outbox queue cancel`` with ``--broker redis://``, as with
 ``--broker nats://`` and on SQL: the listing's states without a payload, a cancel that
-dead-letters a waiting job (class ``cancelled``) and takes a held one from its worker,
-and bad input (an unknown job id, an unknown queue, a queue whose streams were deleted)
+dead-letters a waiting job (class ``cancelled``) and flags a held one for its worker
+(the handler told, the key held until it returns, an ack that finds the flag), and bad
+input (an unknown job id, an unknown queue, a queue whose streams were deleted)
 answered in one line with every key of the queue as it was."""
 
 from __future__ import annotations
 
-import threading
+import asyncio
+import subprocess
+import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +20,17 @@ import orjson
 import pytest
 import redis
 
+from outbox import Registry
 from outbox.db.rows import ClaimedJob
-from outbox.redis import names
+from outbox.queue.config import WorkerConfig, WorkerStats
+from outbox.redis import control, names
+from outbox.redis.connect import parse_url
 from outbox.redis.lane import job_fields
+from outbox.redis.worker import RedisWorker
+from tests.fixtures.databases import sqlite_url
+from tests.fixtures.supervisor import ROOT
 from tests.redis import entries
+from tests.redis.test_ordering import _add_keyed
 from tests.redis.test_queue_control_redis import cli
 from tests.redis.test_worker_redis import runs, work
 
@@ -111,26 +122,86 @@ def test_cancel_dead_letters_a_waiting_job_and_a_delayed_one(
 
 
 @pytest.mark.slow
-def test_cancel_takes_a_running_job_from_its_worker_which_settles_nothing_after(
+def test_cancel_of_running_jobs_in_a_worker_process_reaches_their_handlers_and_holds_the_key(
     rq: Any, tmp_path: Path, ledger: Path
 ) -> None:
+    """A real ``outbox worker --broker redis://`` process runs a keyed sync job that
+    watches ``ctx.cancelled`` and a keyless async one; both are cancelled from the CLI
+    while they run. The sync handler sees ``ctx.cancelled``, the async one is cancelled,
+    both are recorded as cancelled by the worker, and the key's next job starts only
+    after the cancelled one returned (its entry kept the key's partition meanwhile)."""
     r, queue = rq
-    slow = entries.add_job(r, queue, "t.slow", {"s": 8})  # long past the cancel, when loaded
-    worker = threading.Thread(target=work, args=(queue,))
-    worker.start()
-    deadline = time.monotonic() + 30
-    while not runs(ledger, "start")[slow]:  # the handler is running
-        assert time.monotonic() < deadline, "the worker never started the job"
-        time.sleep(0.02)
-    assert listed(tmp_path, queue)[slow][3] == "reserved"
-    done = cli(tmp_path, "queue", "cancel", slow)
-    worker.join(60)
-    said = f"cancelled {slow} (moved to the dead letters); a worker was running it"
-    assert done.exit_code == 0 and said in done.output, done.output
-    assert runs(ledger) == {slow: 1}  # it ran to its end once, and not again
-    assert [d["exception_class"] for d in entries.dead(r, queue)] == ["cancelled"]
+    watched = _add_keyed(r, queue, "k", "t.watch", {"s": 60})
+    after = _add_keyed(r, queue, "k", "t.ok")  # the same key: waits for the one before
+    sleeping = entries.add_job(r, queue, "t.aslow", {"s": 60})
+    argv = [sys.executable, "-m", "outbox", "--database-url", sqlite_url(tmp_path),
+            "worker", queue, "--app", "tests.nats.app:registry", "--broker", entries.URL,
+            "--concurrency", "2", "--lease", "4", "--sleep", "0.1",
+            "--stop-when-empty"]  # fmt: skip
+    with (tmp_path / "worker.log").open("wb") as sink:
+        worker = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while runs(ledger, "start")[watched] + runs(ledger, "start")[sleeping] < 2:
+            assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+            assert time.monotonic() < deadline, "the worker never started both jobs"
+            time.sleep(0.05)
+        assert listed(tmp_path, queue)[watched][3] == "reserved"
+        for message_id in (watched, sleeping):
+            flagged = cli(tmp_path, "queue", "cancel", message_id)
+            assert flagged.exit_code == 0, flagged.output
+            assert "a worker has it; it will be recorded as cancelled" in flagged.output
+        assert worker.wait(90) == 0, (tmp_path / "worker.log").read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    lines = [line.split() for line in ledger.read_text().splitlines()]
+    steps = [(p[0], p[3]) for p in lines]
+    # A lease of 4 s, renewed each 1.3 s: a loop starved past it (a loaded machine) would
+    # let the job run twice, which is what a lease is; the cancel is read within 1.3 s.
+    assert [st for m, st in steps if m == watched] == ["start", "saw-cancel"], steps
+    assert [st for m, st in steps if m == sleeping] == ["start"]  # cancelled in its await
+    assert steps.index((after, "ran")) > steps.index((watched, "saw-cancel"))  # no overlap
+    assert runs(ledger) == {after: 1}
+    dead = {d["message_id"]: d for d in entries.dead(r, queue)}
+    assert set(dead) == {watched, sleeping}
+    assert {(d["exception_class"], d["attempts"]) for d in dead.values()} == {("cancelled", 1)}
     assert entries.left(r, queue) == 0
-    assert r.xpending(names.stream(queue), names.GROUP)["pending"] == 0
+    assert not r.exists(names.cancel_key(queue))  # each flag went with its dead letter
+
+
+def test_a_job_cancelled_while_it_runs_is_recorded_as_cancelled_even_if_it_ends_first(
+    rq: Any,
+) -> None:
+    """The cancel comes while the handler runs and the handler returns before its
+    worker's next lease renewal could read the flag (the default lease: 10 s away): the
+    ack finds the flag and the worker records the cancellation, as the SQL queue's ack
+    checks it. Re-driven, the job runs again and succeeds."""
+    r, queue = rq
+    registry, said, ran = Registry(), [], []
+    url = parse_url(entries.URL)
+
+    @registry.job("t.self")
+    def cancelled_from_inside(payload: Any, ctx: Any) -> None:
+        ran.append(ctx.message_id)
+        if len(ran) == 1:  # the operator's cancel, while this run holds the job
+            said.append(asyncio.run(control.cancel(url, ctx.message_id)))
+            said.append(ctx.cancelled)
+
+    def work_here() -> WorkerStats:
+        config = WorkerConfig(queues={queue: None}, sleep=0.2, stop_when_empty=True)
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(RedisWorker(url, registry, config).run).result()
+
+    message_id = entries.add_job(r, queue, "t.self")
+    stats = work_here()
+    assert said == ["flagged", False]  # flagged; this run never read it
+    assert (stats.cancelled, stats.succeeded) == (1, 0)
+    assert [d["exception_class"] for d in entries.dead(r, queue)] == ["cancelled"]
+    assert entries.left(r, queue) == 0 and not r.exists(names.cancel_key(queue))
+    assert asyncio.run(control.retry(url, message_id)) == 1
+    assert work_here().succeeded == 1 and ran == [message_id, message_id]
 
 
 def test_bad_input_is_one_line_and_changes_no_key(rq: Any, tmp_path: Path) -> None:

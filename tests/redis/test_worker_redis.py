@@ -6,6 +6,7 @@ log lines of the SQL worker."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from outbox import Registry
 from outbox.errors import BrokerError
 from outbox.queue.config import WorkerConfig, WorkerStats
 from outbox.redis import names
@@ -183,6 +185,50 @@ def test_a_paused_queue_gives_nothing_until_resumed(rq: Any, ledger: Path) -> No
         _until(lambda: runs(ledger)[job_id] == 1)
         w.stop()
         done.result(timeout=10)
+
+
+def test_sync_jobs_queued_behind_a_busy_thread_wait_on_a_pause_and_run_on_resume(
+    rq: Any,
+) -> None:
+    """One slot: the job running holds the thread while the three fetched with it are
+    queued behind it (as the SQL worker buffers its claim). A pause seen meanwhile takes
+    them back unstarted: when the running job ends, the next does not start (the ack of
+    the one that ended goes out after the thread would have taken the next); on resume
+    they run."""
+    r, queue = rq
+    registry, release, ran = Registry(), threading.Event(), []
+
+    @registry.job("t.hold")
+    def hold(payload: Any, ctx: Any) -> None:
+        ran.append("hold")
+        release.wait(30)
+
+    @registry.job("t.next")
+    def after(payload: Any, ctx: Any) -> None:
+        ran.append(payload["i"])
+
+    entries.add_job(r, queue, "t.hold")
+    for i in range(3):
+        entries.add_job(r, queue, "t.next", {"i": i})
+    config = WorkerConfig(queues={queue: 1}, sleep=0.1, lease=5.0)
+    w = RedisWorker(parse_url(entries.URL), registry, config)
+    with ThreadPoolExecutor(1) as pool:
+        done = pool.submit(w.run)
+        try:
+            _until(lambda: ran == ["hold"] and w.stats.claimed == 4)  # 3 queued behind it
+            r.set(names.paused_key(queue), "1")
+            _until(lambda: queue in w.ctx.paused)
+            release.set()
+            _until(lambda: r.xlen(names.stream(queue)) == 3)  # its ack went out
+            assert ran == ["hold"]
+            r.delete(names.paused_key(queue))
+            _until(lambda: sorted(ran[1:]) == [0, 1, 2])
+        finally:
+            release.set()
+            w.stop()
+            done.result(timeout=10)
+    assert ran[1:] == [0, 1, 2]  # in their order
+    assert entries.left(r, queue) == 0
 
 
 @pytest.mark.parametrize("password", ["hunter2-secret", None])
