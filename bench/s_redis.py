@@ -25,7 +25,7 @@ REDIS = os.environ.get("OUTBOX_BENCH_REDIS", "redis://127.0.0.1:6379/0")
 def _drop_keys() -> None:
     import redis
 
-    from outbox.redis import names
+    from outbox.queue.redis import names
 
     client = redis.Redis.from_url(REDIS)
     try:

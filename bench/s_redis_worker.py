@@ -31,14 +31,14 @@ LATENCY_LABEL = "idle: entry on the stream → Redis worker → handler start"
 def _client() -> Any:
     import redis
 
-    from outbox.redis.connect import parse_url
+    from outbox.queue.redis.connect import parse_url
 
     u = parse_url(REDIS)
     return redis.Redis(host=u.host, port=u.port, db=u.db, password=u.password)
 
 
 def _drop() -> None:
-    from outbox.redis import names
+    from outbox.queue.redis import names
 
     r = _client()
     keys = [*names.job_streams(QUEUE), names.dead_stream(QUEUE), names.delayed_key(QUEUE)]
@@ -50,7 +50,7 @@ def _fields(seq: int, payload: Any) -> dict[str, Any]:
     import orjson
 
     from outbox.jetstream import codec
-    from outbox.redis import names
+    from outbox.queue.redis import names
 
     headers = codec.job_headers(str(uuid.uuid4()), JOB_NAME, None, 0, int(time.time() * 1000))
     return {**headers, names.DATA_FIELD: orjson.dumps(payload)}
@@ -58,7 +58,7 @@ def _fields(seq: int, payload: Any) -> dict[str, Any]:
 
 def _fill(n: int) -> None:
     """``n`` jobs on the bench queue's band 0, as the relay writes them (not timed)."""
-    from outbox.redis import names
+    from outbox.queue.redis import names
 
     _drop()
     r = _client()
@@ -72,7 +72,7 @@ def _fill(n: int) -> None:
 
 
 def _left() -> int:
-    from outbox.redis import names
+    from outbox.queue.redis import names
 
     r = _client()
     try:
@@ -94,9 +94,9 @@ def _latency_case(samples: int, gap: float) -> Case:
     def measure() -> dict[str, float]:
         from outbox import Registry
         from outbox.queue import WorkerConfig
-        from outbox.redis import names
-        from outbox.redis.connect import parse_url
-        from outbox.redis.worker import RedisWorker
+        from outbox.queue.redis import names
+        from outbox.queue.redis.connect import parse_url
+        from outbox.queue.redis.worker import RedisWorker
 
         _drop()
         started: dict[int, float] = {}

@@ -14,7 +14,7 @@ def relay(
     """The relay with the Redis target (its defaults, or ``in_flight`` batches at once),
     connected and its script loaded before GO, as the SQL relay beside it."""
     from outbox.db.connection import Database
-    from outbox.redis.url import parse_url
+    from outbox.queue.redis.url import parse_url
     from outbox.relay import Relay, RelayConfig
     from outbox.relay.redis import RedisSettings, RedisTarget
 

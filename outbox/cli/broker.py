@@ -19,8 +19,8 @@ from outbox.errors import ConfigurationError
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.jetstream import DEFAULT_DUPLICATE_WINDOW_S, MAX_IN_FLIGHT
 from outbox.jetstream.url import BrokerUrl, is_broker_url, parse_url
-from outbox.redis.url import RedisUrl, is_redis_url
-from outbox.redis.url import parse_url as parse_redis_url
+from outbox.queue.redis.url import RedisUrl, is_redis_url
+from outbox.queue.redis.url import parse_url as parse_redis_url
 
 if TYPE_CHECKING:
     from outbox.cli.context import CliContext
@@ -262,7 +262,7 @@ def run_worker(
     """``outbox worker --broker``: checked at start (the server — for JetStream, that it
     is enabled; for Redis, the login and the version, in the worker's connect — and for
     transactional handlers the inbox's database, migrated), then run until stopped."""
-    from outbox.broker.context import refuse_sql_only, transactional_jobs
+    from outbox.queue.broker.context import refuse_sql_only, transactional_jobs
 
     if isinstance(url, RedisUrl):
         require_redis_client()
@@ -308,7 +308,7 @@ def _worker_maker(
 ) -> Callable[[Hooks], Any]:
     """Makes the transport's worker, given its hooks (the exporter, or none)."""
     if isinstance(url, RedisUrl):
-        from outbox.redis.worker import RedisWorker
+        from outbox.queue.redis.worker import RedisWorker
 
         return lambda hooks: RedisWorker(url, registry, config, hooks=hooks, database=database)
     from outbox.jetstream.worker import JetStreamWorker

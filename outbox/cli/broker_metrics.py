@@ -29,7 +29,7 @@ from outbox.jetstream import names
 from outbox.jetstream.url import BrokerUrl
 from outbox.log import get_logger
 from outbox.metrics import BACKLOG_REFRESH_S, Exporter
-from outbox.redis.url import RedisUrl
+from outbox.queue.redis.url import RedisUrl
 
 if TYPE_CHECKING:
     from outbox.jetstream.connect import Broker
@@ -106,8 +106,8 @@ def redis_pending(url: RedisUrl) -> Pending:
 
 
 async def _redis_pending(url: RedisUrl, queues: list[str]) -> dict[str, int]:
-    from outbox.redis import names as redis_names
-    from outbox.redis.connect import client
+    from outbox.queue.redis import names as redis_names
+    from outbox.queue.redis.connect import client
 
     r = client(url)
     try:

@@ -1,6 +1,6 @@
 """``outbox queue stats/jobs/failed/retry/forget/pause/resume/cancel --broker
 nats://…|redis://…``: the same commands on JetStream (``outbox.jetstream.admin``) or
-Redis (``outbox.redis.control``). Output has the SQL commands' columns where the broker
+Redis (``outbox.queue.redis.control``). Output has the SQL commands' columns where the broker
 has the figure; listings carry ids, names, classes and times, never a payload or an
 exception message. (``queue remove`` and ``queue clear`` are the SQL queue's only.)"""
 
@@ -16,7 +16,7 @@ from outbox.cli import keys, prompt, tables
 from outbox.cli.broker_clients import require_client, require_redis_client
 from outbox.errors import MessageNotFound
 from outbox.jetstream.url import BrokerUrl
-from outbox.redis.url import RedisUrl
+from outbox.queue.redis.url import RedisUrl
 
 Url = BrokerUrl | RedisUrl
 
@@ -31,15 +31,15 @@ def _nats() -> Any:
 
 
 def _redis(url: RedisUrl, name: str, *args: Any) -> Any:
-    """``outbox.redis.control.<name>(url, *args)``, run to its end."""
+    """``outbox.queue.redis.control.<name>(url, *args)``, run to its end."""
     require_redis_client()
-    from outbox.redis import control
+    from outbox.queue.redis import control
 
     return asyncio.run(getattr(control, name)(url, *args))
 
 
 def _admin(url: Url, name: str, *args: Any) -> Any:
-    """The command ``name`` on the broker ``url`` names: ``outbox.redis.control.<name>``
+    """The command ``name`` on the broker ``url`` names: ``outbox.queue.redis.control.<name>``
     or ``outbox.jetstream.admin.<name>``, with the same arguments after the URL."""
     if isinstance(url, RedisUrl):
         return _redis(url, name, *args)
@@ -76,7 +76,7 @@ def stats(url: Url, as_json: bool) -> None:
 
 
 def _redis_stats(url: RedisUrl, as_json: bool) -> None:
-    from outbox.redis import control
+    from outbox.queue.redis import control
 
     rows = _redis(url, "stats")
     if as_json:

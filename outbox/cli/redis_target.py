@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from outbox.errors import ConfigurationError
-from outbox.redis.url import is_redis_url, parse_url
+from outbox.queue.redis.url import is_redis_url, parse_url
 
 if TYPE_CHECKING:
     from outbox.relay.redis import RedisTarget

@@ -1,4 +1,4 @@
-"""The broker inbox's statements (``outbox_inbox``; the policy is ``outbox.broker.inbox``).
+"""The broker inbox's statements (``outbox_inbox``; the policy is ``outbox.queue.broker.inbox``).
 
 They run on an ``outbox.db.Connection`` inside the caller's transaction, like every
 named statement, so the seam keeps the SQL and the JetStream worker keeps the decisions.

@@ -2,7 +2,7 @@
 
 What a lane does whatever the broker (the window, the cap, the threads, timeouts,
 settling through ``outbox.queue.policy``, the lease ticker, a graceful stop) is
-``outbox.broker.lane``'s; this module speaks JetStream for it::
+``outbox.queue.broker.lane``'s; this module speaks JetStream for it::
 
     puller callback ─► (a redelivery: its uncounted deliveries read) ─► waiting …
     ack ─► ``+ACK``;  retry ─► NAK with the backoff;  dead letter ─► a copy on the
@@ -31,13 +31,13 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from outbox.broker.context import LaneContext
-from outbox.broker.lane import BrokerLane, quietly
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.jetstream import codec, names, uncounted
 from outbox.jetstream.pull import Puller
 from outbox.jetstream.uncounted import Counts
 from outbox.log import get_logger
+from outbox.queue.broker.context import LaneContext
+from outbox.queue.broker.lane import BrokerLane, quietly
 
 log = get_logger("outbox.worker")
 

@@ -1,7 +1,7 @@
 """Jobs with an ordering key on JetStream: the transport of a ``KeyedLane``.
 
 What keeps a key's line whatever the broker (what holds it, what releases it, shared
-partitions, slots) is ``outbox.broker.ordered``'s; this is how JetStream keeps it.
+partitions, slots) is ``outbox.queue.broker.ordered``'s; this is how JetStream keeps it.
 
 The relay publishes a keyed job on its key's partition subject
 (``names.ordered_subject``), in the order its intents were committed
@@ -38,12 +38,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from outbox.broker.ordered import KeyedLane, LaneContext
 from outbox.db.rows import ClaimedJob
 from outbox.jetstream import names, uncounted
 from outbox.jetstream.lane import Lane, delivery_meta
 from outbox.jetstream.uncounted import Counts
 from outbox.log import get_logger
+from outbox.queue.broker.ordered import KeyedLane, LaneContext
 
 log = get_logger("outbox.worker")
 

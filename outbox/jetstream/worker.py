@@ -47,7 +47,7 @@ found it without them looks again every ``ORDERED_RECHECK_POLLS`` idle polls and
 the queue's ``OrderedLane`` when they appear. An ordered consumer that exists with
 another ``max_ack_pending`` than 1 is refused: the order rests on it.
 
-The lanes of a worker stop together (``outbox.broker.worker``): one that fails asks the
+The lanes of a worker stop together (``outbox.queue.broker.worker``): one that fails asks the
 others for a graceful stop (their fetched jobs NAKed, running ones given ``grace``) before
 its error is raised.
 
@@ -55,7 +55,7 @@ Graceful stop (SIGTERM/SIGINT): no new fetches; fetched jobs that have not start
 NAKed at once, their delivery written down as one that spends no attempt (JetStream
 counts it; ``outbox.jetstream.uncounted``); running jobs get ``grace``
 seconds, after which the ack wait returns them. Transactional handlers run with an
-inbox in the database given (``outbox.broker.inbox``): their effects happen once.
+inbox in the database given (``outbox.queue.broker.inbox``): their effects happen once.
 """
 
 from __future__ import annotations
@@ -71,8 +71,6 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import APIError
 
 from outbox import tracing
-from outbox.broker import inbox
-from outbox.broker.worker import BrokerWorker
 from outbox.db.connection import Database
 from outbox.errors import BrokerError
 from outbox.hooks import NO_HOOKS, Hooks
@@ -82,6 +80,8 @@ from outbox.jetstream.lane import Lane
 from outbox.jetstream.ordered import OrderedLane
 from outbox.job import MAX_ATTEMPTS_LIMIT
 from outbox.log import get_logger
+from outbox.queue.broker import inbox
+from outbox.queue.broker.worker import BrokerWorker
 from outbox.queue.config import WorkerConfig
 from outbox.queue.registry import Registry
 
@@ -94,7 +94,7 @@ ORDERED_RECHECK_POLLS = 10  # idle polls (``sleep`` each) between looks for orde
 class JetStreamWorker(BrokerWorker):
     """Runs the jobs of ``config.queues`` from JetStream until stopped (``run``), or one
     round at a time (``run_once``); each queue is one ``Lane`` (``outbox.jetstream.lane``)
-    and, for keyed jobs, one ``OrderedLane``. The rest is ``outbox.broker.worker``'s;
+    and, for keyed jobs, one ``OrderedLane``. The rest is ``outbox.queue.broker.worker``'s;
     paused queues and cancelled jobs come from the control bucket
     (``outbox.jetstream.control``).
     """

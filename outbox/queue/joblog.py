@@ -1,7 +1,7 @@
 """The worker's per-job and start/stop log lines, the same on every broker.
 
 The SQL worker (``outbox.queue.settle``, ``outbox.queue.worker``) and the broker worker
-(``outbox.broker``) log what follows an attempt under the same event names with the same
+(``outbox.queue.broker``) log what follows an attempt under the same event names with the same
 fields, so one dashboard query or alert reads either: ``job.retry`` and ``job.dead``
 (warning), ``job.cancelled``, and ``worker.stopped`` with the run's counts. The logger
 passed in is bound to the worker's ``worker_id``.

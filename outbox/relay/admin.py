@@ -14,7 +14,6 @@ from typing import Literal
 import orjson
 
 from outbox import results
-from outbox.broker import inbox
 from outbox.db.connection import Connection
 from outbox.db.rows import FailedIntent, StoredIntent
 from outbox.errors import (
@@ -26,6 +25,7 @@ from outbox.errors import (
 from outbox.ids import is_message_id
 from outbox.job import canonical_json
 from outbox.log import get_logger
+from outbox.queue.broker import inbox
 from outbox.relay.verify import reason_for, refingerprint
 
 log = get_logger("outbox.relay")

@@ -3,7 +3,7 @@
 One batch, in one database transaction::
 
     claim + lock the oldest pending rows ─► verify (bad rows: quarantined)
-        ─► per queue, one script call on the queue's node (outbox.redis.scripts):
+        ─► per queue, one script call on the queue's node (outbox.queue.redis.scripts):
            for each message, XADD it unless its seen marker is there, then set the marker
         ─► with ?wait=N: WAIT for N replicas on the same connection
         ─► delete the rows Redis took (their keys stay) ─► COMMIT
@@ -42,9 +42,9 @@ from outbox.db.rows import HandoffResult, OutboxHandoff, StoredIntent
 from outbox.errors import ConfigurationError
 from outbox.jetstream import DEFAULT_DUPLICATE_WINDOW_S, MAX_IN_FLIGHT
 from outbox.log import get_logger
-from outbox.redis import names
-from outbox.redis.connect import Connected, RedisUrl, broker_error, connect
-from outbox.redis.publish import Added, Full, Message, Publisher
+from outbox.queue.redis import names
+from outbox.queue.redis.connect import Connected, RedisUrl, broker_error, connect
+from outbox.queue.redis.publish import Added, Full, Message, Publisher
 from outbox.relay import brokered, message
 from outbox.relay.key_queues import KeyQueues
 from outbox.relay.message import refuse_workflows

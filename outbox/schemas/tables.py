@@ -311,7 +311,7 @@ job_results = Table(
 )
 Index("outbox_job_results_expires", job_results.c.expires_at)
 
-# The broker inbox (``outbox.broker.inbox``): the message id of each JetStream job
+# The broker inbox (``outbox.queue.broker.inbox``): the message id of each JetStream job
 # whose transactional handler committed, written in that transaction; a redelivery of
 # an id here is acknowledged without running. ``outbox prune`` deletes old ids.
 inbox = Table(

@@ -1,4 +1,4 @@
-"""The inbox of the JetStream worker (``outbox.broker.inbox``) against a real
+"""The inbox of the JetStream worker (``outbox.queue.broker.inbox``) against a real
 nats-server and each database: transactional handlers committing their effects once,
 worker processes SIGKILLed between COMMIT and ack, a redelivered id acknowledged
 without running, a failed attempt leaving no id, retention and ``outbox prune``.
@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from outbox.broker import inbox
 from outbox.db.connection import Database
 from outbox.errors import ConfigurationError
 from outbox.jetstream import codec, names
 from outbox.jetstream.connect import parse_url
 from outbox.jetstream.worker import JetStreamWorker
+from outbox.queue.broker import inbox
 from outbox.queue.config import WorkerConfig
 from outbox.relay import admin
 from tests.fixtures.databases import backend_of, placeholder, raw_connect

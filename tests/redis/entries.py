@@ -1,5 +1,5 @@
 """The Redis worker tests' own side of the stream: entries written as the relay writes
-them (``outbox.redis.names``: the JetStream headers of ``codec.job_headers`` plus
+them (``outbox.queue.redis.names``: the JetStream headers of ``codec.job_headers`` plus
 ``data``), so these tests do not depend on the relay, and reads that do not consume.
 
 The server is the shared one at 127.0.0.1:6379, db 0, which other runs use too: every
@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from outbox.jetstream import codec
-from outbox.redis import names
+from outbox.queue.redis import names
 
 URL = "redis://127.0.0.1:6379/0"
 

@@ -14,8 +14,8 @@ import sys
 
 from outbox.db.connection import Database
 from outbox.queue.config import WorkerConfig
-from outbox.redis.connect import parse_url
-from outbox.redis.worker import RedisWorker
+from outbox.queue.redis.connect import parse_url
+from outbox.queue.redis.worker import RedisWorker
 from tests.nats.inbox_worker import KillAfterCommit
 from tests.reliability.ledger_app import registry
 

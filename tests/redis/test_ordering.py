@@ -26,9 +26,9 @@ from outbox.errors import ConfigurationError
 from outbox.jetstream import codec
 from outbox.job import ordering_digest
 from outbox.queue.config import WorkerConfig, WorkerStats
-from outbox.redis import control, names
-from outbox.redis.connect import parse_url
-from outbox.redis.worker import RedisWorker
+from outbox.queue.redis import control, names
+from outbox.queue.redis.connect import parse_url
+from outbox.queue.redis.worker import RedisWorker
 from outbox.relay import Relay, RelayConfig
 from outbox.relay.redis import RedisSettings, RedisTarget
 from tests.fixtures.processes import wait_until

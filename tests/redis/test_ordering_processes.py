@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from outbox.db.connection import Connection
-from outbox.redis import names
+from outbox.queue.redis import names
 from tests.fixtures.redis_servers import drop_queue, queue_name
 from tests.fixtures.workers import count
 from tests.redis import entries

@@ -12,7 +12,7 @@ import orjson
 from click.testing import CliRunner
 
 from outbox.cli import main
-from outbox.redis import names
+from outbox.queue.redis import names
 from tests.fixtures.databases import sqlite_url
 from tests.fixtures.fault_harness import cli_argv, finish, spawn
 from tests.fixtures.ports import free_port

@@ -23,10 +23,10 @@ import redis
 from outbox import Registry
 from outbox.db.rows import ClaimedJob
 from outbox.queue.config import WorkerConfig, WorkerStats
-from outbox.redis import control, names
-from outbox.redis.connect import parse_url
-from outbox.redis.lane import job_fields
-from outbox.redis.worker import RedisWorker
+from outbox.queue.redis import control, names
+from outbox.queue.redis.connect import parse_url
+from outbox.queue.redis.lane import job_fields
+from outbox.queue.redis.worker import RedisWorker
 from tests.fixtures.databases import sqlite_url
 from tests.fixtures.supervisor import ROOT
 from tests.redis import entries
@@ -259,7 +259,7 @@ def test_the_ready_gauge_counts_entries_no_worker_has_read_yet(rq: Any) -> None:
     """Before any worker made the stream's group, every entry is ready (a scrape racing
     the first worker's start read 0 here)."""
     from outbox.cli.broker_metrics import redis_pending
-    from outbox.redis.connect import parse_url
+    from outbox.queue.redis.connect import parse_url
 
     r, queue = rq
     entries.add_jobs(r, queue, 3)

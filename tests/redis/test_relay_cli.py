@@ -12,8 +12,8 @@ from click.testing import CliRunner, Result
 from outbox.cli import main
 from outbox.db.connection import Database
 from outbox.errors import ConfigurationError
-from outbox.redis import connect
-from outbox.redis.url import PASSWORD_ENV, parse_url
+from outbox.queue.redis import connect
+from outbox.queue.redis.url import PASSWORD_ENV, parse_url
 from outbox.status import pending_count
 from tests.fixtures.redis_servers import PASSWORD, RedisServer, message_ids, record_jobs
 

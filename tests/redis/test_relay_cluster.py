@@ -11,8 +11,8 @@ from redis.cluster import RedisCluster
 from outbox.db.connection import Database
 from outbox.db.rows import OutboxHandoff
 from outbox.errors import OutboxError
-from outbox.redis import names
-from outbox.redis.url import parse_url
+from outbox.queue.redis import names
+from outbox.queue.redis.url import parse_url
 from outbox.relay import Relay, RelayConfig
 from outbox.relay.redis import RedisSettings, RedisTarget
 from outbox.relay.verify import reason_for

@@ -17,7 +17,7 @@ import pytest
 
 from outbox.db.connection import Database
 from outbox.db.migrate import migrate
-from outbox.redis import names
+from outbox.queue.redis import names
 from tests.fixtures.databases import backend_of, sqlite_url
 from tests.fixtures.fault_harness import (
     INBOX_KILL_P,

@@ -19,9 +19,9 @@ from structlog.testing import capture_logs
 from outbox import Registry
 from outbox.errors import BrokerError
 from outbox.queue.config import WorkerConfig, WorkerStats
-from outbox.redis import names
-from outbox.redis.connect import parse_url
-from outbox.redis.worker import RedisWorker
+from outbox.queue.redis import names
+from outbox.queue.redis.connect import parse_url
+from outbox.queue.redis.worker import RedisWorker
 from tests.nats import app
 from tests.redis import entries
 

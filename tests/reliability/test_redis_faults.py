@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from outbox.jetstream import codec
-from outbox.redis import names
+from outbox.queue.redis import names
 from tests.fixtures.databases import sqlite_url
 from tests.fixtures.fault_harness import finish
 from tests.redis import entries

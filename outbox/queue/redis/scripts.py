@@ -31,7 +31,7 @@ field). The reply, per message: ``{0, entry id}`` added, ``{1, entry id}`` a dup
 ## The worker's steps
 
 Every key a script touches is in its ``KEYS`` and under the queue's hash tag
-(``outbox.redis.names``), so on Redis Cluster each runs on the queue's one node. Entry
+(``outbox.queue.redis.names``), so on Redis Cluster each runs on the queue's one node. Entry
 fields are passed as flat ``field, value`` lists; ``OWNED`` is the guard of every write
 that ends a delivery otherwise than with an ack: the entry must still be pending on this
 worker's consumer, or the lease was lost (``XAUTOCLAIM`` gave it to another worker) and
@@ -49,9 +49,9 @@ nothing is written — the one who holds it now settles it.
 - ``EXTEND``: reset the idle time of the entries this worker still holds (the lease);
 - ``ACK``: the acks of a burst (``XACK`` + ``XDEL`` on each stream), unless the queue's
   cancel hash (``names.cancel_key``) exists: then nothing, and the worker looks at which
-  of them an operator cancelled before it acks the others (``outbox.redis.lane``).
+  of them an operator cancelled before it acks the others (``outbox.queue.redis.lane``).
 
-Keyed jobs (``outbox.redis.ordered``) have three more, which keep an ordered partition's
+Keyed jobs (``outbox.queue.redis.ordered``) have three more, which keep an ordered partition's
 one delivery out at a time:
 
 - ``TAKE``: per partition, in turn from ``start``, until ``want`` entries: nothing while

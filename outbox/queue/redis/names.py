@@ -10,7 +10,7 @@ Cluster all of a queue's keys live on one node and one script may touch any of t
 - ``{outbox:search}:held``: a hash, per ordered partition ``p``, of the one delivery of
   ``p`` kept out while it waits (a keyed retry's backoff, a snooze, a hand-back): its
   entry id, when it is due, the delivery count it gets back and its snooze count
-  (``outbox.redis.ordered``);
+  (``outbox.queue.redis.ordered``);
 - ``{outbox:search}:ord:wake``: a stream of one entry, added to whenever an ordered
   partition may have a job for an idle worker (the relay added one, or a partition was
   released with entries behind): idle workers block on it;
@@ -20,7 +20,7 @@ Cluster all of a queue's keys live on one node and one script may touch any of t
 - ``{outbox:search}:paused``: present while the queue is paused;
 - ``{outbox:search}:delayed``: a sorted set of jobs waiting to come back (a retry's
   backoff, a snooze, a job handed off before it is due), scored by when they are due in
-  UNIX ms; a worker moves each back to its stream when due (``outbox.redis.scripts``);
+  UNIX ms; a worker moves each back to its stream when due (``outbox.queue.redis.scripts``);
 - consumer group ``outbox-workers`` on every job stream, shared by every worker process.
 
 An entry's fields are the JetStream headers of the same job
@@ -123,5 +123,5 @@ def wake_stream(queue: str) -> str:
 def cancel_key(queue: str) -> str:
     """The hash of ``queue``'s jobs an operator cancelled while a worker held them, by
     message id: their workers learn of it with their next lease renewal, and an ack of
-    one records the cancellation instead (``outbox.redis.lane``)."""
+    one records the cancellation instead (``outbox.queue.redis.lane``)."""
     return f"{tag(queue)}:cancel"

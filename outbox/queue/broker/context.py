@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from outbox.broker.inbox import InboxRunner
 from outbox.db.connection import Database
 from outbox.errors import ConfigurationError
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.log import get_logger
+from outbox.queue.broker.inbox import InboxRunner
 from outbox.queue.config import WorkerConfig, WorkerStats
 from outbox.queue.execute import Runner
 from outbox.queue.registry import Registry
@@ -39,7 +39,7 @@ class LaneContext:
     began: float = 0.0  # by ``clock``, for max_time
     paused: set[str] = field(default_factory=set)  # queues paused by an operator
     cancel_marks: set[str] = field(default_factory=set)  # message ids an operator cancelled
-    inbox: InboxRunner | None = None  # transactional handlers' inbox (``outbox.broker.inbox``)
+    inbox: InboxRunner | None = None  # transactional handlers' inbox (queue.broker.inbox)
     # A lane saw ``paused`` change (a transport that reads it in its fetch): every lane of
     # the worker looks again (``BrokerWorker.paused_changed``).
     paused_changed: Callable[[], None] = lambda: None
@@ -76,7 +76,7 @@ def transactional_jobs(registry: Registry) -> list[str]:
 def refuse_sql_only(registry: Registry, config: WorkerConfig, database: Database | None) -> None:
     """What a broker worker cannot run: say which, before anything runs.
 
-    A transactional handler needs the database its inbox is in (``outbox.broker.inbox``);
+    A transactional handler needs the database its inbox is in (``outbox.queue.broker.inbox``);
     a dead letter that holds its ordering key cannot be kept (an unacked dead letter would
     block its partition); global concurrency and rate limits are held in the SQL queue's
     tables, and so are kept results (``outbox.results``: written in the SQL

@@ -1,12 +1,12 @@
 """The worker on Redis Streams: the same ``Registry``, handlers and ``ctx`` as on SQL.
 
-Each queue's band streams (``outbox.redis.names``) have one consumer group,
+Each queue's band streams (``outbox.queue.redis.names``) have one consumer group,
 ``outbox-workers``, shared by every worker process; each process is one consumer of it,
 named after its worker id. One asyncio loop runs all queues, each a ``RedisLane``
-(``outbox.redis.lane`` draws a delivery's life); everything that is not Redis — the
+(``outbox.queue.redis.lane`` draws a delivery's life); everything that is not Redis — the
 window, the cap, threads, timeouts, settling through ``outbox.queue.policy``, graceful
 stop, the inbox of transactional handlers — is the broker worker's
-(``outbox.broker``), the same as on JetStream.
+(``outbox.queue.broker``), the same as on JetStream.
 
 Retries, snoozes and jobs handed off before they are due wait in the queue's delayed
 set (``names.delayed_key``) and come back as new entries when due; the attempts spent
@@ -17,7 +17,7 @@ redis://``) sets ``names.paused_key``: every fetch reads it, so the fleet stops 
 from the queue within one fetch (a blocking read, at most ``sleep`` or a second).
 
 Keyed jobs come from the queue's ordered partitions instead, one delivery out per
-partition (``outbox.redis.ordered``: an ``OrderedRedisLane`` beside the queue's
+partition (``outbox.queue.redis.ordered``: an ``OrderedRedisLane`` beside the queue's
 ``RedisLane``, with slots of its own, ``--concurrency`` again), so a key's jobs run one
 at a time in the order the relay handed them off, whatever the number of workers.
 """
@@ -29,19 +29,19 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from outbox.broker.worker import BrokerWorker
+from outbox.queue.broker.worker import BrokerWorker
 from outbox.queue.config import WorkerConfig
+from outbox.queue.redis.connect import RedisUrl, checked_client
+from outbox.queue.redis.lane import RedisLane
+from outbox.queue.redis.ordered import OrderedRedisLane
 from outbox.queue.registry import Registry
-from outbox.redis.connect import RedisUrl, checked_client
-from outbox.redis.lane import RedisLane
-from outbox.redis.ordered import OrderedRedisLane
 
 REDIS_SYSTEM = "redis"  # messaging.system of the attempt spans (OpenTelemetry's name)
 
 
 class RedisWorker(BrokerWorker):
     """Runs the jobs of ``config.queues`` from Redis Streams until stopped (``run``); each
-    queue is one ``RedisLane``. The rest is ``outbox.broker.worker``'s."""
+    queue is one ``RedisLane``. The rest is ``outbox.queue.broker.worker``'s."""
 
     def __init__(
         self, url: RedisUrl, registry: Registry, config: WorkerConfig | None = None, **kw: Any

@@ -8,7 +8,7 @@ before it was acknowledged or dead-lettered, so however many workers run, a key 
 has two jobs running and never runs a later one first. Each transport keeps that line
 its own way (JetStream: a consumer per partition with ``max_ack_pending=1``,
 ``outbox.jetstream.ordered``; Redis: a script that reads a partition only while nothing
-of it is pending, ``outbox.redis.ordered``); what holds the line is the same on both,
+of it is pending, ``outbox.queue.redis.ordered``); what holds the line is the same on both,
 what keeps the partition's one delivery out:
 
 - running (the lane's ticker renews its lease each lease/3, as for any job);
@@ -24,7 +24,7 @@ what keeps the partition's one delivery out:
 A dead letter lets the delivery go, which releases the partition: the key goes on.
 ``dead_letter_holds_key=True`` cannot be kept (a dead letter held out would block every
 key of its partition), so a broker worker refuses such a handler at start
-(``outbox.broker.context.refuse_sql_only``).
+(``outbox.queue.broker.context.refuse_sql_only``).
 
 The partitions are shared by keys: a key waiting for its backoff or snooze holds the
 other keys of its partition too, and at most ``ORDERED_PARTITIONS`` keys of a queue run
@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from outbox.broker.context import LaneContext
-from outbox.broker.lane import BrokerLane
+from outbox.queue.broker.context import LaneContext
+from outbox.queue.broker.lane import BrokerLane
 
 __all__ = ["KeyedLane", "LaneContext"]  # the context a keyed lane is built with
 

@@ -1,7 +1,7 @@
 """Jobs with an ordering key on Redis Streams: the transport of a ``KeyedLane``.
 
 What keeps a key's line whatever the broker (what holds it, what releases it, shared
-partitions, slots) is ``outbox.broker.ordered``'s; this is how Redis keeps it.
+partitions, slots) is ``outbox.queue.broker.ordered``'s; this is how Redis keeps it.
 
 The relay adds a keyed job to its key's partition stream (``names.ordered_stream``), in
 the order its intents were committed (``outbox.relay.redis``). Every worker process
@@ -37,12 +37,12 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from outbox.broker.ordered import KeyedLane, LaneContext
 from outbox.db.rows import ClaimedJob
 from outbox.jetstream import codec
 from outbox.log import get_logger
-from outbox.redis import names
-from outbox.redis.lane import _BLOCK_MAX_S, Done, Entry, RedisLane, _headers, _pairs
+from outbox.queue.broker.ordered import KeyedLane, LaneContext
+from outbox.queue.redis import names
+from outbox.queue.redis.lane import _BLOCK_MAX_S, Done, Entry, RedisLane, _headers, _pairs
 
 log = get_logger("outbox.worker")
 FIRST = len(names.BANDS)  # ``Entry.stream`` of partition 0: ``names.job_streams`` order

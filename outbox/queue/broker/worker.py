@@ -1,13 +1,13 @@
 """The run loop of a broker worker, whatever the broker: its lanes, signals and stop.
 
 A ``BrokerWorker`` holds what every transport's worker does the same way: the checks at
-start (``outbox.broker.context.refuse_sql_only``), the ``Runner`` (with the inbox when a
+start (``outbox.queue.broker.context.refuse_sql_only``), the ``Runner`` (with the inbox when a
 transactional handler runs here), the ``LaneContext`` its lanes share, the log lines
 bound to its id, graceful stop from any thread or a signal (a second signal cancels
 async handlers and stops at once), and lanes that stop together: one that fails asks the
 others for a graceful stop (their fetched jobs handed back, running ones given
 ``grace``) before its error is raised. A transport's worker (``outbox.jetstream.worker``,
-``outbox.redis.worker``) connects, finds its streams and runs one lane per queue through
+``outbox.queue.redis.worker``) connects, finds its streams and runs one lane per queue through
 ``serve``.
 """
 
@@ -20,12 +20,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from outbox.broker.context import LaneContext, refuse_sql_only, runner_for
-from outbox.broker.lane import BrokerLane
 from outbox.db.connection import Database
 from outbox.hooks import NO_HOOKS, Hooks
 from outbox.log import get_logger
 from outbox.queue import joblog
+from outbox.queue.broker.context import LaneContext, refuse_sql_only, runner_for
+from outbox.queue.broker.lane import BrokerLane
 from outbox.queue.config import WorkerConfig, WorkerStats, new_worker_id
 from outbox.queue.registry import Registry
 
@@ -38,7 +38,7 @@ class BrokerWorker:
     ``clock`` (monotonic seconds) schedules leases, timeouts and ``max_time``;
     ``wall_clock`` (UNIX seconds) says when a job is due; ``hooks`` hears what happens
     (``outbox.hooks``); ``database`` holds the inbox of transactional handlers
-    (``outbox.broker.inbox``), without which they are refused. ``system`` names the
+    (``outbox.queue.broker.inbox``), without which they are refused. ``system`` names the
     broker in the attempt spans (``messaging.system``).
     """
 

@@ -1,6 +1,6 @@
 """The broker worker: what running jobs from a message broker needs, whatever the broker.
 
-JetStream (``outbox.jetstream``) and Redis Streams (``outbox.redis``) each speak their
+JetStream (``outbox.jetstream``) and Redis Streams (``outbox.queue.redis``) each speak their
 own protocol for fetching, acknowledging, handing back and dead-lettering a delivery;
 everything else a worker does is here, once:
 

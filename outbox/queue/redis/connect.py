@@ -7,7 +7,7 @@
 - its version: below 6.2 (no ``XAUTOCLAIM``, no ``XADD NOMKSTREAM``) is refused in one line
   at start, not met later as an unknown command;
 - standalone or a Redis Cluster (``redis_mode``): a cluster gets redis-py's cluster client,
-  which routes each queue's keys (one hash tag, ``outbox.redis.names``) to their node;
+  which routes each queue's keys (one hash tag, ``outbox.queue.redis.names``) to their node;
 - its durability settings (``CONFIG GET``, when granted): with ``fsync=always`` in the URL
   it must say ``appendonly yes`` and ``appendfsync always``, or the relay does not start
   (``docs/how-to/redis.md``); ``maxmemory-policy`` is reported, since an ``allkeys-*``
@@ -31,7 +31,7 @@ from redis.retry import Retry
 
 from outbox.errors import BrokerError, ConfigurationError, OutboxError
 from outbox.log import get_logger
-from outbox.redis.url import RedisUrl, is_redis_url, parse_url
+from outbox.queue.redis.url import RedisUrl, is_redis_url, parse_url
 
 log = get_logger("outbox.redis")
 MIN_VERSION = (6, 2)

@@ -18,7 +18,7 @@ import redis
 from redis.commands.core import Script
 
 from outbox.errors import BrokerError
-from outbox.redis import names, scripts
+from outbox.queue.redis import names, scripts
 
 
 @dataclass(frozen=True, slots=True)

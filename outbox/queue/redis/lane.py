@@ -1,6 +1,6 @@
 """One queue of the Redis worker: the transport of its ``BrokerLane``.
 
-What a lane does whatever the broker is ``outbox.broker.lane``'s; this module speaks
+What a lane does whatever the broker is ``outbox.queue.broker.lane``'s; this module speaks
 Redis Streams for it, with consumer group ``names.GROUP`` on each of the queue's band
 streams (every worker process one consumer of it)::
 
@@ -40,14 +40,14 @@ import orjson
 from redis import exceptions
 from redis.asyncio import Redis
 
-from outbox.broker.context import LaneContext
-from outbox.broker.lane import BrokerLane
 from outbox.db.driver import CANCELLED
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.jetstream import codec
 from outbox.log import get_logger
+from outbox.queue.broker.context import LaneContext
+from outbox.queue.broker.lane import BrokerLane
 from outbox.queue.execute import Kind, Outcome
-from outbox.redis import names, scripts
+from outbox.queue.redis import names, scripts
 
 log = get_logger("outbox.worker")
 DATA = names.DATA_FIELD.encode()

@@ -2,14 +2,14 @@
 resume/cancel --broker redis://…``.
 
 The queues are the ones with keys on the server (a ``SCAN`` for the hash tags of
-``outbox.redis.names``); a dead letter is an entry of a queue's dead stream whose
+``outbox.queue.redis.names``); a dead letter is an entry of a queue's dead stream whose
 ``data`` is the record ``outbox.jetstream.codec.dead_body`` writes (or ``foreign_body``
 for an entry that was not ours), so the listing reads as on JetStream. ``retry`` puts a
 dead letter back on its band stream as a new job entry, attempts reset to 0, and deletes
 the dead entry in the same step (one ``MULTI``, on the queue's one node); a foreign entry
 cannot be re-driven (it names no job) and is left for ``forget``.
 
-Pausing sets ``names.paused_key``: every worker's fetch reads it (``outbox.redis.lane``).
+Pausing sets ``names.paused_key``: every worker's fetch reads it (``outbox.queue.redis.lane``).
 
 ``jobs`` lists the entries of a queue's job streams (read with ``XRANGE``, never
 consumed) and its delayed set, without payloads: an entry at or before its group's
@@ -45,9 +45,9 @@ from outbox.db.driver import CANCELLED_FAILURE
 from outbox.db.rows import ClaimedJob
 from outbox.errors import BrokerError, MessageNotFound
 from outbox.jetstream import codec
-from outbox.redis import names
-from outbox.redis.connect import RedisUrl, checked_client
-from outbox.redis.lane import DATA, entry_id_int, job_fields
+from outbox.queue.redis import names
+from outbox.queue.redis.connect import RedisUrl, checked_client
+from outbox.queue.redis.lane import DATA, entry_id_int, job_fields
 
 _TAG = "{outbox:"
 

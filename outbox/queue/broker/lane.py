@@ -1,7 +1,7 @@
 """One queue of a broker worker: its fetched deliveries, running jobs and their leases.
 
 A ``BrokerLane`` is what a lane does whatever the broker; a transport's lane
-(``outbox.jetstream.lane``, ``outbox.redis.lane``) subclasses it and gives the few
+(``outbox.jetstream.lane``, ``outbox.queue.redis.lane``) subclasses it and gives the few
 methods that speak the protocol (the "transport" section below): fetching, and how a
 delivery is decoded, acknowledged, retried, snoozed, dead-lettered, handed back unstarted
 and kept leased. A delivery is whatever the transport fetched (a NATS message, a Redis
@@ -45,10 +45,10 @@ from collections.abc import Awaitable, Callable
 from queue import Empty, SimpleQueue
 from typing import Any, Generic, TypeVar
 
-from outbox.broker.context import LaneContext
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.log import get_logger
 from outbox.queue import joblog
+from outbox.queue.broker.context import LaneContext
 from outbox.queue.execute import JobTimeout, Kind, Outcome, SyncPool, failure_of
 from outbox.queue.policy import UNKNOWN_FAILURE, Action, Decision, decide
 from outbox.queue.prefetch import Prefetch
