@@ -175,7 +175,9 @@ def test_a_job_cancelled_while_it_runs_is_recorded_as_cancelled_even_if_it_ends_
     rq: Any,
 ) -> None:
     """The cancel comes while the handler runs and the handler returns before its
-    worker's next lease renewal could read the flag (the default lease: 10 s away): the
+    worker's next lease renewal could read the flag (a 60 s lease: renewed 20 s on, far
+    beyond this handler even on a loaded machine; at the default 10 s a starved run was
+    renewed first and saw the flag): the
     ack finds the flag and the worker records the cancellation, as the SQL queue's ack
     checks it. Re-driven, the job runs again and succeeds."""
     r, queue = rq
@@ -190,7 +192,7 @@ def test_a_job_cancelled_while_it_runs_is_recorded_as_cancelled_even_if_it_ends_
             said.append(ctx.cancelled)
 
     def work_here() -> WorkerStats:
-        config = WorkerConfig(queues={queue: None}, sleep=0.2, stop_when_empty=True)
+        config = WorkerConfig(queues={queue: None}, sleep=0.2, stop_when_empty=True, lease=60)
         with ThreadPoolExecutor(1) as pool:
             return pool.submit(RedisWorker(url, registry, config).run).result()
 
