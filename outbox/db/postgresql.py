@@ -176,28 +176,15 @@ class PostgresqlDriver(SharedDriver):
             if error_code(exc) == INVALID_TEXT:
                 raise _NeedsPythonVerify() from exc
             raise
-        (claimed, handed_off, failed_ids, reasons, _woken, moved, traces, keyed_ids, keys,
-         keyed_traces) = rows[0]  # fmt: skip
+        claimed, handed_off, failed_ids, reasons, _woken, moved, traces = rows[0]
         if moved != handed_off:  # rows are locked by this statement: a broken invariant
             raise DatabaseError(
                 f"relay batch aborted: {moved} rows left the outbox,"
                 f" {handed_off} reached the queue",
                 operation="relay batch",
             )
-        linked = list(traces or ())
-        if keyed_ids:  # still locked by the statement: they move in order, in this batch
-            moving = self._move_ordered_in_tx(list(keyed_ids), list(keys), p.notify)
-            handed_off += len(moving)
-            trace_of = dict(zip(keyed_ids, keyed_traces, strict=True))
-            linked += [trace_of[i] for i in moving if trace_of[i] is not None]
         failed = tuple(zip(failed_ids or (), reasons or (), strict=True))
-        return int(claimed), int(handed_off), failed, tuple(linked)
-
-    def _move_ordered_in_tx(self, ids: list[int], keys: list[str], notify: bool) -> list[int]:
-        """Move the keyed rows whose turn has come; their ids."""
-        valid, waiting = self.handoff_ordered_in_tx(ids, dict(zip(ids, keys, strict=True)))
-        self._move_in_tx(valid, waiting, notify)
-        return valid
+        return int(claimed), int(handed_off), failed, tuple(traces or ())
 
 
 def connector(url: URL, options: ConnectOptions) -> Callable[[], Any]:
