@@ -71,6 +71,9 @@ class SharedDriver(LimitOps, ResultOps):
     ``outbox.db.limits``, the job results' (``result_*``) from ``outbox.db.results``."""
 
     dialect: ClassVar[Dialect]
+    # One writer at a time (SQLite): a relay batch is the oldest pending rows, read under
+    # the only write lock (outbox.db.ordering.handoff_ordered).
+    one_writer: ClassVar[bool] = False
 
     def __init__(self, conn: Executor) -> None:
         self.conn = conn
@@ -429,7 +432,7 @@ class SharedDriver(LimitOps, ResultOps):
         rows = [(i, keyed[i]) for i in valid if i in keyed]
         if not rows:
             return valid, []
-        moving, waiting = ordering.handoff_ordered(self.conn, rows)
+        moving, waiting = ordering.handoff_ordered(self.conn, rows, one_writer=self.one_writer)
         keep = set(moving)
         return [i for i in valid if i not in keyed or i in keep], waiting
 
