@@ -18,8 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from outbox.config import settings
-from outbox.db import ring
+from outbox.db import ordering, ring
 from outbox.db.adapters import psycopg_has_rows
+from outbox.db.caller import drive
 from outbox.db.dialect import POSTGRESQL
 from outbox.db.driver import JOBS_CHANNEL, RELAY_CHANNEL, Backend, ConnectOptions, Executor
 from outbox.db.errors import INVALID_TEXT, error_code
@@ -117,6 +118,16 @@ class PostgresqlDriver(SharedDriver):
         rows = self._one("claim", "ring_job_ack_claim" if on_ring else "job_ack_claim", params)
         acked = {int(r[0]) for r in rows if r[1] is None}
         return acked, claimed_jobs(r for r in rows if r[1] is not None)
+
+    def _ack_ordered_in_tx(self, fence: JobFence) -> set[int]:
+        """The acknowledgement of jobs some of which have an ordering key in two
+        statements: the keys' rows locked (``outbox.db.ordering.lock``), then the delete
+        and the keys' turns passed on in one (``ordering_ack_leave``), whose snapshot,
+        taken after the lock, sees what the lock waited for."""
+        keys = sorted({str(j.ordering_key) for j in fence.jobs if j.ordering_key is not None})
+        drive(ordering.lock(keys), self.conn)
+        rows = self.conn.execute("ordering_ack_leave", {**self._fence_params(fence), "keys": keys})
+        return {int(r[0]) for r in rows}
 
     def _fence_params(self, fence: JobFence) -> dict[str, Any]:
         """The fence's ids and attempts as array literals (``{1,2,3}``), which the

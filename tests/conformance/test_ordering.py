@@ -673,3 +673,36 @@ def test_a_late_acknowledgement_or_dead_letter_leaves_no_key_row_behind(
     assert ack(conn, "w1", [first]) == set()
     assert not dead_letter(conn, "w1", second, Failure("Boom", "boom", ""))
     assert count(conn, "outbox_ordering_keys") == 0
+
+
+def test_an_acknowledgement_passes_each_keys_turn_on_in_one_statement_after_the_lock(
+    database: Database, conn: Connection, app_conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL an acknowledgement of keyed jobs is the keys' lock and one statement
+    (ordering_ack_leave: the delete, the promotion, the drop; they were three). A key
+    with a waiting job gives it the turn, a key with nothing left loses its row, a keyless
+    job is acknowledged beside them; the same on every backend."""
+    push_many(app_conn, [Job("o.run", {"n": n}, ordering_key=k)
+                         for n, k in ((0, "order:a"), (1, "order:a"), (2, "order:b"))]
+              + [Job("o.run", {"n": 3})])  # fmt: skip
+    app_conn.commit()
+    jobs = claim(conn, "default", 10, "w1", LEASE)
+    assert sorted(_names(jobs)) == [0, 2, 3]
+    sent: list[str] = []
+    for method in ("execute", "execute_count"):
+        run = getattr(conn, method)
+
+        def named(name: str, params: Any = None, run: Any = run) -> Any:
+            sent.append(name)
+            return run(name, params)
+
+        monkeypatch.setattr(conn, method, named)
+    assert ack(conn, "w1", jobs) == {j.id for j in jobs}
+    monkeypatch.undo()
+    if database.dialect.name == "postgresql":
+        assert sent == ["ordering_lock", "ordering_ack_leave"]
+    assert count(conn, "outbox_ordering_keys") == 1  # "a" has its second job
+    (second,) = claim(conn, "default", 10, "w1", LEASE)
+    assert _names([second]) == [1]
+    ack(conn, "w1", [second])
+    assert count(conn, "outbox_ordering_keys") == 0 and count(conn, "outbox_jobs") == 0
