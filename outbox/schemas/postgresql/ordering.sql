@@ -1,13 +1,16 @@
 -- name: ordering_lock
 -- Lock a batch's key rows (:keys, sorted), creating those that do not exist: entering
--- the line and leaving it both start here, so the two serialise per key (the no-op
--- update takes the lock). One statement for the batch; the rows are taken in the order
--- given, so two batches never wait on each other in a circle.
+-- the line and leaving it both start here, so the two serialise per key. ON CONFLICT DO
+-- UPDATE locks the row it meets even when its WHERE (never true) updates nothing: a
+-- lock, not a new version of the row a batch (as relay_handoff's lock). One statement
+-- for the batch; the rows are taken in the order given, so two batches never wait on
+-- each other in a circle.
 INSERT INTO outbox_ordering_keys (key_digest)
 SELECT k.key_digest
 FROM unnest(CAST(:keys AS varchar[])) WITH ORDINALITY AS k (key_digest, ord)
 ORDER BY k.ord
-ON CONFLICT (key_digest) DO UPDATE SET key_digest = outbox_ordering_keys.key_digest;
+ON CONFLICT (key_digest) DO UPDATE SET key_digest = outbox_ordering_keys.key_digest
+WHERE outbox_ordering_keys.key_digest IS NULL;
 
 -- name: ordering_any_job
 -- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter
