@@ -68,8 +68,10 @@ WITH acked AS ({fragment:ack_fenced}
         FROM free f)
     RETURNING id
 ), dropped AS (
+    -- The keys as an array (an InitPlan): probes of the primary key (IN (SELECT ...)
+    -- planned a hash join over every key row).
     DELETE FROM outbox_ordering_keys k
-    WHERE k.key_digest IN (SELECT key_digest FROM free)
+    WHERE k.key_digest = ANY(ARRAY(SELECT key_digest FROM free))
       AND NOT EXISTS (SELECT 1 FROM outbox_jobs j
                       WHERE j.ordering_key = k.key_digest
                         AND j.id NOT IN (SELECT id FROM acked))
