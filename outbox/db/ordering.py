@@ -28,7 +28,19 @@ Each step is a fixed number of statements per batch, whatever its keys (a round 
 each on a server): entering is the lock and one read; leaving is the lock, one
 promotion and one drop. The read after the lock cannot join it in one statement on
 PostgreSQL: a statement reads one snapshot, taken before it waited for a lock, so it
-would miss the transaction that held the lock.
+would miss the transaction that held the lock. Two steps do without that read:
+
+- A key row exists exactly while its key has a job in the queue or a dead letter
+  holding it (the lock creates it, a leave drops it once the key has nothing, under
+  the lock; an acknowledgement or dead letter that finds its job gone still drops the
+  row its lock created). So a relay batch's keys whose rows the lock itself *creates*
+  have no line: their first job runs (``enter_created`` on SQLite; inside
+  ``relay_handoff``'s one statement on PostgreSQL, where the insert meets the row's
+  latest version whatever the snapshot). A row that outlived its jobs (code of a
+  previous version) only makes the key's job wait for the reaper's heal.
+- On PostgreSQL an acknowledgement is the lock and one statement after it
+  (``ordering_ack_leave``: the delete, the promotion and the drop, in a snapshot taken
+  after the lock).
 
 Every step of the line is a plan (``outbox.db.caller``): the same steps run on the
 caller's connection (``push``, ``outbox.testing``) or on one of ours (``drive``).
