@@ -28,7 +28,19 @@ Each step is a fixed number of statements per batch, whatever its keys (a round 
 each on a server): entering is the lock and one read; leaving is the lock, one
 promotion and one drop. The read after the lock cannot join it in one statement on
 PostgreSQL: a statement reads one snapshot, taken before it waited for a lock, so it
-would miss the transaction that held the lock.
+would miss the transaction that held the lock. Two steps do without that read:
+
+- A key row exists exactly while its key has a job in the queue or a dead letter
+  holding it (the lock creates it, a leave drops it once the key has nothing, under
+  the lock; an acknowledgement or dead letter that finds its job gone still drops the
+  row its lock created). So a relay batch's keys whose rows the lock itself *creates*
+  have no line: their first job runs (``enter_created`` on SQLite; inside
+  ``relay_handoff``'s one statement on PostgreSQL, where the insert meets the row's
+  latest version whatever the snapshot). A row that outlived its jobs (code of a
+  previous version) only makes the key's job wait for the reaper's heal.
+- On PostgreSQL an acknowledgement is the lock and one statement after it
+  (``ordering_ack_leave``: the delete, the promotion and the drop, in a snapshot taken
+  after the lock).
 
 Every step of the line is a plan (``outbox.db.caller``): the same steps run on the
 caller's connection (``push``, ``outbox.testing``) or on one of ours (``drive``).
@@ -70,7 +82,27 @@ def enter(keys: Sequence[str | None]) -> Plan[list[bool]]:
         return [False] * len(keys)
     yield from lock(distinct)
     busy = yield ("ordering_any_job", _keys(distinct))
-    free = set(distinct) - {str(r[0]) for r in busy}
+    return _waits(keys, set(distinct) - {str(r[0]) for r in busy})
+
+
+def enter_created(keys: Sequence[str]) -> Plan[list[bool]]:
+    """``enter`` in one statement, where the key rows answer: a key row exists while the
+    key has a job in the queue or a dead letter holding it (``lock`` creates it, ``leave``
+    drops it when the key has nothing left), so the keys whose rows this statement
+    *created* have no line. A row that outlived its key's jobs only makes the job wait
+    for the reaper's heal. The relay's entry on SQLite (``ordering_lock_created``; one
+    writer: no other transaction's row to miss), and the rule PostgreSQL's
+    ``relay_handoff`` follows inside its one statement."""
+    distinct = sorted(set(keys))
+    if not distinct:
+        return [False] * len(keys)
+    created = yield ("ordering_lock_created", _keys(distinct))
+    return _waits(keys, {str(r[0]) for r in created})
+
+
+def _waits(keys: Sequence[str | None], free: set[str]) -> list[bool]:
+    """For each job of ``keys`` in order: must it wait (True)? The first job of each key
+    in ``free`` runs; every other keyed job waits."""
     waits: list[bool] = []
     for job_key in keys:
         if job_key is not None and job_key not in free:
@@ -108,14 +140,22 @@ def leave(keys: Iterable[str | None], *, locked: bool = False) -> Plan[None]:
         yield ("ordering_drop_free", _keys(rest))
 
 
-def handoff_ordered(c: Executor, rows: Sequence[tuple[int, str]]) -> tuple[list[int], list[int]]:
+def handoff_ordered(
+    c: Executor, rows: Sequence[tuple[int, str]], *, one_writer: bool = False
+) -> tuple[list[int], list[int]]:
     """The relay's verified keyed intents ``(outbox id, key)``, in id order: which move
     now, and which of those must wait for their turn in the queue.
 
     An intent whose key has an older pending intent outside this batch (a second relay
     holds it, or it was deferred) stays in the outbox for a later batch, with its key's
     later intents: one key's intents enter the queue in id order whatever the relays do.
+    With ``one_writer`` (SQLite) there is none: the batch is the oldest pending rows,
+    read under the database's only write lock, so every row moves, and the keys enter
+    in one statement (``enter_created``).
     """
+    if one_writer:
+        return [i for i, _ in rows], [i for (i, _), w in zip(
+            rows, drive(enter_created([k for _, k in rows]), c), strict=True) if w]
     moving = in_turn(c, rows)
     waits = drive(enter([k for _, k in moving]), c)
     return [i for i, _ in moving], [i for (i, _), w in zip(moving, waits, strict=True) if w]

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from outbox.config import settings
-from outbox.db import ring
+from outbox.db import ordering, ring
 from outbox.db.adapters import psycopg_has_rows
+from outbox.db.caller import drive
 from outbox.db.dialect import POSTGRESQL
 from outbox.db.driver import JOBS_CHANNEL, RELAY_CHANNEL, Backend, ConnectOptions, Executor
 from outbox.db.errors import INVALID_TEXT, error_code
@@ -118,6 +119,16 @@ class PostgresqlDriver(SharedDriver):
         acked = {int(r[0]) for r in rows if r[1] is None}
         return acked, claimed_jobs(r for r in rows if r[1] is not None)
 
+    def _ack_ordered_in_tx(self, fence: JobFence) -> set[int]:
+        """The acknowledgement of jobs some of which have an ordering key in two
+        statements: the keys' rows locked (``outbox.db.ordering.lock``), then the delete
+        and the keys' turns passed on in one (``ordering_ack_leave``), whose snapshot,
+        taken after the lock, sees what the lock waited for."""
+        keys = sorted({str(j.ordering_key) for j in fence.jobs if j.ordering_key is not None})
+        drive(ordering.lock(keys), self.conn)
+        rows = self.conn.execute("ordering_ack_leave", {**self._fence_params(fence), "keys": keys})
+        return {int(r[0]) for r in rows}
+
     def _fence_params(self, fence: JobFence) -> dict[str, Any]:
         """The fence's ids and attempts as array literals (``{1,2,3}``), which the
         statements CAST to bigint[] and integer[] as they would lists: psycopg dumps a
@@ -176,28 +187,15 @@ class PostgresqlDriver(SharedDriver):
             if error_code(exc) == INVALID_TEXT:
                 raise _NeedsPythonVerify() from exc
             raise
-        (claimed, handed_off, failed_ids, reasons, _woken, moved, traces, keyed_ids, keys,
-         keyed_traces) = rows[0]  # fmt: skip
+        claimed, handed_off, failed_ids, reasons, _woken, moved, traces = rows[0]
         if moved != handed_off:  # rows are locked by this statement: a broken invariant
             raise DatabaseError(
                 f"relay batch aborted: {moved} rows left the outbox,"
                 f" {handed_off} reached the queue",
                 operation="relay batch",
             )
-        linked = list(traces or ())
-        if keyed_ids:  # still locked by the statement: they move in order, in this batch
-            moving = self._move_ordered_in_tx(list(keyed_ids), list(keys), p.notify)
-            handed_off += len(moving)
-            trace_of = dict(zip(keyed_ids, keyed_traces, strict=True))
-            linked += [trace_of[i] for i in moving if trace_of[i] is not None]
         failed = tuple(zip(failed_ids or (), reasons or (), strict=True))
-        return int(claimed), int(handed_off), failed, tuple(linked)
-
-    def _move_ordered_in_tx(self, ids: list[int], keys: list[str], notify: bool) -> list[int]:
-        """Move the keyed rows whose turn has come; their ids."""
-        valid, waiting = self.handoff_ordered_in_tx(ids, dict(zip(ids, keys, strict=True)))
-        self._move_in_tx(valid, waiting, notify)
-        return valid
+        return int(claimed), int(handed_off), failed, tuple(traces or ())
 
 
 def connector(url: URL, options: ConnectOptions) -> Callable[[], Any]:

@@ -71,6 +71,9 @@ class SharedDriver(LimitOps, ResultOps):
     ``outbox.db.limits``, the job results' (``result_*``) from ``outbox.db.results``."""
 
     dialect: ClassVar[Dialect]
+    # One writer at a time (SQLite): a relay batch is the oldest pending rows, read under
+    # the only write lock (outbox.db.ordering.handoff_ordered).
+    one_writer: ClassVar[bool] = False
 
     def __init__(self, conn: Executor) -> None:
         self.conn = conn
@@ -152,8 +155,11 @@ class SharedDriver(LimitOps, ResultOps):
         keys = {j.id: j.ordering_key for j in fence.jobs if j.ordering_key is not None}
         drive(ordering.lock(keys.values()), self.conn)
         acked = {int(r[0]) for r in self.conn.execute("job_ack", self._fence_params(fence))}
-        left = (k for i, k in keys.items() if i in acked)
-        drive(ordering.leave(left, locked=True), self.conn)
+        # Every key locked, acknowledged or not: the lock created the row of a key whose
+        # job another worker already took out (a lost lease), and a key row outliving
+        # its jobs would make the relay's next job of the key wait (relay_handoff reads a
+        # key row as a line). leave keeps the line of a key whose job is still there.
+        drive(ordering.leave(keys.values(), locked=True), self.conn)
         return acked
 
     def job_heartbeat(self, fence: JobFence, lease_ms: int) -> int:
@@ -299,6 +305,8 @@ class SharedDriver(LimitOps, ResultOps):
             drive(ordering.lock([known_key]), c)
         rows = c.execute(take, key)
         if not rows:
+            if known_key is not None:  # the lock may have created the row: no row outlives
+                drive(ordering.leave([known_key], locked=True), c)  # the key's jobs
             return False
         message_id, queue, job_name, payload, attempts, max_attempts, priority, okey = rows[0]
         c.execute(
@@ -424,7 +432,7 @@ class SharedDriver(LimitOps, ResultOps):
         rows = [(i, keyed[i]) for i in valid if i in keyed]
         if not rows:
             return valid, []
-        moving, waiting = ordering.handoff_ordered(self.conn, rows)
+        moving, waiting = ordering.handoff_ordered(self.conn, rows, one_writer=self.one_writer)
         keep = set(moving)
         return [i for i in valid if i not in keyed or i in keep], waiting
 

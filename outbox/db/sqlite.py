@@ -25,9 +25,10 @@ from outbox.db.url import URL, check_sqlite_query
 
 
 class SqliteDriver(SharedDriver):
-    """The shared operations are SQLite's as written; nothing to override."""
+    """The shared operations are SQLite's as written; one writer at a time."""
 
     dialect = SQLITE
+    one_writer = True
 
 
 def connector(url: URL, options: ConnectOptions) -> Callable[[], sqlite3.Connection]:

@@ -568,3 +568,172 @@ def _i(job: Any) -> int:
     import orjson
 
     return int(orjson.loads(job.payload)["i"])
+
+
+def test_a_relay_batch_of_keyed_intents_is_one_statement_on_postgresql(
+    database: Database, conn: Connection, app_conn: Any, db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The keyed rows of a batch move in relay_handoff's one statement on PostgreSQL (the
+    look for an older intent, the keys' locks and the turns were three statements more,
+    each a probe a key): a key with a job in the queue waits behind it, a new key's first
+    intent runs and its second waits, a key whose older intent another relay holds stays
+    in the outbox, keyless rows run; the trace contexts of the keyed rows come back too.
+    Elsewhere the same batch in steps gives the same queue."""
+    from outbox.db.rows import OutboxHandoff
+    from outbox.relay.verify import reason_for
+
+    push(app_conn, Job("o.run", {"n": "queued"}, ordering_key="order:busy"))
+    record_many(app_conn, [("k:held", Job("o.run", {"n": "held"}, ordering_key="order:held"))])
+    app_conn.commit()
+    record_many(app_conn, [
+        ("k:b1", Job("o.run", {"n": "busy1"}, ordering_key="order:busy")),
+        ("k:n1", Job("o.run", {"n": "new1"}, ordering_key="order:new")),
+        ("k:h2", Job("o.run", {"n": "held2"}, ordering_key="order:held")),
+        ("k:n2", Job("o.run", {"n": "new2"}, ordering_key="order:new")),
+        ("k:free", Job("o.run", {"n": "free"})),
+    ])  # fmt: skip
+    app_conn.commit()
+    one_writer = database.dialect.name == "sqlite"  # no other relay can hold a row
+    holder = None if one_writer else raw_connect(db_url)
+    sent: list[str] = []
+    relay = database.connect()
+    try:
+        if holder is not None:  # another relay's batch holds the key's older intent
+            holder.cursor().execute(
+                "SELECT id FROM outbox_messages ORDER BY id LIMIT 1 FOR UPDATE")
+        for method in ("execute", "execute_count"):
+            run = getattr(relay, method)
+
+            def named(name: str, params: Any = None, run: Any = run) -> Any:
+                sent.append(name)
+                return run(name, params)
+
+            monkeypatch.setattr(relay, method, named)
+        result = relay.driver.outbox_handoff(OutboxHandoff(100, False), reason_for)
+    finally:
+        relay.close()
+        if holder is not None:
+            holder.rollback()
+            holder.close()
+    if database.dialect.name == "postgresql":
+        assert sent == ["relay_handoff"]
+    if not one_writer:
+        assert result.handed_off == 4  # busy1, new1, new2, free; held2 waits for "held"
+        assert count(conn, "outbox_messages") == 2
+        assert _relay(database) == 2  # the held intent, then its key's second
+    assert count(conn, "outbox_messages") == 0
+    jobs = claim(conn, "default", 10, "w1", LEASE)
+    assert sorted(_names(jobs)) == ["free", "held", "new1", "queued"]
+    for expected in (["busy1", "held2", "new2"], []):
+        ack(conn, "w1", jobs)
+        jobs = claim(conn, "default", 10, "w1", LEASE)
+        assert sorted(_names(jobs)) == expected
+    assert count(conn, "outbox_ordering_keys") == 0
+
+
+def test_a_key_row_left_without_jobs_makes_the_relays_job_wait_until_the_reaper(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    """On PostgreSQL and SQLite the relay reads a key's row as its line (relay_handoff,
+    ordering.enter_created): a row that outlived its key's jobs (code of the previous
+    version deleted the job and left it) makes the next job of the key wait, and the
+    reaper's heal gives it its turn. MariaDB's steps read the key's jobs and run it at
+    once."""
+    digest = hashlib.sha256(b"order:stale").hexdigest()
+    with conn.transaction():
+        conn.execute_sql(f"INSERT INTO outbox_ordering_keys (key_digest) VALUES ('{digest}')")
+    record(app_conn, "k:s", Job("o.run", {"n": 1}, ordering_key="order:stale"))
+    app_conn.commit()
+    assert _relay(database) == 1
+    jobs = claim(conn, "default", 10, "w1", LEASE)
+    if database.dialect.name != "mysql":
+        assert jobs == []
+        assert conn.driver.job_reap(lambda name, n: 3, 100).unstuck == 1
+        jobs = claim(conn, "default", 10, "w1", LEASE)
+    assert _names(jobs) == [1]
+    ack(conn, "w1", jobs)
+    assert count(conn, "outbox_ordering_keys") == 0
+
+
+def test_a_late_acknowledgement_or_dead_letter_leaves_no_key_row_behind(
+    database: Database, conn: Connection, app_conn: Any
+) -> None:
+    """A worker whose job another one already took out (a lost lease) acknowledges or
+    dead-letters it: nothing of the job is left, and neither is the key's row its lock
+    created (the relay would read that row as a line and make the key's next job wait
+    for the reaper)."""
+    for n in range(2):
+        push(app_conn, Job("o.run", {"n": n}, ordering_key=f"order:late{n}"))
+    app_conn.commit()
+    first, second = sorted(claim(conn, "default", 10, "w1", LEASE), key=lambda j: j.id)
+    with conn.transaction():  # another worker took both out, and the keys' rows with them
+        conn.execute_sql("DELETE FROM outbox_jobs")
+        conn.execute_sql("DELETE FROM outbox_ordering_keys")
+    assert ack(conn, "w1", [first]) == set()
+    assert not dead_letter(conn, "w1", second, Failure("Boom", "boom", ""))
+    assert count(conn, "outbox_ordering_keys") == 0
+
+
+def test_an_acknowledgement_passes_each_keys_turn_on_in_one_statement_after_the_lock(
+    database: Database, conn: Connection, app_conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL an acknowledgement of keyed jobs is the keys' lock and one statement
+    (ordering_ack_leave: the delete, the promotion, the drop; they were three). A key
+    with a waiting job gives it the turn, a key with nothing left loses its row, a keyless
+    job is acknowledged beside them; the same on every backend."""
+    push_many(app_conn, [Job("o.run", {"n": n}, ordering_key=k)
+                         for n, k in ((0, "order:a"), (1, "order:a"), (2, "order:b"))]
+              + [Job("o.run", {"n": 3})])  # fmt: skip
+    app_conn.commit()
+    jobs = claim(conn, "default", 10, "w1", LEASE)
+    assert sorted(_names(jobs)) == [0, 2, 3]
+    sent: list[str] = []
+    for method in ("execute", "execute_count"):
+        run = getattr(conn, method)
+
+        def named(name: str, params: Any = None, run: Any = run) -> Any:
+            sent.append(name)
+            return run(name, params)
+
+        monkeypatch.setattr(conn, method, named)
+    assert ack(conn, "w1", jobs) == {j.id for j in jobs}
+    monkeypatch.undo()
+    if database.dialect.name == "postgresql":
+        assert sent == ["ordering_lock", "ordering_ack_leave"]
+    assert count(conn, "outbox_ordering_keys") == 1  # "a" has its second job
+    (second,) = claim(conn, "default", 10, "w1", LEASE)
+    assert _names([second]) == [1]
+    ack(conn, "w1", [second])
+    assert count(conn, "outbox_ordering_keys") == 0 and count(conn, "outbox_jobs") == 0
+
+
+def test_a_keys_intent_past_the_rows_the_batch_could_see_waits_for_a_later_batch(
+    database: Database, conn: Connection, app_conn: Any, db_url: str
+) -> None:
+    """relay_handoff reads the intents another relay holds from the pending rows up to
+    the batch's newest keyed row, at most 8 batches of them: a key's older intent held
+    past those (here the 17th pending row, with a batch of 2) is unseen, so the batch's
+    keyed rows past the rows seen wait for a later batch rather than run before it."""
+    if database.dialect.name == "sqlite":
+        skip_gap(Gap.SQLITE_ONE_WRITER)
+    if database.dialect.name == "mysql":
+        skip_gap(Gap.MARIADB_MOVE_WAITS)
+    record_many(app_conn, [(f"k:{n}", Job("o.run", {"n": n})) for n in range(16)]
+                + [("k:a1", Job("o.run", {"n": "a1"}, ordering_key="order:far")),
+                   ("k:a2", Job("o.run", {"n": "a2"}, ordering_key="order:far"))])  # fmt: skip
+    app_conn.commit()
+    holder = raw_connect(db_url)
+    try:  # another relay's batches hold the 17 oldest, the key's first intent the last
+        holder.cursor().execute("SELECT id FROM outbox_messages ORDER BY id LIMIT 17 FOR UPDATE")
+        assert _relay(database, batch=2) == 0  # a2 saw 16 rows, not a1 behind them
+    finally:
+        holder.rollback()
+        holder.close()
+    while _relay(database, batch=2):
+        pass
+    assert count(conn, "outbox_messages") == 0
+    jobs = [j for j in claim(conn, "default", 100, "w1", LEASE) if j.ordering_key]
+    assert _names(jobs) == ["a1"]
+    ack(conn, "w1", jobs)
+    assert _names(claim(conn, "default", 100, "w1", LEASE)) == ["a2"]

@@ -1,13 +1,16 @@
 -- name: ordering_lock
 -- Lock a batch's key rows (:keys, sorted), creating those that do not exist: entering
--- the line and leaving it both start here, so the two serialise per key (the no-op
--- update takes the lock). One statement for the batch; the rows are taken in the order
--- given, so two batches never wait on each other in a circle.
+-- the line and leaving it both start here, so the two serialise per key. ON CONFLICT DO
+-- UPDATE locks the row it meets even when its WHERE (never true) updates nothing: a
+-- lock, not a new version of the row a batch (as relay_handoff's lock). One statement
+-- for the batch; the rows are taken in the order given, so two batches never wait on
+-- each other in a circle.
 INSERT INTO outbox_ordering_keys (key_digest)
 SELECT k.key_digest
 FROM unnest(CAST(:keys AS varchar[])) WITH ORDINALITY AS k (key_digest, ord)
 ORDER BY k.ord
-ON CONFLICT (key_digest) DO UPDATE SET key_digest = outbox_ordering_keys.key_digest;
+ON CONFLICT (key_digest) DO UPDATE SET key_digest = outbox_ordering_keys.key_digest
+WHERE outbox_ordering_keys.key_digest IS NULL;
 
 -- name: ordering_any_job
 -- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter
@@ -38,6 +41,42 @@ WHERE available_at >= {blocked_offset_ms} AND id IN (
       AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
                       WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1))
 RETURNING ordering_key;
+
+-- name: ordering_ack_leave
+-- An acknowledgement of jobs of :keys (their rows locked by ordering_lock, a statement
+-- before: this one's snapshot sees every transaction that held them) in one statement:
+-- the fenced delete (ack_fenced), then ordering_promote_free and ordering_drop_free for
+-- the same keys, which, reading the same snapshot, leave the acknowledged jobs out by
+-- id. A key with a job still in its turn (one this worker lost) keeps its line. Three
+-- statements of the acknowledgement become one; the claim follows.
+WITH acked AS ({fragment:ack_fenced}
+), free AS MATERIALIZED (
+    SELECT k.key_digest
+    FROM unnest(CAST(:keys AS varchar[])) AS k (key_digest)
+    WHERE NOT EXISTS (SELECT 1 FROM outbox_jobs j
+                      WHERE j.ordering_key = k.key_digest
+                        AND j.available_at < {blocked_offset_ms}
+                        AND j.id NOT IN (SELECT id FROM acked))
+      AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
+                      WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1)
+), promoted AS (
+    UPDATE outbox_jobs SET available_at = available_at - {blocked_offset_ms}
+    WHERE available_at >= {blocked_offset_ms} AND id IN (
+        SELECT (SELECT w.id FROM outbox_jobs w
+                WHERE w.ordering_key = f.key_digest AND w.available_at >= {blocked_offset_ms}
+                ORDER BY w.id LIMIT 1)
+        FROM free f)
+    RETURNING id
+), dropped AS (
+    -- The keys as an array (an InitPlan): probes of the primary key (IN (SELECT ...)
+    -- planned a hash join over every key row).
+    DELETE FROM outbox_ordering_keys k
+    WHERE k.key_digest = ANY(ARRAY(SELECT key_digest FROM free))
+      AND NOT EXISTS (SELECT 1 FROM outbox_jobs j
+                      WHERE j.ordering_key = k.key_digest
+                        AND j.id NOT IN (SELECT id FROM acked))
+)
+SELECT id FROM acked;
 
 -- name: ordering_drop_free
 -- ... and the rows of those of :keys with no job left at all (nor a dead letter holding

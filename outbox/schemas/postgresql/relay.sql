@@ -44,9 +44,25 @@ END;
 -- statement fail and the relay verifies that batch in Python instead (relay_claim_rows).
 -- A queue row that already holds a claimed message_id is a double handoff: the unique
 -- index fails the statement on purpose.
--- Valid rows with an ordering key stay here, locked: the last three columns list their
--- ids, keys and trace contexts, and the relay hands them off in the same transaction, in
--- order, through outbox.db.ordering (a keyless batch returns NULLs and pays nothing more).
+-- Valid rows with an ordering key move in the same statement (outbox.db.ordering):
+-- - seen, moving: a key's rows wait in the outbox (for a later batch) behind an older
+--   pending intent of the key outside this batch (another relay holds it: the claim
+--   skipped it), relay_ordering_earlier's rule, read from the range of pending rows the
+--   claim walked instead of a probe of outbox_messages_ordering for each key.
+-- - locked: the moving keys' rows are inserted or locked in sorted order (ordering_lock's
+--   lock, taken in the same order; ON CONFLICT DO UPDATE locks the row it finds even
+--   when its WHERE updates nothing, so an existing row costs a lock, not a new version).
+--   The rows it returns, those it *created*, are the keys with no line: a key row exists
+--   while the key has a job in the queue or a dead letter holding it (enter creates it,
+--   leave drops it once the key has nothing, both under the row's lock), so a key whose
+--   row is created here has no job in the queue, and its first row enters in its turn.
+--   This answer reads no outbox_jobs, whose snapshot (taken before the statement waited
+--   for a lock) could miss the job of a transaction that held the key's row: the insert
+--   meets the row's latest version (and inserts after a concurrent delete). A key row
+--   that outlived its jobs only makes the key's job wait; the reaper's heal gives it
+--   its turn (ordering_stranded).
+-- - ins: every other moving keyed row enters waiting (available_at shifted by the
+--   offset), all in the one INSERT, in id order.
 WITH claimed AS MATERIALIZED (
     SELECT ctid AS row_ctid, id, message_id, fingerprint, job_name, queue, payload, max_attempts, available_at,
         priority, trace_context, ordering_key
@@ -61,14 +77,53 @@ WITH claimed AS MATERIALIZED (
     FROM claimed c
 ), clock AS MATERIALIZED (
     SELECT {now_ms} AS now_ms, set_config('synchronous_commit', 'off', true) AS async
+), keyed AS MATERIALIZED (
+    SELECT id, ordering_key FROM checked WHERE reason IS NULL AND ordering_key IS NOT NULL
+), seen AS MATERIALIZED (
+    -- The pending rows the claim walked, up to the batch's newest keyed row: its own and
+    -- those another relay holds (skipped), at most 8 batches of them. One range of
+    -- outbox_messages_pending, never a probe a key.
+    SELECT id, ordering_key FROM outbox_messages
+    WHERE state = 'pending' AND id <= (SELECT max(id) FROM keyed)
+    ORDER BY id
+    LIMIT :batch_size * 8
+), moving AS MATERIALIZED (
+    SELECT id, ordering_key, row_number() OVER (PARTITION BY ordering_key ORDER BY id) AS nth
+    FROM (
+        SELECT id, ordering_key, ours,
+            min(CASE WHEN NOT ours THEN id END) OVER (PARTITION BY ordering_key) AS held_at
+        FROM (
+            SELECT id, ordering_key, true AS ours FROM keyed
+            UNION ALL
+            SELECT id, ordering_key, false FROM seen
+            WHERE ordering_key IS NOT NULL AND id NOT IN (SELECT id FROM claimed)
+        ) rows_of_keys
+    ) w
+    WHERE ours AND (held_at IS NULL OR id < held_at)
+      -- past the rows seen (8 batches held by others), an older row may be unseen: wait
+      AND ((SELECT count(*) FROM seen) < :batch_size * 8 OR id <= (SELECT max(id) FROM seen))
+), locked AS MATERIALIZED (
+    INSERT INTO outbox_ordering_keys (key_digest)
+    SELECT DISTINCT ordering_key FROM moving ORDER BY ordering_key
+    ON CONFLICT (key_digest) DO UPDATE SET key_digest = outbox_ordering_keys.key_digest
+    WHERE outbox_ordering_keys.key_digest IS NULL  -- never: lock the row, write nothing
+    RETURNING key_digest
+), turns AS MATERIALIZED (
+    -- A hashed subplan over locked: every key is locked before the first row is read
+    -- (a join on the key planned a nested loop of 500 x 500 rows for a batch).
+    SELECT m.id, NOT (m.nth = 1 AND m.ordering_key IN (SELECT key_digest FROM locked))
+        AS waits
+    FROM moving m
 ), ins AS (
     INSERT INTO outbox_jobs
         (message_id, queue, job_name, payload, attempts, max_attempts, available_at,
-         created_at, priority, trace_context)
+         created_at, priority, trace_context, ordering_key)
     SELECT k.message_id, k.queue, k.job_name, k.payload, 0, k.max_attempts,
-        coalesce(k.available_at, clock.now_ms), clock.now_ms, k.priority, k.trace_context
-    FROM checked k, clock
-    WHERE k.reason IS NULL AND k.ordering_key IS NULL
+        coalesce(k.available_at, clock.now_ms)
+          + CASE WHEN t.waits THEN {blocked_offset_ms} ELSE 0 END,
+        clock.now_ms, k.priority, k.trace_context, k.ordering_key
+    FROM checked k CROSS JOIN clock LEFT JOIN turns t ON t.id = k.id
+    WHERE k.reason IS NULL AND (k.ordering_key IS NULL OR t.id IS NOT NULL)
     ORDER BY k.id
     RETURNING trace_context
 ), moved AS (
@@ -78,7 +133,8 @@ WITH claimed AS MATERIALIZED (
     -- "id = ANY(ARRAY(...))" a per-row rescan when stats said nothing was pending.)
     DELETE FROM outbox_messages m
     USING checked k
-    WHERE m.ctid = k.row_ctid AND k.reason IS NULL AND k.ordering_key IS NULL
+    WHERE m.ctid = k.row_ctid AND k.reason IS NULL
+      AND (k.ordering_key IS NULL OR k.id IN (SELECT id FROM turns))
     RETURNING m.message_id
 ), quarantined AS (
     UPDATE outbox_messages m SET
@@ -95,13 +151,7 @@ SELECT
     (SELECT count(*) FROM (SELECT pg_notify('outbox_jobs', '') FROM ins
                            WHERE :notify LIMIT 1) AS woken),
     (SELECT count(*) FROM moved),
-    (SELECT array_agg(trace_context) FROM ins WHERE trace_context IS NOT NULL),
-    (SELECT array_agg(id ORDER BY id) FROM checked
-     WHERE reason IS NULL AND ordering_key IS NOT NULL),
-    (SELECT array_agg(ordering_key ORDER BY id) FROM checked
-     WHERE reason IS NULL AND ordering_key IS NOT NULL),
-    (SELECT array_agg(trace_context ORDER BY id) FROM checked
-     WHERE reason IS NULL AND ordering_key IS NOT NULL);
+    (SELECT array_agg(trace_context) FROM ins WHERE trace_context IS NOT NULL);
 
 -- name: relay_claim_checked
 -- A broker target's claim: the oldest pending rows, locked, with every column the

@@ -7,6 +7,17 @@ SELECT k.value FROM json_each(:keys_json) AS k WHERE true
 ORDER BY k.key
 ON CONFLICT (key_digest) DO NOTHING;
 
+-- name: ordering_lock_created
+-- ordering_lock for a relay batch, returning the keys whose rows it created: those have
+-- no job in the queue and no dead letter holding them (a key row lives exactly that
+-- long), so their first job enters in its turn (outbox.db.ordering.enter_created). One
+-- writer: no other transaction's row to wait for or miss.
+INSERT INTO outbox_ordering_keys (key_digest)
+SELECT k.value FROM json_each(:keys_json) AS k WHERE true
+ORDER BY k.key
+ON CONFLICT (key_digest) DO NOTHING
+RETURNING key_digest;
+
 -- name: ordering_any_job
 -- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter
 -- that holds it (dead_letter_holds_key). Read after ordering_lock.
