@@ -57,6 +57,18 @@ def _relay(database: Database, *, in_python: bool = False, batch: int = 100) -> 
         return relay.run_once().handed_off
 
 
+def _record_statements(monkeypatch: pytest.MonkeyPatch, conn: Connection, sent: list[str]) -> None:
+    """Append the name of every statement ``conn`` runs to ``sent``."""
+    for method in ("execute", "execute_count"):
+        run = getattr(conn, method)
+
+        def named(name: str, params: Any = None, run: Any = run) -> Any:
+            sent.append(name)
+            return run(name, params)
+
+        monkeypatch.setattr(conn, method, named)
+
+
 def _names(jobs: list[Any]) -> list[Any]:
     import orjson
 
@@ -602,14 +614,7 @@ def test_a_relay_batch_of_keyed_intents_is_one_statement_on_postgresql(
         if holder is not None:  # another relay's batch holds the key's older intent
             holder.cursor().execute(
                 "SELECT id FROM outbox_messages ORDER BY id LIMIT 1 FOR UPDATE")
-        for method in ("execute", "execute_count"):
-            run = getattr(relay, method)
-
-            def named(name: str, params: Any = None, run: Any = run) -> Any:
-                sent.append(name)
-                return run(name, params)
-
-            monkeypatch.setattr(relay, method, named)
+        _record_statements(monkeypatch, relay, sent)
         result = relay.driver.outbox_handoff(OutboxHandoff(100, False), reason_for)
     finally:
         relay.close()
@@ -689,14 +694,7 @@ def test_an_acknowledgement_passes_each_keys_turn_on_in_one_statement_after_the_
     jobs = claim(conn, "default", 10, "w1", LEASE)
     assert sorted(_names(jobs)) == [0, 2, 3]
     sent: list[str] = []
-    for method in ("execute", "execute_count"):
-        run = getattr(conn, method)
-
-        def named(name: str, params: Any = None, run: Any = run) -> Any:
-            sent.append(name)
-            return run(name, params)
-
-        monkeypatch.setattr(conn, method, named)
+    _record_statements(monkeypatch, conn, sent)
     assert ack(conn, "w1", jobs) == {j.id for j in jobs}
     monkeypatch.undo()
     if database.dialect.name == "postgresql":
