@@ -2,8 +2,8 @@
 state (``OUTBOX_QUEUE_STORAGE=ring``, then ``migrate``): every row is still there with
 every column as it was, a worker that held a job before still settles it with the same
 fence, and workers of the release before the ring (commit ``BASE_COMMIT``: they know
-nothing of slots, so they claim from every partition) drain the queue beside this
-release's: each job runs once, none is stranded."""
+nothing of slots, and claim through the parent, whose one attached partition is the
+current slot) drain the queue beside this release's: each job runs once, none is stranded."""
 
 from __future__ import annotations
 
