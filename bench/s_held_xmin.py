@@ -9,7 +9,13 @@ a REPEATABLE READ transaction, does one read (of ``pg_class``, not a queue table
 leaves it open for the hold; from then on no row version deleted or updated anywhere
 can be vacuumed away. Per minute: completed/s (the worker's acknowledgements), claim
 latency p50/p95/p99 (the claim's round trip, acknowledgements riding along),
-``n_dead_tup`` and table + index size of the queue's relations.
+``n_dead_tup`` and table + index size of the queue's relations at the minute's end and
+the largest size sampled every 2 s in the minute (the ring's size swings with each
+rotation, so the size target compares the largest of the last minute with the largest
+of the first, for both storages alike), and one claim under EXPLAIN (ANALYZE, BUFFERS),
+rolled back: its time and the buffers it touched. After the run, the relations whose
+dead row versions grew the most (the catalogs included) and the claim's plan, node by
+node, at the first mark and the last: what a claim walks more of as the hold goes on.
 
 Each storage runs in its own database of the same cluster, one after the other in the
 same run: ``today`` (the ``outbox_jobs`` heap, ``OUTBOX_QUEUE_STORAGE=heap``) is the
@@ -186,18 +192,95 @@ class _MariaDB(_Side):
             cur.fetchall()
 
 
+class _Sampler(threading.Thread):
+    """The queue relations' size every ``EVERY_S`` seconds on its own connection: the
+    ring's size swings with each rotation (a slot fills for up to 5 s, then its file is
+    truncated), so an instant says where in the cycle it fell; the largest sample of a
+    minute is compared with the largest of another, for either storage."""
+
+    EVERY_S = 2.0
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.stop = threading.Event()
+        self.sizes: list[tuple[float, int]] = []
+
+    def run(self) -> None:
+        conn = psycopg.connect(self.url, autocommit=True)
+        try:
+            while not self.stop.wait(self.EVERY_S):
+                size, _, _ = conn.execute(_relations_sql()).fetchone()  # type: ignore[misc]
+                self.sizes.append((time.time(), int(size)))
+        finally:
+            conn.close()
+
+    def largest(self, a: float, b: float) -> int:
+        return max((n for t, n in self.sizes if a <= t < b), default=0)
+
+
 class _Done(Exception):
     """No hold: the steady window is measured, the run ends."""
 
 
 def _relations_sql() -> str:
+    """The queue's relations: ``outbox_jobs``, its partitions and the ring's slots that
+    are detached between rotations (empty, but their files count)."""
     return (
         "SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0),"
         " coalesce(sum(s.n_dead_tup), 0), coalesce(sum(s.n_live_tup), 0)"
         " FROM (SELECT relid FROM pg_partition_tree('outbox_jobs')"
-        "       UNION SELECT CAST('outbox_jobs' AS regclass)) AS t"
+        "       UNION SELECT CAST('outbox_jobs' AS regclass)"
+        "       UNION SELECT oid FROM pg_class WHERE relkind = 'r'"
+        "         AND relname ~ '^outbox_jobs_ring_[0-9]+$') AS t"
         " LEFT JOIN pg_stat_user_tables s ON s.relid = t.relid"
     )
+
+
+# The relations whose dead row versions a hold piles up, every table of the database
+# and the catalogs (a rotation rewrites catalog rows): the profile's columns.
+_DEAD_SQL = (
+    "SELECT s.schemaname || '.' || s.relname, s.n_dead_tup FROM pg_stat_all_tables s"
+    " WHERE s.schemaname IN ('public', 'pg_catalog') AND s.n_dead_tup > 0"
+)
+
+
+def _claim_explain(url: str) -> tuple[float, int, list[str]]:
+    """One claim (the worker's statement, ``job_claim``), run under EXPLAIN (ANALYZE,
+    BUFFERS) and rolled back: its execution time (ms), the shared buffers it touched,
+    and each node's share (the profile of what a claim reads)."""
+    import json
+
+    from outbox.db.connection import Database
+
+    params = {"queue": data.QUEUE, "limit": 10, "worker": "w:probe", "lease_ms": 30_000}
+    conn = Database(url).connect()
+    try:
+        sql = conn.statement("job_claim").driver
+        raw = conn.raw
+        raw.execute("BEGIN")
+        try:
+            (row,) = raw.execute(
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", conn.adapt(params)
+            ).fetchall()
+        finally:
+            raw.execute("ROLLBACK")
+    finally:
+        conn.close()
+    top = (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]
+    nodes: list[str] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        where = " ".join(str(node[k]) for k in ("Relation Name", "Index Name") if k in node)
+        touched = int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0))
+        nodes.append(f"{node['Node Type']} {where}".strip() + f" buffers={touched}")
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(top["Plan"])
+    plan = top["Plan"]
+    buffers = int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
+    return float(top["Execution Time"]), buffers, nodes
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -225,15 +308,24 @@ def run(
     samples_path.unlink(missing_ok=True)  # an earlier run's samples of this database
     worker = subprocess.Popen([PY, "-m", "bench.w_held_xmin", str(samples_path), url])
     producer = Producer(url)
+    sampler = _Sampler(url) if isinstance(side, _PostgreSQL) else None
     held = False
     marks: list[tuple[float, int, int, int]] = []  # (time, bytes, n_dead_tup, n_live_tup)
+    # per mark, on PostgreSQL: every relation's n_dead_tup, and a claim's EXPLAIN
+    dead_by_rel: list[dict[str, int]] = []
+    explains: list[tuple[float, int, list[str]]] = []
 
     def mark() -> None:
         marks.append((time.time(), *side.relations()))
+        if isinstance(side, _PostgreSQL):
+            dead_by_rel.append({str(r): int(n) for r, n in side.stats.execute(_DEAD_SQL)})
+            explains.append(_claim_explain(url))
 
     try:
         time.sleep(3)  # the worker's imports and connection
         producer.start()
+        if sampler is not None:
+            sampler.start()
         time.sleep(20)  # warm: caches, the worker's prefetch settles
         before = time.time()
         time.sleep(before_s)
@@ -253,6 +345,9 @@ def run(
     finally:
         producer.stop.set()
         producer.join(timeout=30)
+        if sampler is not None:
+            sampler.stop.set()
+            sampler.join(timeout=30)
         if held:
             side.release()
         worker.terminate()
@@ -265,13 +360,17 @@ def run(
     calls = [(float(t), float(s), int(c), int(a)) for t, s, c, a in rows if int(c) != ROTATE]
     rotations = [float(s) * 1000 for t, s, c, _ in rows
                  if int(c) == ROTATE and float(t) >= before]
+    rotated = sum(1 for t, _, c, a in rows if int(c) == ROTATE and float(t) >= before and int(a))
+    keep = os.environ.get("OUTBOX_BENCH_HELD_KEEP")  # a folder to keep the samples in
+    if keep:
+        Path(keep, samples_path.name).write_text(samples_path.read_text())
     edges = [before, held_from] + [held_from + 60 * (m + 1) for m in range(hold_minutes)]
     labels = ["before"] + [f"hold {m + 1}" for m in range(hold_minutes)]
     lines = [
         f"{storage}: minute | completed/s | claim p50 ms | p95 ms | p99 ms | claims |"
         f" {'history list' if storage == MARIADB else 'n_dead_tup'} | live |"
-        " table+index MB | push_many p50 ms",
-        "--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---:",
+        " table+index MB | largest MB | push_many p50 ms | probe claim ms | buffers",
+        "--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---:",
     ]
     per: list[dict[str, float]] = []
     for i, label in enumerate(labels):
@@ -280,24 +379,42 @@ def run(
         claims = [c[1] * 1000 for c in inside if c[2] >= 0]
         pushes = [s * 1000 for t, s in producer.latencies if a <= t < b]
         _, size, dead, live = marks[i]
+        # the largest size sampled in the minute (every 2 s): the ring's size swings with
+        # each rotation, the heap's only grows; MariaDB: the minute's end (no sampler)
+        largest = sampler.largest(a, b) if sampler is not None else size
+        probe_ms, buffers, _nodes = explains[i] if explains else (float("nan"), 0, [])
         fig = {
             "completed/s": sum(c[3] for c in inside) / (b - a),
             "p50": _pct(claims, 0.5), "p95": _pct(claims, 0.95), "p99": _pct(claims, 0.99),
             "claims": float(len(claims)), "dead": float(dead), "live": float(live),
-            "mb": size / 2**20,
+            "mb": size / 2**20, "largest mb": max(largest, size) / 2**20,
             "push": statistics.median(pushes) if pushes else float("nan"),
         }
         per.append(fig)
         lines.append(
             f"{label} | {fig['completed/s']:,.0f} | {fig['p50']:.2f} | {fig['p95']:.2f} |"
             f" {fig['p99']:.2f} | {len(claims):,} | {dead:,} | {live:,} | {fig['mb']:.1f} |"
-            f" {fig['push']:.2f}"
+            f" {fig['largest mb']:.1f} | {fig['push']:.2f} | {probe_ms:.2f} | {buffers:,}"
         )
-    for line in lines:
-        print(f"  [{NAME}] {line}", flush=True)
     lines.append(
-        f"{storage}: rotation checks {len(rotations):,}, p50 {_pct(rotations, 0.5):.2f} ms,"
-        f" p95 {_pct(rotations, 0.95):.2f} ms, max {max(rotations, default=0.0):.2f} ms"
+        f"{storage}: 'table+index MB' is the size at the minute's end; 'largest MB' the"
+        f" largest of the samples taken every {_Sampler.EVERY_S:.0f} s in the minute (the"
+        " size target compares those); 'probe claim ms' and 'buffers' one claim of 10"
+        " under EXPLAIN (ANALYZE, BUFFERS), rolled back, at the minute's end"
+    )
+    if dead_by_rel:
+        grown = sorted(dead_by_rel[-1], key=lambda r: dead_by_rel[-1][r], reverse=True)[:10]
+        lines.append(
+            f"{storage}: n_dead_tup by relation, before the hold -> last mark: "
+            + ", ".join(f"{r} {dead_by_rel[0].get(r, 0):,} -> {dead_by_rel[-1][r]:,}"
+                        for r in grown)
+        )
+        lines.append(f"{storage}: the claim's plan, first mark: " + "; ".join(explains[0][2]))
+        lines.append(f"{storage}: the claim's plan, last mark: " + "; ".join(explains[-1][2]))
+    lines.append(
+        f"{storage}: rotation checks {len(rotations):,} ({rotated:,} rotated),"
+        f" p50 {_pct(rotations, 0.5):.2f} ms, p95 {_pct(rotations, 0.95):.2f} ms,"
+        f" max {max(rotations, default=0.0):.2f} ms"
         " (between claims: not in the claim figures)"
     )
     for line in lines:
@@ -308,7 +425,9 @@ def run(
     figures = {
         "min completed/s during hold / offered": min(r["completed/s"] for r in hold_rows) / RATE,
         "claim p95 last hold minute / minute before": hold_rows[-1]["p95"] / per[0]["p95"],
-        "size after hold / after 1 min of hold": hold_rows[-1]["mb"] / hold_rows[0]["mb"],
+        "size after hold / after 1 min of hold": (
+            hold_rows[-1]["largest mb"] / hold_rows[0]["largest mb"]
+        ),
         "claim p95 before hold ms": per[0]["p95"],
         "claim p95 last hold minute ms": hold_rows[-1]["p95"],
         "push_many p50 ms": statistics.median(s * 1000 for _, s in producer.latencies),

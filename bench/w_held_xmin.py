@@ -5,7 +5,8 @@ around the PostgreSQL driver's two claim calls (``job_claim``, ``job_ack_claim``
 claim's round trip, acknowledgements riding along). Every call appends ``time,
 seconds, claimed, acked`` to SAMPLES (flushed once a second), and so does every
 acknowledgement sent alone (``job_ack``, with ``claimed`` -1) and every pass of the
-ring's rotation (``ring_rotate``, ``claimed`` -2); the parent reads them
+ring's rotation (``ring_rotate``, ``claimed`` -2, ``acked`` 1 when it rotated); the
+parent reads them
 per minute. The timer is the only difference from a production worker.
 """
 
@@ -42,7 +43,7 @@ def _timed(samples: _Samples, driver: Any) -> None:
     def ring_rotate(self: PostgresqlDriver) -> Any:
         t = time.perf_counter()
         answer = rotate(self)
-        samples.add(time.perf_counter() - t, ROTATE, 0)
+        samples.add(time.perf_counter() - t, ROTATE, int(answer == "rotated"))
         return answer
 
     def job_claim(self: Any, c: Any) -> Any:
@@ -73,6 +74,11 @@ def main(path: str, url: str) -> None:
     from outbox.cli import main as cli
 
     os.environ["OUTBOX_DATABASE_URL"] = url
+    every = os.environ.get("OUTBOX_BENCH_RING_EVERY_MS")  # a bench-only knob: A/B runs
+    if every:
+        from outbox.db import ring
+
+        ring.EVERY_MS = int(every)
     with open(path, "a", buffering=1 << 16) as out:
         _timed(_Samples(out), PostgresqlDriver if url.startswith("postgresql") else MysqlDriver)
         sys.argv = ["outbox", "--log-level", "warning", "worker", "bench", "--app",

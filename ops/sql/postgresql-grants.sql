@@ -156,24 +156,26 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_ordering_keys TO outbox_worker, o
 -- (outbox.job.BLOCKED_OFFSET_MS) right after the insert, by whoever inserted it.
 GRANT UPDATE (available_at) ON outbox_jobs TO outbox_app, outbox_relay, outbox_operator;
 
--- The ring storage (PostgreSQL's default; docs/explanation/adr/0005-queue-ring-storage.md):
--- outbox_jobs is a parent partitioned by slot. Statements through the parent need only
--- the parent's grants above; the migrator owns the partitions and the ring's row too,
--- and the rotation function, which runs as its owner (SECURITY DEFINER: it alters the
--- slot's default and truncates a slot). The worker's claim reads the current slot and
--- the worker rotates; the operator reads the ring's state. Skipped on the plain table
--- (OUTBOX_QUEUE_STORAGE=heap).
+-- The ring storage (docs/explanation/adr/0005-queue-ring-storage.md): outbox_jobs is a
+-- parent partitioned by slot, with only the current slot attached. Statements through
+-- the parent need only the parent's grants above; the migrator owns every slot
+-- (attached or not) and the ring's row too, and the rotation function, which runs as
+-- its owner (SECURITY DEFINER: it alters the slot's default, attaches, detaches and
+-- truncates slots). The worker rotates; the operator reads the ring's state. Skipped
+-- on the plain table (OUTBOX_QUEUE_STORAGE=heap).
 DO $$
 DECLARE
-    part regclass;
+    slots INTEGER;
 BEGIN
     IF to_regclass('outbox_queue_ring') IS NULL THEN
         RETURN;
     END IF;
     ALTER TABLE outbox_queue_ring OWNER TO outbox_migrator;
-    FOR part IN SELECT relid FROM pg_partition_tree('outbox_jobs') WHERE isleaf LOOP
-        EXECUTE format('ALTER TABLE %s OWNER TO outbox_migrator', part);
+    SELECT q.slots INTO slots FROM outbox_queue_ring q WHERE q.id = 1;
+    FOR s IN 0 .. slots - 1 LOOP
+        EXECUTE format('ALTER TABLE outbox_jobs_ring_%s OWNER TO outbox_migrator', s);
     END LOOP;
+    ALTER FUNCTION outbox_ring_spares(BOOLEAN) OWNER TO outbox_migrator;
     ALTER FUNCTION outbox_ring_rotate(BIGINT, BIGINT, INTEGER, TEXT) OWNER TO outbox_migrator;
     GRANT SELECT ON outbox_queue_ring TO outbox_worker, outbox_operator;
     GRANT EXECUTE ON FUNCTION outbox_ring_rotate(BIGINT, BIGINT, INTEGER, TEXT)

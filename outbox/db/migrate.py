@@ -210,7 +210,10 @@ def apply_locked(conn: Connection, to: int | None = None) -> list[int]:
     """
     got = conn.execute("migrate_lock")
     if conn.dialect.transactional_ddl:
+        spares = _ring_spares_attached(conn, to)
         applied = _apply_missing(conn, to)
+        if spares:
+            conn.execute("ring_spares", {"attach": False})
         return applied if to is not None and to < LATEST else _with_storage(conn, applied)
     if not got or got[0][0] != 1:
         raise DatabaseError(
@@ -234,6 +237,20 @@ an earlier one converts nothing), so both make the same schema."""
         for stmt in storage:
             conn.execute_sql(stmt)
     return applied
+
+
+def _ring_spares_attached(conn: Connection, to: int | None) -> bool:
+    """On a ring with a numbered migration to apply, its spare slots attached (empty
+    tables, detached between rotations: ADR 5) so that the migration's ALTER TABLE and
+    CREATE INDEX on ``outbox_jobs`` reach them too; ``apply_locked`` detaches them after.
+    Whether it attached them."""
+    if not _storage_ddl(conn.dialect.name, "ring") or not conn.execute("ring_installed")[0][0]:
+        return False
+    done = set(applied_versions(conn))
+    if all(m.version in done for m in MIGRATIONS if to is None or m.version <= to):
+        return False
+    conn.execute("ring_spares", {"attach": True})
+    return True
 
 
 @cache

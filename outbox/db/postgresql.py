@@ -93,15 +93,6 @@ class PostgresqlDriver(SharedDriver):
             log.debug("queue.ring_rotated")
         return answer
 
-    def job_claim(self, p: JobClaim) -> list[ClaimedJob]:
-        if not self._on_ring():
-            return super().job_claim(p)
-        return claimed_jobs(self._one("claim", "ring_job_claim", claim_params(p)))
-
-    def _claim_rows_in_tx(self, params: dict[str, Any]) -> list[Any]:
-        # _on_ring() was asked outside this transaction, by job_ack_claim
-        return self.conn.execute("ring_job_claim" if self._ring else "job_claim", params)
-
     def listen_statement(self, channel: str) -> str:
         try:
             return _LISTEN[channel]
@@ -111,11 +102,10 @@ class PostgresqlDriver(SharedDriver):
     def job_ack_claim(self, done: JobFence, claim: JobClaim) -> tuple[set[int], list[ClaimedJob]]:
         if not done.jobs:
             return set(), self.job_claim(claim)
-        on_ring = self._on_ring()
         if has_ordering_key(done):
             return super().job_ack_claim(done, claim)  # the keys' turns pass on first
         params = {**self._fence_params(done), **claim_params(claim)}
-        rows = self._one("claim", "ring_job_ack_claim" if on_ring else "job_ack_claim", params)
+        rows = self._one("claim", "job_ack_claim", params)
         acked = {int(r[0]) for r in rows if r[1] is None}
         return acked, claimed_jobs(r for r in rows if r[1] is not None)
 

@@ -2,9 +2,10 @@
 
 ``migrate`` turns the heap into a parent partitioned by slot
 (``outbox/schemas/postgresql/storage/ring.sql``; the design and its measurements:
-docs/explanation/adr/0005-queue-ring-storage.md). The claim reads the current slot
-only; a rotation moves every row still in it to the next slot and TRUNCATEs it, so the
-row versions a long transaction keeps from VACUUM never pile up in front of the claim.
+docs/explanation/adr/0005-queue-ring-storage.md). Only the current slot is attached,
+so every statement on jobs, the claim included, reads it alone; a rotation attaches the
+next slot, moves every row to it, detaches the slot left and TRUNCATEs it, so the row
+versions a long transaction keeps from VACUUM never pile up in front of the claim.
 
 Workers rotate, between claims (``PostgresqlDriver.storage_tick``): at most once per
 ``CHECK_EVERY_S`` each asks the database (``outbox_ring_rotate``), which rotates when
@@ -14,7 +15,9 @@ LOCKED). A rotation waits ``LOCK_TIMEOUT`` at most for its lock (ACCESS EXCLUSIV
 ``outbox_jobs``: every statement on jobs waits for it, never longer than that plus the
 move of at most ``MAX_MOVE`` rows and a commit), and is skipped, to be tried again,
 when it is busy. ``EVERY_MS`` trades those stops against the dead versions a claim
-walks while the horizon is held (about the jobs of ``EVERY_MS``).
+walks while the horizon is held (about the jobs of ``EVERY_MS``): under a 3-minute hold
+at 1,000 jobs/s, 5 s let a claim's index scan reach 242 buffers and its p95 1.5x the
+minute before; 2 s, 113 buffers and 1.0x (ADR 5).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 TABLES = ("outbox_queue_ring", "outbox_jobs_ring_0", "outbox_jobs_ring_1")
 
 CHECK_EVERY_S = 1.0
-EVERY_MS = 5_000
+EVERY_MS = 2_000
 MIN_DEAD = 2_000
 MAX_MOVE = 5_000
 LOCK_TIMEOUT = "50ms"

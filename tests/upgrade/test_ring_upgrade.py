@@ -2,8 +2,8 @@
 state (``OUTBOX_QUEUE_STORAGE=ring``, then ``migrate``): every row is still there with
 every column as it was, a worker that held a job before still settles it with the same
 fence, and workers of the release before the ring (commit ``BASE_COMMIT``: they know
-nothing of slots, so they claim from every partition) drain the queue beside this
-release's: each job runs once, none is stranded."""
+nothing of slots, and claim through the parent, whose one attached partition is the
+current slot) drain the queue beside this release's: each job runs once, none is stranded."""
 
 from __future__ import annotations
 
@@ -175,3 +175,45 @@ def test_outbox_migrate_keeps_the_heap_until_the_ring_is_asked_for(
         assert c.execute_sql("SELECT slot, slots FROM outbox_queue_ring") == [(0, 2)]
     _outbox_migrate(db_url, "heap")  # a ring stays a ring
     assert _relkind(db_url) == "p"
+
+
+def _attached(conn: Connection) -> list[str]:
+    return sorted(str(r[0]) for r in conn.execute_sql(
+        "SELECT CAST(relid AS regclass) FROM pg_partition_tree('outbox_jobs') WHERE isleaf"))
+
+
+def test_a_later_migration_reaches_the_detached_slot_and_rotation_goes_on(
+    backend: str, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the current slot is attached between rotations (ADR 5); a numbered migration
+    after the ring (here a column and an index, as the next migration file would add)
+    runs with the spare slot attached, so the slot a later rotation attaches has them
+    and the rotation succeeds. Without the attach, ATTACH PARTITION refuses a slot that
+    lacks a column of the parent, and the ring never rotates again."""
+    skip_unless(backend, "postgresql", gap=Gap.RING_STORAGE)
+    from outbox.db import migrate as runner
+
+    monkeypatch.setattr(settings, "queue_storage", "ring")
+    with Database(db_url).connect() as conn:
+        migrate(conn)
+        assert _attached(conn) == ["outbox_jobs_ring_0"]
+        later = runner.Migration(runner.LATEST + 1, "test later column", lambda _d: [
+            "ALTER TABLE outbox_jobs ADD COLUMN later_note TEXT",
+            "CREATE INDEX outbox_jobs_later ON outbox_jobs (later_note)",
+        ])
+        monkeypatch.setattr(runner, "MIGRATIONS", (*runner.MIGRATIONS, later))
+        assert migrate(conn) == [runner.LATEST + 1]
+        assert _attached(conn) == ["outbox_jobs_ring_0"]
+        conn.transact(lambda t: push(t.raw, Job("upgrade.echo", {"n": 1}, queue=QUEUE)),
+                      operation="test")
+        assert conn.execute_sql(
+            "SELECT outbox_ring_rotate(0, 0, 5000, '1s')") == [("rotated",)]
+        assert _attached(conn) == ["outbox_jobs_ring_1"]
+        assert conn.execute_sql(
+            "SELECT count(*), min(slot) FROM outbox_jobs WHERE later_note IS NULL") == [(1, 1)]
+        assert conn.execute_sql(
+            "SELECT count(*) FROM pg_indexes WHERE tablename = 'outbox_jobs_ring_1'"
+            " AND indexdef LIKE '%later_note%'") == [(1,)]
+        assert conn.execute_sql(
+            "SELECT outbox_ring_rotate(0, 0, 5000, '1s')") == [("rotated",)]
+        assert _attached(conn) == ["outbox_jobs_ring_0"]

@@ -1,12 +1,16 @@
 -- The ring storage for outbox_jobs (ADR 5, docs/explanation/adr/0005-queue-ring-storage.md):
 -- the table becomes a parent partitioned by LIST (slot) over outbox_queue_ring.slots
--- partitions; new jobs go to the current slot (the column's default: a constant, which
--- each rotation sets, so an insert pays no function call per row), the claim reads only the current
--- slot, and outbox_ring_rotate() moves every row still in it to the next slot and
--- TRUNCATEs it, so the row versions dead since the oldest snapshot go with the file
--- instead of waiting for VACUUM. Applied in one transaction under the migration lock
--- (outbox.db.ring.convert), after the numbered migrations: every column and index the
--- heap has then is carried over as it is, so a later migration's columns come along.
+-- slot tables, of which only the current one is attached: new jobs go to it (the
+-- column's default: a constant, which each rotation sets, so an insert pays no function
+-- call per row) and every statement on outbox_jobs reads it and nothing else: the
+-- planner never meets an empty slot, whose statistics would make a sequential scan of
+-- it the cheapest plan (and a plan cached then would scan it once it fills).
+-- outbox_ring_rotate() attaches the next slot, moves every row to it, detaches the slot
+-- left and TRUNCATEs it, so the row versions dead since the oldest snapshot go with the
+-- file instead of waiting for VACUUM. Applied in one transaction under the migration
+-- lock (outbox.db.migrate), after the numbered migrations: every column and index the
+-- heap has then is carried over as it is. A later migration runs with the spare slots
+-- attached (outbox_ring_spares), so its columns and indexes reach every slot.
 
 CREATE TABLE outbox_queue_ring (
     id SMALLINT PRIMARY KEY CHECK (id = 1),
@@ -105,17 +109,48 @@ BEGIN
     END LOOP;
 END $$;
 
+-- The spare slots attached (attach) or detached (not attach): every slot but the current
+-- one, all empty (a rotation detaches the slot it left only once it has moved every row
+-- out, and truncates it). outbox.db.migrate attaches them before a numbered migration
+-- and detaches them after it, so an ALTER TABLE outbox_jobs reaches them as it reaches
+-- the current slot. Locks outbox_jobs first (a rotation, which locks the ring's row and
+-- then the table, waits for it or skips), then reads which slot is current.
+CREATE FUNCTION outbox_ring_spares(attach BOOLEAN) RETURNS VOID LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+DECLARE
+    ring outbox_queue_ring%ROWTYPE;
+    spare REGCLASS;
+    attached BOOLEAN;
+BEGIN
+    LOCK TABLE outbox_jobs IN ACCESS EXCLUSIVE MODE;
+    SELECT * INTO ring FROM outbox_queue_ring WHERE id = 1;
+    FOR s IN 0 .. ring.slots - 1 LOOP
+        CONTINUE WHEN s = ring.slot;
+        spare := CAST(format('outbox_jobs_ring_%s', s) AS regclass);
+        attached := EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = spare);
+        IF attach AND NOT attached THEN
+            EXECUTE format('ALTER TABLE outbox_jobs ATTACH PARTITION %s FOR VALUES IN (%s)',
+                           spare, s);
+        ELSIF attached AND NOT attach THEN
+            EXECUTE format('ALTER TABLE outbox_jobs DETACH PARTITION %s', spare);
+        END IF;
+    END LOOP;
+END $$;
+
+SELECT outbox_ring_spares(false);
+
 -- One rotation, in the caller's transaction (one statement in autocommit): when the
 -- current slot is at least every_ms old and holds at least min_dead dead row versions,
--- take ACCESS EXCLUSIVE on the parent and so on every slot, within lock_timeout (no
+-- take ACCESS EXCLUSIVE on the parent and so on the slot, within lock_timeout (no
 -- statement on a job is in flight or can start, so none can meet a row this moves, and
--- no producer can route a row to the slot being left); move every row of that slot to
--- the next one (ids, attempts and leases unchanged: a worker's fence still matches),
--- point the ring and the column's default at it (other sessions see the new default
--- once the rotation commits: the ALTER invalidates their cached plans) and TRUNCATE the
--- slot left. All or nothing: a rotation that is killed, terminated or cut by a restart
--- rolls back whole and the next pass tries again. A busy lock or a slot of more than
--- max_move live rows skips the rotation (the claim stays correct, only not shielded).
+-- no producer can route a row to the slot being left); attach the next slot (empty);
+-- move every row to it (ids, attempts and leases unchanged: a worker's fence still
+-- matches); point the ring and the column's default at it (other sessions see the new
+-- default once the rotation commits: the ALTER, the ATTACH and the DETACH invalidate
+-- their cached plans); detach the slot left, empty now, and TRUNCATE it. All or
+-- nothing: a rotation that is killed, terminated or cut by a restart rolls back whole
+-- and the next pass tries again. A busy lock or a slot of more than max_move live rows
+-- skips the rotation (the claim stays correct, only not shielded).
 -- Answers what it did: rotated, busy (another session rotates), recent, clean,
 -- backlog, locked. SECURITY DEFINER, with the migration's search_path: ALTER and
 -- TRUNCATE need the tables' owner, and a worker may run as a role that is not
@@ -156,10 +191,17 @@ BEGIN
     IF live > max_move THEN
         RETURN 'backlog';
     END IF;
+    BEGIN  -- a reader of the spare slot (pg_dump) holds a lock ATTACH needs
+        EXECUTE format('ALTER TABLE outbox_jobs ATTACH PARTITION outbox_jobs_ring_%s'
+                       ' FOR VALUES IN (%s)', nxt, nxt);
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 'locked';
+    END;
     UPDATE outbox_jobs SET slot = nxt WHERE slot = ring.slot;
     EXECUTE format('ALTER TABLE ONLY outbox_jobs ALTER COLUMN slot SET DEFAULT %s', nxt);
     UPDATE outbox_queue_ring SET slot = nxt, rotated_at = now_ms, rotations = rotations + 1
     WHERE id = 1;
+    EXECUTE format('ALTER TABLE outbox_jobs DETACH PARTITION %s', cur);
     EXECUTE format('TRUNCATE %s', cur);
     RETURN 'rotated';
 END $$;
