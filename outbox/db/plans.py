@@ -358,14 +358,14 @@ def _pg_accesses(node: dict[str, Any]) -> list[Access]:
         "Tid Scan": "index",
         "ModifyTable": "other",
     }
-    relation = _slot_of_ring(node.get("Relation Name"))
+    relation = of_ring_slot(node.get("Relation Name"))
     node_type = str(node["Node Type"])
     arbiters = node.get("Conflict Arbiter Indexes") or []
     if relation and arbiters:
         # INSERT … ON CONFLICT probes its arbiter index for each row it inserts.
         out.append(Access(relation, "index", str(arbiters[0]), "ON CONFLICT arbiter"))
     elif relation and node_type in kind_of:
-        index = _slot_of_ring(node.get("Index Name"))
+        index = of_ring_slot(node.get("Index Name"))
         if node_type == "Bitmap Heap Scan":
             index = _bitmap_index(node)
         elif node_type == "Tid Scan":
@@ -379,7 +379,7 @@ def _pg_accesses(node: dict[str, Any]) -> list[Access]:
 _RING_SLOT = re.compile(r"_ring_[0-9]+$")
 
 
-def _slot_of_ring(name: Any) -> Any:
+def of_ring_slot(name: Any) -> Any:
     """A slot of the ring storage read as the table or index it is a part of
     (``outbox_jobs_ring_0`` is ``outbox_jobs``, ``outbox_jobs_claim_ring_0``
     ``outbox_jobs_claim``: storage/ring.sql names them so)."""
@@ -389,7 +389,7 @@ def _slot_of_ring(name: Any) -> Any:
 def _bitmap_index(node: dict[str, Any]) -> str | None:
     for child in node.get("Plans", []):
         if child.get("Index Name"):
-            return str(_slot_of_ring(child["Index Name"]))
+            return str(of_ring_slot(child["Index Name"]))
         found = _bitmap_index(child)
         if found:
             return found
