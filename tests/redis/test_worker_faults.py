@@ -36,6 +36,7 @@ from tests.reliability.conftest import SOAK_SIZED
 rq, ledger = entries.rq, entries.ledger  # the fixtures, used by name
 CONCURRENCY, PREFETCH = 2, 2
 JOBS, KILLS = (400, 30) if SOAK_SIZED else (40, 6)
+INBOX_WITHIN = 300 + JOBS  # the inbox test's liveness bound, on a loaded machine (s)
 
 
 
@@ -96,6 +97,7 @@ def test_workers_sigkilled_while_jobs_run_lose_nothing(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(INBOX_WITHIN + 60)  # soak-sized (300 jobs) it outlived pytest's 300 s
 def test_inbox_workers_killed_between_commit_and_ack_leave_each_business_row_once(
     rq: Any, tmp_path: Path
 ) -> None:
@@ -111,7 +113,7 @@ def test_inbox_workers_killed_between_commit_and_ack_leave_each_business_row_onc
         lambda seed: spawn([*argv, str(seed), INBOX_KILL_P], {"HARNESS_URL": db_url}),
         lambda: entries.left(r, queue),
         lease=1.1,  # the workers' lease: what a killed one held is taken back after it
-        within=300 + JOBS,  # a liveness bound, on a loaded machine
+        within=INBOX_WITHIN,
     )
     assert kills >= 3, f"only {kills} kills: the test did not test"
     ledger = Counter(row[0] for row in fetch(db_url, "SELECT message_id FROM harness_ledger"))
