@@ -210,9 +210,9 @@ def apply_locked(conn: Connection, to: int | None = None) -> list[int]:
     """
     got = conn.execute("migrate_lock")
     if conn.dialect.transactional_ddl:
-        spares = _ring_spares_attached(conn, to)
-        applied = _apply_missing(conn, to)
-        if spares:
+        spares: list[bool] = []
+        applied = _apply_missing(conn, to, lambda: spares.append(_ring_spares_attached(conn)))
+        if any(spares):
             conn.execute("ring_spares", {"attach": False})
         return applied if to is not None and to < LATEST else _with_storage(conn, applied)
     if not got or got[0][0] != 1:
@@ -239,15 +239,13 @@ an earlier one converts nothing), so both make the same schema."""
     return applied
 
 
-def _ring_spares_attached(conn: Connection, to: int | None) -> bool:
-    """On a ring with a numbered migration to apply, its spare slots attached (empty
-    tables, detached between rotations: ADR 5) so that the migration's ALTER TABLE and
-    CREATE INDEX on ``outbox_jobs`` reach them too; ``apply_locked`` detaches them after.
-    Whether it attached them."""
+def _ring_spares_attached(conn: Connection) -> bool:
+    """On a ring, its spare slots attached (empty tables, detached between rotations:
+    ADR 5) so that the numbered migration about to be applied reaches them with its
+    ALTER TABLE and CREATE INDEX on ``outbox_jobs``; ``apply_locked`` detaches them after.
+    Called just before the first step applied, never when none is (a held-back step
+    alone takes no lock on the queue). Whether it attached them."""
     if not _storage_ddl(conn.dialect.name, "ring") or not conn.execute("ring_installed")[0][0]:
-        return False
-    done = set(applied_versions(conn))
-    if all(m.version in done for m in MIGRATIONS if to is None or m.version <= to):
         return False
     conn.execute("ring_spares", {"attach": True})
     return True
@@ -269,7 +267,11 @@ def storage_teardown(dialect_name: str) -> list[str]:
     return _storage_ddl(dialect_name, "ring_drop")
 
 
-def _apply_missing(conn: Connection, to: int | None) -> list[int]:
+def _apply_missing(
+    conn: Connection, to: int | None, before_first: Callable[[], None] | None = None
+) -> list[int]:
+    """Apply the missing steps up to ``to``, skipping held-back ones while schema-1 code
+    may still write; ``before_first`` runs once, before the first step applied."""
     done = set(applied_versions(conn))
     missing = [m for m in MIGRATIONS if m.version not in done and (to is None or m.version <= to)]
     applied: list[int] = []
@@ -280,6 +282,8 @@ def _apply_missing(conn: Connection, to: int | None) -> list[int]:
                 holding = schema_1_writers(conn) is not None
             if holding:
                 continue  # ``held_back`` says why
+        if before_first is not None and not applied:
+            before_first()
         _apply(conn, m)
         applied.append(m.version)
     return applied

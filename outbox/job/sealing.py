@@ -76,7 +76,7 @@ _b2a = binascii.b2a_base64
 _a2b = binascii.a2b_base64
 
 KeySource = Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None
-_log = structlog.get_logger("outbox.job.sealing")
+_log = structlog.get_logger("outbox.sealing")  # the name logs have always carried
 
 
 class _Key(NamedTuple):

@@ -40,7 +40,6 @@ import orjson
 from redis import exceptions
 from redis.asyncio import Redis
 
-from outbox.db.driver import CANCELLED
 from outbox.db.rows import ClaimedJob, Failure
 from outbox.jetstream import codec
 from outbox.log import get_logger
@@ -332,7 +331,6 @@ class RedisLane(BrokerLane[Entry]):
         inbox row: the policy acks it all the same, and its mark goes."""
         marks = await self._look_for_cancels()
         keep: list[Done] = []
-        spent: list[str] = []  # marks of transactional jobs acked all the same
         w = self.ctx
         for e, job in acks:
             if job.message_id not in marks:
@@ -340,14 +338,16 @@ class RedisLane(BrokerLane[Entry]):
                 continue
             handler = w.registry.get(job.job_name)
             if handler is not None and handler.transactional:
-                keep.append((e, job))
-                spent.append(job.message_id)
+                keep.append((e, job))  # its effects committed: acked, its mark dropped
                 continue
             w.stats.succeeded -= 1  # counted by the ack this replaces
             w.runner.cancelled.add(job.id)
             self._settle(e, Outcome(Kind.DONE, job))
-        if await self._ack_now(keep, check=False) and spent:
-            await self.r.hdel(self.cancel_key, *spent)
+        if await self._ack_now(keep, check=False) and keep:
+            # their marks, if any: a transactional job's, or one set since the marks
+            # were read (the job finished first); a mark left would make every later
+            # ack of the queue take this slow path
+            await self.r.hdel(self.cancel_key, *(job.message_id for _, job in keep))
 
     async def _look_for_cancels(self) -> set[str]:
         """Read the queue's cancel marks: the jobs this lane holds that an operator
@@ -432,7 +432,7 @@ class RedisLane(BrokerLane[Entry]):
         stream = self.streams[e.stream]
         ordered = stream if e.stream >= len(names.BANDS) else None  # its key's partition
         buried = await self._copy_dead(e, codec.dead_body(job, failure, ordered))
-        if buried and failure.exception_class == CANCELLED:  # the mark has done its work
+        if buried:  # a mark has no job left to stop (cancelled, or dead before it was read)
             with contextlib.suppress(Exception):  # left behind, ``queue retry`` drops it
                 await self.r.hdel(self.cancel_key, job.message_id)
         return buried

@@ -1,6 +1,6 @@
 -- Encryption key rotation and status (outbox/db/keys.py): the statements are in
 -- common/keys.sql; what differs per dialect is here. An envelope starts
--- {"$sealed":"v1:KEY_ID: (outbox/sealing.py).
+-- {"$sealed":"v1:KEY_ID: (outbox/job/sealing.py).
 
 -- fragment: sealed_key_id
 -- The key id of the row's payload envelope; NULL for plaintext.

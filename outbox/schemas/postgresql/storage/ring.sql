@@ -138,6 +138,7 @@ BEGIN
 END $$;
 
 SELECT outbox_ring_spares(false);
+REVOKE EXECUTE ON FUNCTION outbox_ring_spares(BOOLEAN) FROM PUBLIC;  -- the migrator's alone
 
 -- One rotation, in the caller's transaction (one statement in autocommit): when the
 -- current slot is at least every_ms old and holds at least min_dead dead row versions,
