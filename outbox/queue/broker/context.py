@@ -68,9 +68,14 @@ class LaneContext:
         return int(self.wall_clock() * 1000)
 
 
+def _jobs_with(registry: Registry, attribute: str) -> list[str]:
+    """The names of the registry's jobs whose handler sets ``attribute``, sorted."""
+    return sorted(n for n in registry if (h := registry.get(n)) and getattr(h, attribute))
+
+
 def transactional_jobs(registry: Registry) -> list[str]:
     """The registry's transactional jobs: a broker worker runs them with an inbox."""
-    return sorted(n for n in registry if (h := registry.get(n)) and h.transactional)
+    return _jobs_with(registry, "transactional")
 
 
 def refuse_sql_only(registry: Registry, config: WorkerConfig, database: Database | None) -> None:
@@ -88,14 +93,14 @@ def refuse_sql_only(registry: Registry, config: WorkerConfig, database: Database
             f"job {names_[0]} is transactional, which on a broker needs the database of its "
             "inbox (give --database-url, migrated, or drop transactional=True)"
         )
-    held = sorted(n for n in registry if (h := registry.get(n)) and h.dead_letter_holds_key)
+    held = _jobs_with(registry, "dead_letter_holds_key")
     if held:
         raise ConfigurationError(
             f"job {held[0]} has dead_letter_holds_key=True, which a broker worker cannot keep "
             "(an unacked dead letter would block every key of its partition): drop it or run "
             "without --broker"
         )
-    kept = sorted(n for n in registry if (h := registry.get(n)) and h.keep_result_ms)
+    kept = _jobs_with(registry, "keep_result_ms")
     if kept:
         raise ConfigurationError(
             f"job {kept[0]} keeps its result (keep_result), which the SQL queue's "
