@@ -207,10 +207,14 @@ class Driver(Protocol):
         """
         ...
 
-    def storage_tick(self) -> None:
-        """Upkeep of the queue's storage, asked by a worker between claims (each driver
-        decides how often to act): on PostgreSQL's ring, a pass of the rotation
-        (``outbox.db.ring``); nothing elsewhere."""
+    def on_ring(self) -> bool:
+        """Is the queue's storage PostgreSQL's ring (``outbox.db.ring``)? A worker then
+        runs the ring's ``Ticker`` beside its claims."""
+        ...
+
+    def ring_rotate(self) -> str | None:
+        """One pass of the ring's rotation (``outbox_ring_rotate``): its answer, or
+        ``None`` when it failed (logged by class) or there is no ring."""
         ...
 
     def ordering_heal(self, limit: int) -> int:

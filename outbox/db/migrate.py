@@ -210,10 +210,7 @@ def apply_locked(conn: Connection, to: int | None = None) -> list[int]:
     """
     got = conn.execute("migrate_lock")
     if conn.dialect.transactional_ddl:
-        spares: list[bool] = []
-        applied = _apply_missing(conn, to, lambda: spares.append(_ring_spares_attached(conn)))
-        if any(spares):
-            conn.execute("ring_spares", {"attach": False})
+        applied = _apply_missing(conn, to)
         return applied if to is not None and to < LATEST else _with_storage(conn, applied)
     if not got or got[0][0] != 1:
         raise DatabaseError(
@@ -239,18 +236,6 @@ an earlier one converts nothing), so both make the same schema."""
     return applied
 
 
-def _ring_spares_attached(conn: Connection) -> bool:
-    """On a ring, its spare slots attached (empty tables, detached between rotations:
-    ADR 5) so that the numbered migration about to be applied reaches them with its
-    ALTER TABLE and CREATE INDEX on ``outbox_jobs``; ``apply_locked`` detaches them after.
-    Called just before the first step applied, never when none is (a held-back step
-    alone takes no lock on the queue). Whether it attached them."""
-    if not _storage_ddl(conn.dialect.name, "ring") or not conn.execute("ring_installed")[0][0]:
-        return False
-    conn.execute("ring_spares", {"attach": True})
-    return True
-
-
 @cache
 def _storage_ddl(dialect_name: str, storage: str) -> list[str]:
     """The statements of ``schemas/<dialect>/storage/<storage>.sql``; none where the
@@ -267,11 +252,9 @@ def storage_teardown(dialect_name: str) -> list[str]:
     return _storage_ddl(dialect_name, "ring_drop")
 
 
-def _apply_missing(
-    conn: Connection, to: int | None, before_first: Callable[[], None] | None = None
-) -> list[int]:
+def _apply_missing(conn: Connection, to: int | None) -> list[int]:
     """Apply the missing steps up to ``to``, skipping held-back ones while schema-1 code
-    may still write; ``before_first`` runs once, before the first step applied."""
+    may still write."""
     done = set(applied_versions(conn))
     missing = [m for m in MIGRATIONS if m.version not in done and (to is None or m.version <= to)]
     applied: list[int] = []
@@ -282,8 +265,6 @@ def _apply_missing(
                 holding = schema_1_writers(conn) is not None
             if holding:
                 continue  # ``held_back`` says why
-        if before_first is not None and not applied:
-            before_first()
         _apply(conn, m)
         applied.append(m.version)
     return applied

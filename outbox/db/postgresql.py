@@ -64,26 +64,14 @@ class PostgresqlDriver(SharedDriver):
     def __init__(self, conn: Executor) -> None:
         super().__init__(conn)
         self._ring: bool | None = None  # outbox_jobs is the ring (outbox.db.ring)?
-        self._rotate_due = 0.0
 
-    def _on_ring(self) -> bool:
-        """Is this database's queue the ring? Asked once per connection."""
+    def on_ring(self) -> bool:
+        """Asked once per connection."""
         if self._ring is None:
             self._ring = bool(self._read("queue storage", "ring_installed")[0][0])
         return self._ring
 
-    def storage_tick(self) -> None:
-        """On the ring, a pass of the rotation at most once per ``ring.CHECK_EVERY_S``:
-        workers are the ring's ticker, between claims (never inside one, so a claim
-        never waits for a rotation it started)."""
-        if time.monotonic() < self._rotate_due or not self._on_ring():
-            return
-        self._rotate_due = time.monotonic() + ring.CHECK_EVERY_S
-        self.ring_rotate()
-
     def ring_rotate(self) -> str | None:
-        """One pass of the ring's rotation (``outbox_ring_rotate``): its answer, or
-        ``None`` when it failed (logged; the next pass tries again)."""
         try:
             answer = str(self._one("ring rotate", "ring_rotate", ring.rotate_params())[0][0])
         except DatabaseError as exc:  # the claim goes on; the next pass tries again

@@ -220,8 +220,11 @@ class SharedDriver(LimitOps, ResultOps):
         rows = self._read("heartbeat", "job_cancel_requested", self._fence_params(fence))
         return {int(r[0]) for r in rows}
 
-    def storage_tick(self) -> None:
-        return None  # the heap needs no upkeep beyond VACUUM's
+    def on_ring(self) -> bool:
+        return False  # the heap needs no upkeep beyond VACUUM's
+
+    def ring_rotate(self) -> str | None:
+        return None
 
     def job_reap(
         self,

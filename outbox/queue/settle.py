@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from outbox.db import ring
 from outbox.db.connection import Connection, Database
 from outbox.db.driver import Driver
 from outbox.db.reconnect import Reconnect
@@ -85,6 +86,8 @@ class Settler:
         self.unknown_delay_ms = unknown_delay_ms
         self.tally = tally or Tally(worker_id)  # the dashboard chart's counts
         self._conn: Connection | None = None
+        self._ticker: ring.Ticker | None = None
+        self._upkeep_asked = False
         self.in_trouble = False  # the last database operation failed
         self.fatal: ReadOnlyDatabase | None = None  # the first error no retry fixes
         # Jobs decided ACK whose handler keeps its result: their outcome waits here for
@@ -357,16 +360,25 @@ class Settler:
             self._trouble("queue paused", exc)
             return False
 
-    def storage_tick(self) -> None:
-        """The storage's upkeep between claims (``Driver.storage_tick``: the ring's
-        rotation on PostgreSQL), on the connection the claims use; it never opens one
-        (after a database error the next claim does, with its pause)."""
-        if self._conn is None:
+    def start_upkeep(self) -> None:
+        """On PostgreSQL's ring, start its ``Ticker`` (the rotation, beside the claims),
+        once: asked after a claim round, on the connection the claims use; it never
+        opens one (after a database error the next claim does, with its pause)."""
+        if self._upkeep_asked or self._conn is None:
             return
         try:
-            self._driver().storage_tick()
+            on_ring = self._driver().on_ring()
         except DatabaseError as exc:
-            self._trouble("storage upkeep", exc)
+            self._trouble("queue storage", exc)
+            return
+        self._upkeep_asked = True
+        if on_ring:
+            self._ticker = ring.Ticker(self.database)
+
+    def stop_upkeep(self) -> None:
+        if self._ticker is not None:
+            self._ticker.close()
+            self._ticker = None
 
     def reap(self) -> None:
         """Expired leases back to the queue, or to the dead letters at their limit."""

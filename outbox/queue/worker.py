@@ -241,7 +241,7 @@ class Worker:
                     return
             elif self._should_exit_empty(self._d.claim_round()):
                 return
-            self._d.db.storage_tick()  # after the claim: a woken worker claims first
+            self._d.db.start_upkeep()  # after the claim: a woken worker claims first
             self._d.wait(min(next_beat, next_reap) - self._clock())
             self._d.collect()
 
@@ -296,5 +296,6 @@ class Worker:
         if listener is not None:
             listener.close()
         self._d.flush_tally(self._clock(), due=True)
+        self._d.db.stop_upkeep()
         self._d.db.close()
         joblog.worker_stopped(self._log, self.stats)

@@ -571,12 +571,13 @@ def _keyed(conn: Connection, n: int, key: str = "order:1") -> list[str]:
         ]
 
 
-def test_storage_tick_keeps_every_job_as_it_was(
+def test_ring_rotate_keeps_every_job_as_it_was(
     conn: Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The worker's storage upkeep between claims: nothing on the heap; on PostgreSQL's
-    ring (``OUTBOX_QUEUE_STORAGE=ring``) a rotation when due, here made due at once,
-    which moves rows with their ids, attempts and leases and changes no job."""
+    """The ring's rotation (``ring.Ticker`` runs it beside a worker's claims): no ring
+    and nothing to do on the heap; on PostgreSQL's ring (``OUTBOX_QUEUE_STORAGE=ring``)
+    a rotation, here made due at once, which moves rows with their ids, attempts and
+    leases and changes no job."""
     from outbox.db import ring
 
     monkeypatch.setattr(ring, "EVERY_MS", 0)
@@ -586,8 +587,7 @@ def test_storage_tick_keeps_every_job_as_it_was(
     held = _claim(conn, 1)
     jobs = "SELECT id, message_id, attempts, reserved_by, lease_expires_at FROM outbox_jobs"
     before = sorted(conn.execute_sql(jobs))
-    assert d.storage_tick() is None
-    assert d.storage_tick() is None  # at most once per ring.CHECK_EVERY_S: a no-op now
+    assert d.ring_rotate() == ("rotated" if d.on_ring() else None)
     assert sorted(conn.execute_sql(jobs)) == before
     assert d.job_ack(JobFence(W, held)) == {held[0].id}
     assert [j.attempts for j in _claim(conn)] == [1, 1]

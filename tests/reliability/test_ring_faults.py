@@ -59,14 +59,21 @@ def ring_url(backend: str, ledger_url: str) -> str:
 
 
 def _state(url: str) -> tuple[Any, ...]:
+    """The ring's row, and every job with the slot table that holds it."""
     ring = fetch(url, "SELECT slot, rotations FROM outbox_queue_ring")[0]
-    rows = fetch(url, "SELECT id, message_id, attempts, reserved_by, lease_expires_at, slot"
-                      " FROM outbox_jobs ORDER BY id")
+    rows = fetch(url, "SELECT id, message_id, attempts, reserved_by, lease_expires_at,"
+                      " tableoid::regclass::text FROM outbox_jobs ORDER BY id")
     return ring, rows
 
 
 def _without_slot(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     return [r[:-1] for r in rows]
+
+
+def _slot_tables(url: str) -> list[str]:
+    return [str(r[0]) for r in fetch(
+        url, "SELECT relname FROM pg_class WHERE relname ~ '^outbox_jobs_ring_[0-9]+$'"
+             " AND relkind = 'r' ORDER BY relname")]
 
 
 def _push(url: str, n: int, queue: str = "harness") -> None:
@@ -119,11 +126,13 @@ def test_a_terminated_rotation_rolls_back_and_the_next_pass_completes(
     t.join(10)
     assert isinstance(out.get("error"), psycopg.Error)
     assert _state(ring_url) == before  # nothing moved, the ring unchanged
+    assert _slot_tables(ring_url) == ["outbox_jobs_ring_0"]  # the next slot rolled back too
     blocker.rollback()
     assert fetch(ring_url, ROTATE, ("1s",)) == [("rotated",)]
     (slot, rotations), rows = _state(ring_url)
-    assert (slot, rotations) == ((before[0][0] + 1) % 2, before[0][1] + 1)
-    assert _without_slot(rows) == _without_slot(before[1]) and {r[-1] for r in rows} == {slot}
+    assert (slot, rotations) == (before[0][0] + 1, before[0][1] + 1)
+    assert _without_slot(rows) == _without_slot(before[1])
+    assert {r[-1] for r in rows} == {f"outbox_jobs_ring_{slot}"}
 
 
 def test_a_rotation_cut_by_a_server_restart_rolls_back(
@@ -153,7 +162,7 @@ def test_rotation_keeps_held_jobs_and_their_fences(ring_url: str) -> None:
     with Database(ring_url).connect() as conn:
         held = claim(conn, "harness", 3, "w1", 60_000)
         assert fetch(ring_url, ROTATE, ("1s",)) == [("rotated",)]
-        assert fetch(ring_url, ROTATE, ("1s",)) == [("rotated",)]  # and back: slot 0 again
+        assert fetch(ring_url, ROTATE, ("1s",)) == [("rotated",)]  # and once more
         assert heartbeat(conn, "w1", held, 60_000) == 3
         assert release(conn, "w1", held[2], 0, "RuntimeError")
         assert ack(conn, "w1", held[:2]) == {held[0].id, held[1].id}
@@ -162,8 +171,10 @@ def test_rotation_keeps_held_jobs_and_their_fences(ring_url: str) -> None:
         r[0] for r in fetch(ring_url, "SELECT id FROM outbox_jobs WHERE attempts = 1"
                                       " AND reserved_by = 'w2' AND id <> %s", (held[2].id,))]])
     assert len(again) == 2
-    sizes = fetch(ring_url, "SELECT count(*) FROM outbox_jobs_ring_1")
-    assert sizes == [(0,)]  # the slot left was truncated, nothing in it
+    # the second pass dropped the slot the first left; the slot it left waits for the next
+    assert _slot_tables(ring_url) == ["outbox_jobs_ring_1", "outbox_jobs_ring_2"]
+    assert fetch(ring_url, ROTATE, ("1s",)) == [("rotated",)]
+    assert _slot_tables(ring_url) == ["outbox_jobs_ring_2", "outbox_jobs_ring_3"]
 
 
 def test_a_reader_holding_the_slot_makes_rotation_skip_not_stall(ring_url: str) -> None:
@@ -178,6 +189,20 @@ def test_a_reader_holding_the_slot_makes_rotation_skip_not_stall(ring_url: str) 
         assert len(claim(conn, "harness", 5, "w", 60_000)) == 3  # the claim goes on
     reader.close()
     assert fetch(ring_url, ROTATE, ("1s",)) == [("rotated",)]
+
+
+def test_a_reader_of_a_left_slot_delays_its_drop_not_the_rotation(ring_url: str) -> None:
+    _push(ring_url, 3)
+    assert fetch(ring_url, ROTATE, ("1s",)) == [("rotated",)]
+    reader = psycopg.connect(ring_url)  # holds ACCESS SHARE on the slot left
+    reader.execute("SELECT count(*) FROM outbox_jobs_ring_0").fetchone()
+    assert fetch(ring_url, ROTATE, ("50ms",)) == [("rotated",)]
+    assert _slot_tables(ring_url) == ["outbox_jobs_ring_0", "outbox_jobs_ring_1",
+                                      "outbox_jobs_ring_2"]
+    reader.close()
+    assert fetch(ring_url, ROTATE, ("1s",)) == [("rotated",)]
+    assert _slot_tables(ring_url) == ["outbox_jobs_ring_2", "outbox_jobs_ring_3"]
+    assert fetch(ring_url, "SELECT count(*) FROM outbox_jobs") == [(3,)]
 
 
 class _Rotator(threading.Thread):
@@ -246,17 +271,18 @@ def test_workers_killed_while_the_ring_rotates_lose_nothing(
 def test_a_worker_rotates_the_ring_between_its_claims_and_new_jobs_follow_the_slot(
     ring_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Workers are the ring's ticker (``storage_tick``, after a claim round): one worker
-    alone rotates it; every job runs once; a job pushed after the rotations lands in the
-    current slot, through a statement its connection prepared before them too (each
-    rotation sets the slot's default and so invalidates cached plans)."""
+    """Workers are the ring's ticker (``ring.Ticker``, a thread started after the first
+    claim round): one worker alone rotates it; every job runs once; a job pushed after
+    the rotations lands in the current slot, through a statement its connection
+    prepared before them too (each rotation detaches and attaches a slot, and so
+    invalidates cached plans)."""
     from outbox import Registry
     from outbox.db import ring
     from outbox.queue import Worker, WorkerConfig
 
     monkeypatch.setattr(ring, "EVERY_MS", 0)
     monkeypatch.setattr(ring, "MIN_DEAD", 0)
-    monkeypatch.setattr(ring, "CHECK_EVERY_S", 0.0)
+    monkeypatch.setattr(ring, "CHECK_EVERY_S", 0.01)
     ran: list[int] = []
     registry = Registry()
     registry.job("ring.tick")(lambda body, ctx: ran.append(int(body["n"])))
@@ -275,4 +301,5 @@ def test_a_worker_rotates_the_ring_between_its_claims_and_new_jobs_follow_the_sl
     push(app, Job("ring.tick", {"n": 30}, queue="ticks"))
     app.commit()
     app.close()
-    assert fetch(ring_url, "SELECT slot FROM outbox_jobs") == [(slot,)]
+    assert fetch(ring_url, "SELECT tableoid::regclass::text FROM outbox_jobs") == [
+        (f"outbox_jobs_ring_{slot}",)]
