@@ -194,8 +194,8 @@ class _MariaDB(_Side):
 
 class _Sampler(threading.Thread):
     """The queue relations' size every ``EVERY_S`` seconds on its own connection: the
-    ring's size swings with each rotation (a slot fills for up to 5 s, then its file is
-    truncated), so an instant says where in the cycle it fell; the largest sample of a
+    ring's size swings with each rotation (a slot fills for a few seconds, then it is
+    dropped), so an instant says where in the cycle it fell; the largest sample of a
     minute is compared with the largest of another, for either storage."""
 
     EVERY_S = 2.0
@@ -224,8 +224,8 @@ class _Done(Exception):
 
 
 def _relations_sql() -> str:
-    """The queue's relations: ``outbox_jobs``, its partitions and the ring's slots that
-    are detached between rotations (empty, but their files count)."""
+    """The queue's relations: ``outbox_jobs``, its partition and the ring's slot that the
+    last rotation left (detached, dropped by the next pass: its file counts till then)."""
     return (
         "SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0),"
         " coalesce(sum(s.n_dead_tup), 0), coalesce(sum(s.n_live_tup), 0)"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
@@ -22,15 +23,19 @@ from outbox.db.postgresql import PostgresqlDriver
 
 
 class _Samples:
+    """Written from the worker's loop and from the ring's ticker thread."""
+
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.flushed = time.monotonic()
+        self.lock = threading.Lock()
 
     def add(self, seconds: float, claimed: int, acked: int) -> None:
-        self.out.write(f"{time.time():.3f},{seconds:.6f},{claimed},{acked}\n")
-        if time.monotonic() - self.flushed > 1.0:
-            self.out.flush()
-            self.flushed = time.monotonic()
+        with self.lock:
+            self.out.write(f"{time.time():.3f},{seconds:.6f},{claimed},{acked}\n")
+            if time.monotonic() - self.flushed > 1.0:
+                self.out.flush()
+                self.flushed = time.monotonic()
 
 
 ROTATE = -2  # the ``claimed`` field of a ring rotation pass's sample

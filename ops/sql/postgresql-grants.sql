@@ -158,24 +158,27 @@ GRANT UPDATE (available_at) ON outbox_jobs TO outbox_app, outbox_relay, outbox_o
 
 -- The ring storage (docs/explanation/adr/0005-queue-ring-storage.md): outbox_jobs is a
 -- parent partitioned by slot, with only the current slot attached. Statements through
--- the parent need only the parent's grants above; the migrator owns every slot
--- (attached or not) and the ring's row too, and the rotation function, which runs as
--- its owner (SECURITY DEFINER: it alters the slot's default, attaches, detaches and
--- truncates slots). The worker rotates; the operator reads the ring's state. Skipped
+-- the parent need only the parent's grants above; the migrator owns the slot tables
+-- (the current one, and the one the last rotation left until the next pass drops it),
+-- the ring's row, and the rotation's functions: the rotation runs as their owner
+-- (SECURITY DEFINER: it creates, attaches, detaches and drops slot tables, which the
+-- migrator then owns). The worker rotates; the operator reads the ring's state. Skipped
 -- on the plain table (OUTBOX_QUEUE_STORAGE=heap).
 DO $$
 DECLARE
-    slots INTEGER;
+    t REGCLASS;
 BEGIN
     IF to_regclass('outbox_queue_ring') IS NULL THEN
         RETURN;
     END IF;
     ALTER TABLE outbox_queue_ring OWNER TO outbox_migrator;
-    SELECT q.slots INTO slots FROM outbox_queue_ring q WHERE q.id = 1;
-    FOR s IN 0 .. slots - 1 LOOP
-        EXECUTE format('ALTER TABLE outbox_jobs_ring_%s OWNER TO outbox_migrator', s);
+    FOR t IN SELECT c.oid FROM pg_class c
+             WHERE c.relname ~ '^outbox_jobs_ring_[0-9]+$' AND c.relkind = 'r'
+               AND c.relnamespace = CAST(current_schema() AS regnamespace)
+    LOOP
+        EXECUTE format('ALTER TABLE %s OWNER TO outbox_migrator', t);
     END LOOP;
-    ALTER FUNCTION outbox_ring_spares(BOOLEAN) OWNER TO outbox_migrator;
+    ALTER FUNCTION outbox_ring_new_slot(BIGINT, TEXT[]) OWNER TO outbox_migrator;
     ALTER FUNCTION outbox_ring_rotate(BIGINT, BIGINT, INTEGER, TEXT) OWNER TO outbox_migrator;
     GRANT SELECT ON outbox_queue_ring TO outbox_worker, outbox_operator;
     GRANT EXECUTE ON FUNCTION outbox_ring_rotate(BIGINT, BIGINT, INTEGER, TEXT)
