@@ -760,19 +760,20 @@ def test_statements_sent_at_once_leave_nothing_written_when_one_fails(
     database: Database, conn: Connection
 ) -> None:
     """``transact_at_once`` (the keyed acknowledgement's BEGIN, lock, statement and
-    COMMIT in one round trip on PostgreSQL): a step the server refuses rolls back the
-    steps before it, the error names the operation, and the connection goes on."""
-    if database.dialect.name != "postgresql":
-        pytest.skip("the steps go out together on PostgreSQL only (psycopg's pipeline)")
+    COMMIT in one round trip on PostgreSQL, one after the other elsewhere): a step the
+    database refuses rolls back the steps before it, the error names the operation, and
+    the connection goes on."""
     key = hashlib.sha256(b"order:at-once").hexdigest()
-    steps = [("ordering_lock", {"keys": [key], "keys_json": ""}),
-             ("ordering_ack_leave", {"ids": "{x}", "attempts": "{1}", "worker": "w",
-                                     "keys": [key]})]  # fmt: skip
+    lock = ("ordering_lock", {"keys": [key], "keys_json": f'["{key}"]'})
+    refused = ("queue_push", {"message_id": None, "queue": "default", "job_name": "o.run",
+                              "payload": "{}", "max_attempts": 3, "delay_ms": 0,
+                              "priority": 0, "trace_context": None,
+                              "ordering_key": key})  # fmt: skip
     with pytest.raises(DatabaseError) as caught:
-        conn.transact_at_once(steps, operation="ack")
+        conn.transact_at_once([lock, refused], operation="ack")
     assert caught.value.operation == "ack"
     assert count(conn, "outbox_ordering_keys") == 0
-    assert conn.transact_at_once(steps[:1], operation="ack") == []
+    assert conn.transact_at_once([lock], operation="ack") == []
     assert count(conn, "outbox_ordering_keys") == 1
 
 
