@@ -15,11 +15,12 @@ workers never LISTEN (a notification goes to whichever client holds the connecti
 they poll. ``session`` (PgBouncer's ``pool_mode = session``: a server connection is the
 client's for its whole session) behaves as ``none``.
 
-``OUTBOX_QUEUE_STORAGE`` (default ``heap``): ``ring`` makes ``migrate`` on PostgreSQL
+``OUTBOX_QUEUE_STORAGE`` (default ``ring``): on PostgreSQL, ``ring`` makes ``migrate``
 build ``outbox_jobs`` as the rotated ring of partitions that a long transaction cannot
 slow down, converting a heap ``outbox_jobs`` in place, rows and all (ADR 5,
 docs/explanation/adr/0005-queue-ring-storage.md); once converted, a database stays a
-ring whatever this says. SQLite and MariaDB keep the heap whatever this says.
+ring whatever this says. ``heap`` keeps (or makes) the plain table. SQLite and MariaDB
+keep the heap whatever this says.
 
 Each is read when first used, not at import, so a bad value never breaks
 ``import outbox``: it is a one-line ``ConfigurationError`` naming the variable and the
@@ -62,7 +63,7 @@ def _pooler_from_env() -> bool:
 
 
 def _queue_storage_from_env() -> str:
-    value = os.environ.get("OUTBOX_QUEUE_STORAGE", "heap").strip().lower() or "heap"
+    value = os.environ.get("OUTBOX_QUEUE_STORAGE", "ring").strip().lower() or "ring"
     if value not in QUEUE_STORAGES:
         raise ConfigurationError(
             f"OUTBOX_QUEUE_STORAGE must be one of {', '.join(QUEUE_STORAGES)}, not {value!r}"

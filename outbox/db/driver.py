@@ -19,6 +19,7 @@ dialect modules need nothing from ``connection.py`` (which builds connections th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
@@ -84,6 +85,10 @@ class Executor(Protocol):
 
     def atomic(self, fn: Callable[[Executor], T], *, operation: str) -> T: ...
 
+    def transact_at_once(
+        self, steps: Sequence[tuple[str, Mapping[str, Any]]], *, operation: str
+    ) -> list[Row]: ...
+
     def read(self, fn: Callable[[Executor], T], *, operation: str) -> T: ...
 
 
@@ -114,6 +119,9 @@ class Backend:
     driver: Callable[[Executor], Driver]
     adapt: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None  # None: as given
     atomic_in_transaction: bool = False
+    # A context in which statements go out without waiting for each answer (psycopg's
+    # pipeline mode), or None where the driver has none: ``Connection.transact_at_once``.
+    pipeline: Callable[[Any], AbstractContextManager[Any]] | None = None
 
 
 class Driver(Protocol):

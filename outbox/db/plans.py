@@ -207,6 +207,8 @@ HOT: tuple[Hot, ...] = (
     _h("limit_job_return", _HELD_ONE, "outbox_jobs", "outbox_jobs_pkey", "limit: job returned"),
     # ordering keys (outbox.db.ordering): the reaper's heal reads a page of key rows
     _h("ordering_ack_leave", {"ids": list(range(101, 201)), "attempts": [1] * 100, "worker": "w", "keys": ["0" * 58 + "100005"]}, "outbox_ordering_keys", "outbox_ordering_keys_pkey", "ack of keyed jobs: delete, promote, drop", _PG),
+    _h("ordering_ack_claim", {**_FENCE, **_CLAIM, "keys": ["0" * 58 + "100005"]}, "outbox_ordering_keys", "outbox_ordering_keys_pkey", "ack+claim of keyed jobs: drop", _PG),
+    _h("ordering_ack_claim", {**_FENCE, **_CLAIM, "keys": ["0" * 58 + "100005"]}, "outbox_jobs", "outbox_jobs_claim", "ack+claim of keyed jobs: claim", _PG),
     _h("ordering_stranded", {"after": "0" * 58 + "100005", "until": "g", "limit": 100}, "outbox_ordering_keys", "outbox_ordering_keys_pkey", "reap: ordering heal (a page of keys)", kinds=_WALK),
     # workflows (outbox.workflows): `outbox workflow show` reads one workflow's rows and
     # what the queue says of each node; a node's acknowledgement reaches its children

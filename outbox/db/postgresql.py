@@ -14,15 +14,21 @@ transaction.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from outbox.config import settings
 from outbox.db import ordering, ring
 from outbox.db.adapters import psycopg_has_rows
-from outbox.db.caller import drive
 from outbox.db.dialect import POSTGRESQL
-from outbox.db.driver import JOBS_CHANNEL, RELAY_CHANNEL, Backend, ConnectOptions, Executor
+from outbox.db.driver import (
+    JOBS_CHANNEL,
+    RELAY_CHANNEL,
+    Backend,
+    ConnectOptions,
+    Executor,
+)
 from outbox.db.errors import INVALID_TEXT, error_code
 from outbox.db.rows import (
     ClaimedJob,
@@ -90,22 +96,36 @@ class PostgresqlDriver(SharedDriver):
     def job_ack_claim(self, done: JobFence, claim: JobClaim) -> tuple[set[int], list[ClaimedJob]]:
         if not done.jobs:
             return set(), self.job_claim(claim)
-        if has_ordering_key(done):
-            return super().job_ack_claim(done, claim)  # the keys' turns pass on first
         params = {**self._fence_params(done), **claim_params(claim)}
-        rows = self._one("claim", "job_ack_claim", params)
+        if has_ordering_key(done):  # the keys' rows locked, then one statement (below)
+            keys = _keys(done)
+            claim_keyed = {**params, "keys": keys}
+            steps = [*ordering.lock(keys), ("ordering_ack_claim", claim_keyed)]
+            rows = self.conn.transact_at_once(steps, operation="claim")
+        else:
+            rows = self._one("claim", "job_ack_claim", params)
         acked = {int(r[0]) for r in rows if r[1] is None}
         return acked, claimed_jobs(r for r in rows if r[1] is not None)
 
-    def _ack_ordered_in_tx(self, fence: JobFence) -> set[int]:
-        """The acknowledgement of jobs some of which have an ordering key in two
+    def job_ack(self, fence: JobFence) -> set[int]:
+        if not fence.jobs or not has_ordering_key(fence):
+            return super().job_ack(fence)
+        rows = self.conn.transact_at_once(self._ack_ordered_steps(fence), operation="ack")
+        return {int(r[0]) for r in rows}
+
+    def _ack_ordered_steps(self, fence: JobFence) -> list[tuple[str, Mapping[str, Any]]]:
+        """An acknowledgement of jobs some of which have an ordering key in two
         statements: the keys' rows locked (``outbox.db.ordering.lock``), then the delete
         and the keys' turns passed on in one (``ordering_ack_leave``), whose snapshot,
         taken after the lock, sees what the lock waited for."""
-        keys = sorted({str(j.ordering_key) for j in fence.jobs if j.ordering_key is not None})
-        drive(ordering.lock(keys), self.conn)
-        rows = self.conn.execute("ordering_ack_leave", {**self._fence_params(fence), "keys": keys})
-        return {int(r[0]) for r in rows}
+        keys = _keys(fence)
+        leave = {**self._fence_params(fence), "keys": keys}
+        return [*ordering.lock(keys), ("ordering_ack_leave", leave)]
+
+    def _ack_ordered_in_tx(self, fence: JobFence) -> set[int]:
+        """``_ack_ordered_steps`` inside the caller's transaction."""
+        rows = [self.conn.execute(n, p) for n, p in self._ack_ordered_steps(fence)]
+        return {int(r[0]) for r in rows[-1]}
 
     def _fence_params(self, fence: JobFence) -> dict[str, Any]:
         """The fence's ids and attempts as array literals (``{1,2,3}``), which the
@@ -176,6 +196,11 @@ class PostgresqlDriver(SharedDriver):
         return int(claimed), int(handed_off), failed, tuple(traces or ())
 
 
+def _keys(fence: JobFence) -> list[str]:
+    """The ordering keys of ``fence``'s jobs, sorted (the order their rows are locked in)."""
+    return sorted({str(j.ordering_key) for j in fence.jobs if j.ordering_key is not None})
+
+
 def connector(url: URL, options: ConnectOptions) -> Callable[[], Any]:
     args = postgresql_args(url)
 
@@ -200,6 +225,15 @@ def rollback(raw: Any) -> None:
     raw.execute("ROLLBACK")
 
 
+def pipeline(raw: Any) -> AbstractContextManager[Any]:
+    """psycopg's pipeline mode, where its libpq has one (14 and later; else one statement
+    at a time, the same transaction)."""
+    import psycopg
+
+    return raw.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
+
+
 BACKEND = Backend(
-    POSTGRESQL, connector, begin, commit, rollback, psycopg_has_rows, PostgresqlDriver
+    POSTGRESQL, connector, begin, commit, rollback, psycopg_has_rows, PostgresqlDriver,
+    pipeline=pipeline,
 )

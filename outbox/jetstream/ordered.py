@@ -116,11 +116,12 @@ class OrderedLane(KeyedLane[Msg], Lane):
                     break
                 self.room.clear()  # before looking: what happens after wakes the wait
                 sent = False
-                hold = self._free() >= n  # a slot for every partition: wait on each
+                free = self._free()  # again after each request only: skipping changes nothing
+                hold = free >= n  # a slot for every partition: wait on each
                 for k in range(n):  # a fair start: the partition after the last asked
                     i = (start + k) % n
                     p = self.pullers[i]
-                    if self.paused() or self._free() <= 0:
+                    if self.paused() or free <= 0:
                         break
                     if p.busy(w.clock()) or (not hold and i in swept):
                         continue
@@ -137,6 +138,7 @@ class OrderedLane(KeyedLane[Msg], Lane):
                         await self._fetch_failed(type(exc).__name__)
                         break
                     start, sent = i + 1, True
+                    free = self._free()
                 if sent:
                     continue
                 if len(swept) == n and not any(p.busy(w.clock()) for p in self.pullers):

@@ -30,7 +30,7 @@ from outbox import (
 )
 from outbox.db.connection import Connection, Database
 from outbox.db.rows import JobDeadLetter
-from outbox.errors import IdempotencyConflict, InvalidJob
+from outbox.errors import DatabaseError, IdempotencyConflict, InvalidJob
 from outbox.job import BLOCKED_OFFSET_MS, NormalJob, fingerprint, normalise
 from outbox.queue import Worker, WorkerConfig
 from outbox.queue.backoff import Backoff
@@ -39,7 +39,15 @@ from outbox.relay.target import SqlQueueTarget
 from outbox.status import status
 from tests.fixtures.databases import raw_connect
 from tests.fixtures.gaps import Gap, skip_gap
-from tests.fixtures.queue_ops import Failure, ack, claim, dead_letter, now_ms, release
+from tests.fixtures.queue_ops import (
+    Failure,
+    ack,
+    ack_and_claim,
+    claim,
+    dead_letter,
+    now_ms,
+    release,
+)
 from tests.fixtures.statements import Counting
 from tests.fixtures.tracing import spans  # noqa: F401  (the fixture)
 from tests.fixtures.workers import count
@@ -58,7 +66,8 @@ def _relay(database: Database, *, in_python: bool = False, batch: int = 100) -> 
 
 
 def _record_statements(monkeypatch: pytest.MonkeyPatch, conn: Connection, sent: list[str]) -> None:
-    """Append the name of every statement ``conn`` runs to ``sent``."""
+    """Append the name of every statement ``conn`` runs to ``sent`` (those sent at once
+    too, each by its name)."""
     for method in ("execute", "execute_count"):
         run = getattr(conn, method)
 
@@ -67,6 +76,13 @@ def _record_statements(monkeypatch: pytest.MonkeyPatch, conn: Connection, sent: 
             return run(name, params)
 
         monkeypatch.setattr(conn, method, named)
+    at_once = conn.transact_at_once
+
+    def steps_named(steps: Any, *, operation: str) -> Any:
+        sent.extend(name for name, _ in steps)
+        return at_once(steps, operation=operation)
+
+    monkeypatch.setattr(conn, "transact_at_once", steps_named)
 
 
 def _names(jobs: list[Any]) -> list[Any]:
@@ -684,7 +700,8 @@ def test_an_acknowledgement_passes_each_keys_turn_on_in_one_statement_after_the_
     database: Database, conn: Connection, app_conn: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On PostgreSQL an acknowledgement of keyed jobs is the keys' lock and one statement
-    (ordering_ack_leave: the delete, the promotion, the drop; they were three). A key
+    (ordering_ack_leave: the delete, the promotion, the drop; they were three), sent
+    together with BEGIN and COMMIT (transact_at_once). A key
     with a waiting job gives it the turn, a key with nothing left loses its row, a keyless
     job is acknowledged beside them; the same on every backend."""
     push_many(app_conn, [Job("o.run", {"n": n}, ordering_key=k)
@@ -704,6 +721,60 @@ def test_an_acknowledgement_passes_each_keys_turn_on_in_one_statement_after_the_
     assert _names([second]) == [1]
     ack(conn, "w1", [second])
     assert count(conn, "outbox_ordering_keys") == 0 and count(conn, "outbox_jobs") == 0
+
+
+def test_an_ack_with_a_claim_takes_the_keys_next_job_in_the_write_that_gives_it_its_turn(
+    database: Database, conn: Connection, app_conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL an acknowledgement of keyed jobs with a claim riding along is the
+    keys' lock and one statement (ordering_ack_claim; it was three: the acknowledgement,
+    then job_claim, which wrote the promoted job a second time), sent together. It takes
+    what a claim after the acknowledgement would: most urgent first, so a keyless job of
+    a more urgent priority goes before the key's next job, which still gets its turn,
+    and the key's next job is claimed, due and in its turn, when it is the most urgent.
+    The same jobs on every backend."""
+    push_many(app_conn, [Job("o.run", {"n": n}, ordering_key="order:c", priority=5)
+                         for n in range(3)])  # fmt: skip
+    app_conn.commit()
+    (first,) = claim(conn, "default", 1, "w1", LEASE)
+    push(app_conn, Job("o.run", {"n": "urgent"}))
+    app_conn.commit()
+    acked, jobs = ack_and_claim(conn, "w1", [first], "default", 1, LEASE)
+    assert acked == {first.id} and _names(jobs) == ["urgent"]
+    acked, jobs = ack_and_claim(conn, "w1", jobs, "default", 2, LEASE)
+    assert _names(jobs) == [1]  # its turn given by the acknowledgement before
+    sent: list[str] = []
+    _record_statements(monkeypatch, conn, sent)
+    acked, (third,) = ack_and_claim(conn, "w1", jobs, "default", 2, LEASE)
+    monkeypatch.undo()
+    if database.dialect.name == "postgresql":
+        assert sent == ["ordering_lock", "ordering_ack_claim"]
+    assert acked == {jobs[0].id} and _names([third]) == [2]
+    assert third.attempts == 1 and third.available_at < BLOCKED_OFFSET_MS
+    assert count(conn, "outbox_jobs") == 1
+    assert ack(conn, "w1", [third]) == {third.id}
+    assert count(conn, "outbox_ordering_keys") == 0 and count(conn, "outbox_jobs") == 0
+
+
+def test_statements_sent_at_once_leave_nothing_written_when_one_fails(
+    database: Database, conn: Connection
+) -> None:
+    """``transact_at_once`` (the keyed acknowledgement's BEGIN, lock, statement and
+    COMMIT in one round trip on PostgreSQL, one after the other elsewhere): a step the
+    database refuses rolls back the steps before it, the error names the operation, and
+    the connection goes on."""
+    key = hashlib.sha256(b"order:at-once").hexdigest()
+    lock = ("ordering_lock", {"keys": [key], "keys_json": f'["{key}"]'})
+    refused = ("queue_push", {"message_id": None, "queue": "default", "job_name": "o.run",
+                              "payload": "{}", "max_attempts": 3, "delay_ms": 0,
+                              "priority": 0, "trace_context": None,
+                              "ordering_key": key})  # fmt: skip
+    with pytest.raises(DatabaseError) as caught:
+        conn.transact_at_once([lock, refused], operation="ack")
+    assert caught.value.operation == "ack"
+    assert count(conn, "outbox_ordering_keys") == 0
+    assert conn.transact_at_once([lock], operation="ack") == []
+    assert count(conn, "outbox_ordering_keys") == 1
 
 
 def test_a_keys_intent_past_the_rows_the_batch_could_see_waits_for_a_later_batch(

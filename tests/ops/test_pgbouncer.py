@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
@@ -25,6 +26,7 @@ from outbox import Job, record, record_many
 from outbox.cli import main
 from outbox.config import settings
 from outbox.db.connection import Database
+from outbox.db.rows import JobClaim, JobFence
 from outbox.errors import OutboxError
 from outbox.queue import Worker, WorkerConfig, push
 from outbox.relay import Relay, RelayConfig
@@ -243,3 +245,35 @@ def test_worker_commits_asynchronously_in_its_own_transaction_only(pgbouncer: Pg
         (second,) = [r for r in rows if r[1] is not None]  # the claimed one; NULL: acked
         assert [r[0] for r in rows if r[1] is None] == [first[0]]
         in_transaction("job_ack", ids=[second[0]], attempts=[second[5]])
+
+
+def test_keyed_acknowledgements_sent_at_once_keep_each_key_in_line_through_pgbouncer(
+    pgbouncer: PgBouncer, pooler_mode: None
+) -> None:
+    """A keyed acknowledgement goes out as one pipeline (BEGIN, the keys' lock, the
+    statement, COMMIT: ``Connection.transact_at_once``). Through PgBouncer in transaction
+    mode, on the one-connection pool another client uses between them, each key's jobs
+    still come one after the other, in order, and nothing is left."""
+    q = f"bouncer_keys_{uuid.uuid4().hex[:8]}"
+    database = Database(pgbouncer.url(single=True))
+    with database.connect() as conn, database.connect() as other:
+        with conn.transaction():
+            for n in range(3):
+                for k in ("a", "b"):
+                    push(conn.raw, Job("ops.noop", {"n": n, "k": k}, queue=q,
+                                       ordering_key=f"{q}:{k}"))  # fmt: skip
+        ran: list[tuple[str, int]] = []
+        done: list[Any] = []
+        while True:
+            claim = JobClaim(q, 10, "w", 60_000)
+            acked, jobs = conn.driver.job_ack_claim(JobFence("w", done), claim)
+            assert acked == {j.id for j in done}
+            assert other.execute_sql("SELECT 1") == [(1,)]
+            if not jobs:
+                break
+            ran += [(orjson.loads(j.payload)["k"], orjson.loads(j.payload)["n"]) for j in jobs]
+            done = jobs
+    for k in ("a", "b"):
+        assert [n for key, n in ran if key == k] == [0, 1, 2]
+    assert _one(pgbouncer, "SELECT count(*) FROM outbox_jobs WHERE queue = %s", q) == 0
+    assert _one(pgbouncer, "SELECT count(*) FROM outbox_ordering_keys") == 0

@@ -80,7 +80,6 @@ def _every_state(database: Database, conn: Connection) -> dict[str, Any]:
     return {"running": running}
 
 
-@pytest.mark.slow
 def _heap_database(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Database:
     """The empty ``db_url`` migrated as the release before the ring left it: the heap
     (``OUTBOX_QUEUE_STORAGE=heap``, whatever the default)."""
@@ -93,6 +92,7 @@ def _heap_database(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Database:
     return database
 
 
+@pytest.mark.slow
 def test_every_state_survives_the_ring_conversion_and_both_releases_drain_it(
     backend: str, db_url: str, base_package: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -155,20 +155,21 @@ def _relkind(db_url: str) -> str:
             "SELECT relkind FROM pg_class WHERE oid = CAST('outbox_jobs' AS regclass)")[0][0])
 
 
-def test_outbox_migrate_keeps_the_heap_until_the_ring_is_asked_for(
+def test_outbox_migrate_makes_the_ring_unless_the_heap_is_asked_for(
     backend: str, db_url: str
 ) -> None:
-    """The CLI's ``outbox migrate``: the heap by default (and when asked for), the ring
-    with ``OUTBOX_QUEUE_STORAGE=ring``, rows and all, and a ring stays a ring."""
+    """The CLI's ``outbox migrate``: the heap while ``OUTBOX_QUEUE_STORAGE=heap`` asks
+    for it, the ring by default, converting that heap in place, rows and all, and a ring
+    stays a ring."""
     skip_unless(backend, "postgresql", gap=Gap.RING_STORAGE)
-    _outbox_migrate(db_url, None)
+    _outbox_migrate(db_url, "heap")
     assert _relkind(db_url) == "r"
     _outbox_migrate(db_url, "heap")
     assert _relkind(db_url) == "r"
     with psycopg.connect(db_url) as app:
         push(app, Job("upgrade.echo", {"n": 1}, queue=QUEUE))
         app.commit()
-    _outbox_migrate(db_url, "ring")
+    _outbox_migrate(db_url, None)
     assert _relkind(db_url) == "p"
     with Database(db_url).connect() as c:
         assert count_rows(c, "outbox_jobs") == 1

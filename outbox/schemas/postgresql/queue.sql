@@ -70,10 +70,10 @@ queue = :queue AND reserved_by IS NULL AND available_at <= (SELECT ms FROM clock
     FOR UPDATE SKIP LOCKED
 
 -- fragment: claim_mark
--- What a claim writes on each job it took: holder, lease, one attempt more.
+-- What a claim writes on each job it took: holder, lease, one attempt more (FROM clock
+-- follows; ordering_ack_claim adds a column before it).
 SET reserved_by = :worker, reserved_at = clock.ms, lease_expires_at = clock.ms + :lease_ms,
     attempts = j.attempts + 1
-FROM clock
 
 -- fragment: claimed_columns
 j.id, j.message_id, j.queue, j.job_name, j.payload, j.attempts, j.max_attempts,
@@ -114,6 +114,7 @@ picked AS (
 )
 UPDATE outbox_jobs j
 {fragment:claim_mark}
+FROM clock
 WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING {fragment:claimed_columns};
 
@@ -187,6 +188,7 @@ picked AS (
 claimed AS (
     UPDATE outbox_jobs j
     {fragment:claim_mark}
+    FROM clock
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING {fragment:claimed_columns}
 )
