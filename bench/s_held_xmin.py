@@ -415,7 +415,7 @@ def run(
         f"{storage}: rotation checks {len(rotations):,} ({rotated:,} rotated),"
         f" p50 {_pct(rotations, 0.5):.2f} ms, p95 {_pct(rotations, 0.95):.2f} ms,"
         f" max {max(rotations, default=0.0):.2f} ms"
-        " (between claims: not in the claim figures)"
+        " (the worker's ring thread: not in the claim figures)"
     )
     for line in lines:
         print(f"  [{NAME}] {line}", flush=True)

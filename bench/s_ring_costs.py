@@ -14,7 +14,8 @@ PostgreSQL 15 cluster with the server's defaults (autovacuum on, fsync on; as
   ``push_many``, one ``outbox worker`` with the CLI's defaults; claim p50/p95/p99 over
   ``STEADY_S`` seconds after a warm-up, and the producer's ``push_many`` p50 under that
   load. The claim's figures are the round trip of the driver's claim calls; the ring's
-  rotation passes, which the worker runs between claims, are timed apart (the notes).
+  rotation passes, which the worker runs in a thread beside its claims, are timed apart
+  (the notes).
 - **latency**: commit -> handler start, idle, through ``record()`` -> ``outbox relay
   --watch`` -> worker and through ``push`` -> worker (``latency``'s rig); p50. Target:
   within +-10 %.

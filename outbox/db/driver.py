@@ -217,7 +217,7 @@ class Driver(Protocol):
 
     def on_ring(self) -> bool:
         """Is the queue's storage PostgreSQL's ring (``outbox.db.ring``)? A worker then
-        runs the ring's ``Ticker`` beside its claims."""
+        runs the ring's ``RingTicker`` beside its claims."""
         ...
 
     def ring_rotate(self) -> str | None:

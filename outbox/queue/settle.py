@@ -20,7 +20,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from outbox.db import ring
 from outbox.db.connection import Connection, Database
 from outbox.db.driver import Driver
 from outbox.db.reconnect import Reconnect
@@ -56,6 +55,7 @@ from outbox.queue.policy import (
 )
 from outbox.queue.registry import Registry
 from outbox.queue.throughput import DEAD, RETRIED, SUCCEEDED, Tally
+from outbox.queue.upkeep import RingTicker
 from outbox.results import kept_ms
 
 UNKNOWN_JOB = "UnknownJob"
@@ -86,7 +86,7 @@ class Settler:
         self.unknown_delay_ms = unknown_delay_ms
         self.tally = tally or Tally(worker_id)  # the dashboard chart's counts
         self._conn: Connection | None = None
-        self._ticker: ring.Ticker | None = None
+        self._ticker: RingTicker | None = None
         self._upkeep_asked = False
         self.in_trouble = False  # the last database operation failed
         self.fatal: ReadOnlyDatabase | None = None  # the first error no retry fixes
@@ -361,7 +361,7 @@ class Settler:
             return False
 
     def start_upkeep(self) -> None:
-        """On PostgreSQL's ring, start its ``Ticker`` (the rotation, beside the claims),
+        """On PostgreSQL's ring, start its ``RingTicker`` (the rotation, beside the claims),
         once: asked after a claim round, on the connection the claims use; it never
         opens one (after a database error the next claim does, with its pause)."""
         if self._upkeep_asked or self._conn is None:
@@ -373,7 +373,7 @@ class Settler:
             return
         self._upkeep_asked = True
         if on_ring:
-            self._ticker = ring.Ticker(self.database)
+            self._ticker = RingTicker(self.database)
 
     def stop_upkeep(self) -> None:
         if self._ticker is not None:

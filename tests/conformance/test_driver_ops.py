@@ -574,7 +574,7 @@ def _keyed(conn: Connection, n: int, key: str = "order:1") -> list[str]:
 def test_ring_rotate_keeps_every_job_as_it_was(
     conn: Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The ring's rotation (``ring.Ticker`` runs it beside a worker's claims): no ring
+    """The ring's rotation (``RingTicker`` runs it beside a worker's claims): no ring
     and nothing to do on the heap; on PostgreSQL's ring (``OUTBOX_QUEUE_STORAGE=ring``)
     a rotation, here made due at once, which moves rows with their ids, attempts and
     leases and changes no job."""

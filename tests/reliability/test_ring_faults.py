@@ -271,7 +271,7 @@ def test_workers_killed_while_the_ring_rotates_lose_nothing(
 def test_a_worker_rotates_the_ring_between_its_claims_and_new_jobs_follow_the_slot(
     ring_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Workers are the ring's ticker (``ring.Ticker``, a thread started after the first
+    """Workers are the ring's ticker (``RingTicker``, a thread started after the first
     claim round): one worker alone rotates it; every job runs once; a job pushed after
     the rotations lands in the current slot, through a statement its connection
     prepared before them too (each rotation detaches and attaches a slot, and so
@@ -285,12 +285,18 @@ def test_a_worker_rotates_the_ring_between_its_claims_and_new_jobs_follow_the_sl
     monkeypatch.setattr(ring, "CHECK_EVERY_S", 0.01)
     ran: list[int] = []
     registry = Registry()
-    registry.job("ring.tick")(lambda body, ctx: ran.append(int(body["n"])))
+    (_, rotations_before), _ = _state(ring_url)
+
+    @registry.job("ring.tick")
+    def tick(body: dict[str, int], ctx: object) -> None:
+        if body["n"] == 15:  # half way, the ticker has rotated at least once
+            wait_until(lambda: _state(ring_url)[0][1] > rotations_before, 20, "a rotation")
+        ran.append(body["n"])
+
     app = psycopg.connect(ring_url)
     for i in range(30):  # prepared by psycopg after its fifth run
         push(app, Job("ring.tick", {"n": i}, queue="ticks"))
         app.commit()
-    (_, rotations_before), _ = _state(ring_url)
     with Worker(Database(ring_url), registry,
                 WorkerConfig(queues={"ticks": None}, stop_when_empty=True, sleep=0.01,
                              prefetch=1, concurrency=1)) as worker:
@@ -303,3 +309,36 @@ def test_a_worker_rotates_the_ring_between_its_claims_and_new_jobs_follow_the_sl
     app.close()
     assert fetch(ring_url, "SELECT tableoid::regclass::text FROM outbox_jobs") == [
         (f"outbox_jobs_ring_{slot}",)]
+
+
+def test_a_ticker_whose_session_is_terminated_reconnects_and_rotates_on(
+    ring_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pg_terminate_backend`` of the worker's rotating session: the pass fails (logged
+    by class), the ticker drops the connection, opens another and the ring rotates on."""
+    from outbox.db import ring
+    from outbox.queue.upkeep import RingTicker
+
+    monkeypatch.setattr(ring, "EVERY_MS", 0)
+    monkeypatch.setattr(ring, "MIN_DEAD", 0)
+    monkeypatch.setattr(ring, "CHECK_EVERY_S", 0.05)
+    _push(ring_url, 3)
+
+    def rotations() -> int:
+        return int(_state(ring_url)[0][1])
+
+    ticker = RingTicker(Database(ring_url))
+    try:
+        start = rotations()
+        wait_until(lambda: rotations() >= start + 2, 20, "the ticker to rotate")
+        rotating = ("SELECT pid FROM pg_stat_activity WHERE strpos(query, 'outbox_ring_rotate(')"
+                    " > 0 AND pid <> pg_backend_pid() AND datname = current_database()")
+        pids = [p for (p,) in fetch(ring_url, rotating)]
+        assert len(pids) == 1
+        fetch(ring_url, "SELECT pg_terminate_backend(%s)", (pids[0],))
+        after = rotations()
+        wait_until(lambda: rotations() >= after + 2, 30, "rotation after the terminate")
+        assert [p for (p,) in fetch(ring_url, rotating)] != pids  # a new session
+    finally:
+        ticker.close()
+    assert fetch(ring_url, "SELECT count(*) FROM outbox_jobs") == [(3,)]
