@@ -13,9 +13,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# tracing: record() stores the caller's span context through the hook outbox.tracing
-# puts in as it loads; loaded here, so an application that uses only ``record`` has it.
+# Both plug a hook into a module below them as they load, and the hooks' modules say
+# that `import outbox` loads them: record() stores the caller's span context through
+# outbox.tracing's; outbox.job converts typed jobs and payloads through outbox.job.typed's.
 from outbox import tracing  # noqa: F401
+from outbox.job.typed import job_type, typed_job
 
 # ``record`` is also a submodule's name: imported now, so that ``outbox.record`` is the
 # function whichever module imports ``outbox.record`` later (the import system binds a
@@ -28,7 +30,6 @@ if TYPE_CHECKING:  # what the names below are; at run time each is imported on f
     from outbox.events import Event, emit, emit_async
     from outbox.job import Job
     from outbox.job import sealing as sealing
-    from outbox.job.typed import job_type, typed_job
     from outbox.queue.backoff import Backoff
     from outbox.queue.context import DBAPIConnection, JobContext
     from outbox.queue.control import cancel as cancel_job
@@ -54,8 +55,6 @@ _LAZY = {
     "emit_async": "outbox.events",
     "Job": "outbox.job",
     "sealing": "outbox.job",  # `from outbox import sealing`, as the docs write
-    "job_type": "outbox.job.typed",
-    "typed_job": "outbox.job.typed",
     "Backoff": "outbox.queue.backoff",
     "DBAPIConnection": "outbox.queue.context",
     "JobContext": "outbox.queue.context",

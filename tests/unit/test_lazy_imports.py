@@ -74,9 +74,10 @@ def test_a_name_shared_with_a_submodule_stays_the_function() -> None:
     assert out.split() == ["True", "True", "True"]
 
 
-def test_record_captures_the_span_with_only_record_imported() -> None:
+def test_import_outbox_puts_in_the_hooks_the_modules_below_read() -> None:
     """record() reads the caller's span through the hook outbox.tracing puts in as it
-    loads; ``import outbox`` must load it, whatever else is imported lazily."""
+    loads, outbox.job converts typed values through outbox.job.typed's: ``import
+    outbox`` must load both, whatever else it leaves for later."""
     out = _fresh(
         """
         import sys
@@ -86,6 +87,8 @@ def test_record_captures_the_span_with_only_record_imported() -> None:
         trace.set_tracer_provider(TracerProvider())
         with trace.get_tracer("t").start_as_current_span("request"):
             print(sys.modules["outbox.record"].capture_trace())
+        print(sys.modules["outbox.job"].typed_job.__module__)
         """
-    )
-    assert out.startswith("00-"), out  # a W3C traceparent, not None
+    ).splitlines()
+    assert out[0].startswith("00-"), out  # a W3C traceparent, not None
+    assert out[1] == "outbox.job.typed"
