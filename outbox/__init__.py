@@ -30,15 +30,13 @@ if TYPE_CHECKING:  # what the names below are; at run time each is imported on f
     from outbox.events import Event, emit, emit_async
     from outbox.job import Job
     from outbox.job import sealing as sealing
-    from outbox.queue.backoff import Backoff
-    from outbox.queue.context import DBAPIConnection, JobContext
+    from outbox.queue import Backoff, JobContext, Registry, Worker, WorkerConfig, WorkerStats
+    from outbox.queue.context import DBAPIConnection
     from outbox.queue.control import cancel as cancel_job
     from outbox.queue.control import pause as pause_queue
     from outbox.queue.control import paused as paused_queues
     from outbox.queue.control import resume as resume_queue
     from outbox.queue.push import push, push_async, push_many, push_many_async
-    from outbox.queue.registry import Registry
-    from outbox.queue.worker import Worker, WorkerConfig, WorkerStats
     from outbox.relay import Relay, RelayConfig
     from outbox.workflows import Workflow
 
@@ -55,21 +53,21 @@ _LAZY = {
     "emit_async": "outbox.events",
     "Job": "outbox.job",
     "sealing": "outbox.job",  # `from outbox import sealing`, as the docs write
-    "Backoff": "outbox.queue.backoff",
+    "Backoff": "outbox.queue",  # it imports the worker's names on first use too
     "DBAPIConnection": "outbox.queue.context",
-    "JobContext": "outbox.queue.context",
+    "JobContext": "outbox.queue",
     "cancel_job": "outbox.queue.control:cancel",
     "pause_queue": "outbox.queue.control:pause",
     "paused_queues": "outbox.queue.control:paused",
     "resume_queue": "outbox.queue.control:resume",
-    "push": "outbox.queue.push",
-    "push_async": "outbox.queue.push",
-    "push_many": "outbox.queue.push",
-    "push_many_async": "outbox.queue.push",
-    "Registry": "outbox.queue.registry",
-    "Worker": "outbox.queue.worker",
-    "WorkerConfig": "outbox.queue.worker",
-    "WorkerStats": "outbox.queue.worker",
+    "push": "outbox.queue",
+    "push_async": "outbox.queue",
+    "push_many": "outbox.queue",
+    "push_many_async": "outbox.queue",
+    "Registry": "outbox.queue",
+    "Worker": "outbox.queue",
+    "WorkerConfig": "outbox.queue",
+    "WorkerStats": "outbox.queue",
     "Relay": "outbox.relay",
     "RelayConfig": "outbox.relay",
     "Workflow": "outbox.workflows",
