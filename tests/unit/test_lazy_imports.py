@@ -8,6 +8,7 @@ since in this one everything is long imported.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
@@ -43,7 +44,7 @@ def test_a_command_imports_its_own_module_and_not_the_others() -> None:
         print(sorted(m for m in sys.modules if m in {"outbox.queue.worker", "outbox.workflows"}))
         """
     ).splitlines()
-    loaded = set(eval(out[0]))  # a list of names, printed by the child
+    loaded = set(ast.literal_eval(out[0]))  # a list of names, printed by the child
     assert "outbox.cli.relay" in loaded  # `status` lives there
     assert not loaded & {"outbox.cli.queue", "outbox.cli.scheduler", "outbox.cli.dashboard"}
     assert out[1] == "[]", "`outbox status` imported the worker or the workflows"
