@@ -47,8 +47,15 @@ def _untraced() -> str | None:
 
 # The caller's span context in its stored form, or None. outbox.tracing sits a layer
 # above this module (it also makes the worker's spans), so it plugs its capture in here
-# when it loads, and `import outbox` always loads it (outbox.queue.push imports it).
+# when it loads, and `import outbox` always loads it (outbox/__init__.py imports it).
 capture_trace: Callable[[], str | None] = _untraced
+
+
+def capture_traces_with(capture: Callable[[], str | None]) -> None:
+    """Plug in the span capture (``outbox.tracing`` does as it loads). A function, as
+    ``outbox.record`` on the package is the function ``record``, not this module."""
+    global capture_trace
+    capture_trace = capture
 
 
 class Intent(NamedTuple):

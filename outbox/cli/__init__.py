@@ -3,8 +3,9 @@
 Global settings live in ``ctx.obj`` (a ``CliContext``); every option reads
 ``OUTBOX_<COMMAND>_<OPTION>`` and global options may come before or after the command
 (``outbox.cli.conventions``). Each command group is a module of its own that exports
-``commands``. An ``OutboxError`` becomes one clear line on stderr and exit 1 (with the
-traceback at ``--log-level debug``); usage errors exit 2.
+``commands``, imported when one of them is first used (``outbox.cli.commands``). An
+``OutboxError`` becomes one clear line on stderr and exit 1 (with the traceback at
+``--log-level debug``); usage errors exit 2.
 """
 
 from __future__ import annotations
@@ -15,19 +16,8 @@ from typing import Any
 import click
 
 from outbox import config, log
-from outbox.cli import (
-    conventions,
-    dashboard,
-    init,
-    keys,
-    migrate,
-    queue,
-    relay,
-    result,
-    scheduler,
-    schema,
-    workflow,
-)
+from outbox.cli import conventions
+from outbox.cli.commands import MODULES, LazyCommands
 from outbox.cli.context import CliContext
 from outbox.db.connection import Database
 from outbox.errors import ConfigurationError, MissingExtra, OutboxError
@@ -38,7 +28,8 @@ HELP_WIDTH = 100  # --help is laid out alike everywhere, so the README can quote
 
 class _Group(click.Group):
     def main(self, *args: Any, **kwargs: Any) -> Any:
-        conventions.apply(self)
+        if not isinstance(self.commands, LazyCommands):  # a lazy one applies them on load
+            conventions.apply(self)
         return super().main(*args, **kwargs)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -112,8 +103,7 @@ def main(ctx: click.Context, database_url: str, log_format: str, log_level: str)
     ctx.obj = CliContext(database_url=database_url, log_level=log_level)
 
 
-for _module in (migrate, relay, queue, scheduler, init, dashboard, result, workflow, keys, schema):
-    for _command in _module.commands:
-        main.add_command(_command)
-
-conventions.apply(main)  # keep last: every command registered above follows the rules
+# Each command's module is imported when the command is first looked up (``outbox
+# status`` imports none of the worker's), and follows the rules as it arrives.
+main.commands = LazyCommands(MODULES, lambda name, cmd: conventions.apply_below(cmd, (name,)))
+conventions.apply_root(main)

@@ -8,7 +8,9 @@
   before or after the command: ``hoist_globals`` moves them in front before parsing.
 
 ``apply`` is idempotent and runs when the CLI starts, so a command added by another
-module follows the same rules without doing anything.
+module follows the same rules without doing anything; the ``outbox`` root, whose
+commands load on first use (``outbox.cli.commands``), applies them to each command as it
+loads or is added (``apply_below``).
 """
 
 from __future__ import annotations
@@ -56,21 +58,35 @@ def env_name(path: Sequence[str], option: click.Option) -> str:
 def apply(root: click.Group) -> None:
     """Give every option of every subcommand its environment name, show it and the
     default in ``--help``, and note on every subcommand where global options go."""
-    for path, command in walk(root):
-        if not path:
-            for param in command.params:
-                if isinstance(param, click.Option) and param.envvar:
-                    param.show_envvar = True
-            continue
-        command.epilog = command.epilog or GLOBAL_NOTE
-        for param in command.params:
-            if isinstance(param, click.Option):
-                name = env_name(path, param)
-                param.envvar = [name, *ALIASES.get(name, ())]
-                param.show_envvar = True
-                param.allow_from_autoenv = False
-                if not param.is_flag and param.default is not None:
-                    param.show_default = True
+    apply_root(root)
+    for name in sorted(root.commands):
+        apply_below(root.commands[name], (name,))
+
+
+def apply_root(root: click.Group) -> None:
+    """The root's own options show the environment name each reads."""
+    for param in root.params:
+        if isinstance(param, click.Option) and param.envvar:
+            param.show_envvar = True
+
+
+def apply_below(top: click.Command, path: tuple[str, ...]) -> None:
+    """``apply`` for one top-level command (at ``path``) and everything below it: the
+    root's lazily loaded commands get it one by one, as each is imported."""
+    for below, command in walk(top, path):
+        _apply_command(below, command)
+
+
+def _apply_command(path: tuple[str, ...], command: click.Command) -> None:
+    command.epilog = command.epilog or GLOBAL_NOTE
+    for param in command.params:
+        if isinstance(param, click.Option):
+            name = env_name(path, param)
+            param.envvar = [name, *ALIASES.get(name, ())]
+            param.show_envvar = True
+            param.allow_from_autoenv = False
+            if not param.is_flag and param.default is not None:
+                param.show_default = True
 
 
 def hoist_globals(args: Sequence[str]) -> list[str]:

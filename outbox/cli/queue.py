@@ -4,6 +4,10 @@ Listings show ids, names, queues, attempts, times and exception classes; never p
 or exception messages (``queue failed --show ID`` prints one dead letter's message and
 traceback, for the operator who asks). ``forget``, ``remove`` and ``clear`` ask first
 unless ``--yes``, and refuse when standard input cannot answer.
+
+The worker and its metrics server are imported inside ``worker``, the workflows inside
+``queue retry``: each ``outbox`` process is a fresh interpreter, and ``outbox queue
+stats`` should not pay for them.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Callable
 import click
 import orjson
 
-from outbox import status, workflows
+from outbox import status
 from outbox.cli import broker as cli_broker
 from outbox.cli import keys, preflight, prompt, tables
 from outbox.cli.app import load_registry
@@ -26,10 +30,8 @@ from outbox.db.rows import job_state, own_due_ms
 from outbox.errors import MessageNotFound, OutboxError
 from outbox.hooks import NO_HOOKS
 from outbox.job import NAME_PATTERN
-from outbox.metrics import serving
 from outbox.queue import admin, control
 from outbox.queue.registry import DEFAULT_MAX_ATTEMPTS
-from outbox.queue.worker import Worker, WorkerConfig
 
 # Jobs one worker process runs at once, over all its queues: each sync slot is a thread,
 # and past this a process stalls starting them; run more worker processes instead.
@@ -207,6 +209,9 @@ def worker_command(
             f"{MAX_CONCURRENCY} (run more worker processes)",
             param_hint="--concurrency",
         )
+    from outbox.metrics import serving
+    from outbox.queue.worker import Worker, WorkerConfig
+
     registry = load_registry(app)
     config = WorkerConfig(
         queues=served,
@@ -424,6 +429,8 @@ def retry_command(cli: CliContext, target: str, broker: str | None) -> None:
     if (url := cli_broker.broker_url(broker, "--broker")) is not None:
         cli_broker.queue_admin().retry(url, target)
         return
+    from outbox import workflows
+
     with cli.connect() as conn:
         if target == "all":
             n = admin.retry_all(conn)

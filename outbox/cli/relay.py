@@ -3,17 +3,22 @@
 Thin: each command parses its arguments, calls ``outbox.relay`` and prints a summary.
 Output carries ids, counts, reason codes and times; never a payload or an exception
 message. Progress bars go to stderr, and only when it is a terminal.
+
+What only one command uses (the metrics server, the relay's admin, workflows, the
+queue's bookkeeping) is imported inside it: each ``outbox`` process is a fresh
+interpreter, and ``outbox status`` should not pay for ``prune``'s imports.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+from typing import TYPE_CHECKING
 
 import click
 import orjson
 
-from outbox import log, workflows
+from outbox import log
 from outbox import status as outbox_status
 from outbox.cli import broker, keys, preflight, redis_target, tables
 from outbox.cli.context import CliContext, pass_cli
@@ -21,10 +26,11 @@ from outbox.cli.params import MESSAGE_ID
 from outbox.cli.serving import metrics_options
 from outbox.config import settings
 from outbox.hooks import NO_HOOKS
-from outbox.metrics import serving
-from outbox.queue import limits, throughput
-from outbox.relay import Relay, RelayConfig, RunTotals, admin
+from outbox.relay import Relay, RelayConfig
 from outbox.relay.service import MAX_BATCH_SIZE
+
+if TYPE_CHECKING:
+    from outbox.relay import RunTotals
 
 EXIT_THRESHOLD = 3
 
@@ -126,6 +132,8 @@ def relay_command(
             except preflight.Stopped:
                 click.echo("stopped while waiting for the database; nothing relayed")
                 return
+            from outbox.metrics import serving
+
             with serving(database, "relay", metrics_port, metrics_bind) as m, Relay(
                 database, config, target=jet, hooks=m or NO_HOOKS
             ) as relay:
@@ -306,6 +314,8 @@ def failed_command(cli: CliContext, limit: int) -> None:
     never ran. Payloads are never shown. Repair a row, then `outbox retry MESSAGE_ID`.
     (Jobs that ran and used up their attempts are dead letters: `outbox queue failed`.)
     """
+    from outbox.relay import admin
+
     with cli.connect() as conn:
         rows = admin.failed(conn, limit)
     tables.echo_table(
@@ -341,6 +351,8 @@ def retry_command(cli: CliContext, message_id: str, accept_current: bool) -> Non
     order do not matter (it is stored canonically again). A row that still does not
     verify is refused, saying what differs, unless --accept-current is given.
     """
+    from outbox.relay import admin
+
     with cli.connect() as conn:
         outcome = admin.retry(conn, message_id, accept_current=accept_current)
     how = "accepted as it is and " if outcome == "accepted" else ""
@@ -380,6 +392,10 @@ def prune_command(cli: CliContext, days: int, limit: int) -> None:
     than DAYS days ago, the dashboard chart's per-minute counts older than a day, and
     the global limits' bookkeeping of keys idle for over an hour.
     """
+    from outbox import workflows
+    from outbox.queue import limits, throughput
+    from outbox.relay import admin
+
     with cli.connect() as conn:
         # Finished workflows first: a workflow's key row stays while the workflow does.
         flows = workflows.prune(conn, days * 86_400_000, batch=limit)
