@@ -82,6 +82,7 @@ _log = structlog.get_logger("outbox.sealing")  # the name logs have always carri
 class _Key(NamedTuple):
     key_id: str
     aead: Any  # cryptography's AESGCM
+    decrypt: Any  # its bound decrypt (the worker's per-job path looks up no attribute)
     inner: Any  # HMAC-SHA256 under the nonce key, its two padded-key states (RFC 2104)
     outer: Any
     aad: bytes
@@ -91,7 +92,7 @@ class _Key(NamedTuple):
 class Keyring:
     """Key id -> key; the first seals, all open. Checked whole when built."""
 
-    __slots__ = ("_first", "_keys", "ids")
+    __slots__ = ("_first", "_head_lengths", "_heads", "_keys", "ids")
 
     def __init__(self, keys: Mapping[str, bytes] | Iterable[tuple[str, bytes]]) -> None:
         pairs = list(keys.items() if isinstance(keys, Mapping) else keys)
@@ -106,6 +107,10 @@ class Keyring:
         self.ids: tuple[str, ...] = tuple(built)
         self._keys = built
         self._first = built[self.ids[0]]
+        # The envelope up to its ciphertext -> key, and the lengths of those heads: one
+        # slice and one lookup check the envelope's start, version and key id (open_json)
+        self._heads = {key.prefix: key for key in built.values()}
+        self._head_lengths = tuple(sorted({len(head) for head in self._heads}))
 
     @property
     def current(self) -> str:
@@ -174,7 +179,8 @@ def _build(key_id: str, key: object) -> _Key:
     enc = hmac.new(raw, b"outbox aes-256-gcm", hashlib.sha256).digest()
     nonce_key = hmac.new(raw, b"outbox synthetic nonce", hashlib.sha256).digest()
     aad = f"outbox:{VERSION}:{key_id}".encode()
-    return _Key(key_id, AESGCM(enc), *_hmac_states(nonce_key), aad, f"{_PREFIX}{key_id}:")
+    aead = AESGCM(enc)
+    return _Key(key_id, aead, aead.decrypt, *_hmac_states(nonce_key), aad, f"{_PREFIX}{key_id}:")
 
 
 def check_key_id(key_id: object) -> str:
@@ -379,6 +385,29 @@ def open_text(text: str) -> str:
     return ring.open(text)
 
 
+def open_json(text: str) -> bytes:
+    """``open_text`` as UTF-8 bytes, which ``orjson.loads`` takes as they are: the
+    worker's once-per-job open (``outbox.queue.execute.Runner``), kept to the fewest
+    Python-level steps (it is most of what encryption costs a drained job, see
+    bench/RESULTS.md). An envelope as ``Keyring.seal`` writes it under a key of the
+    ring is cut by position and opened here; anything else (plaintext, a missing key,
+    a malformed or tampered envelope) goes through ``open_text``, which says what is
+    wrong."""
+    ring = _ring
+    if ring is not _UNSET and ring is not None:
+        for length in ring._head_lengths:  # one, unless the key ids differ in length
+            key = ring._heads.get(text[:length])
+            if key is not None and text[-2:] == _SUFFIX:
+                try:
+                    sealed = _a2b(
+                        text[length:-2].encode().translate(_FROM_URLSAFE), strict_mode=True
+                    )
+                    return key.decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], key.aad)  # type: ignore[no-any-return]
+                except Exception:  # not base64, or the tag fails: open_text says which
+                    break
+    return open_text(text).encode()
+
+
 def describe(text: str | None) -> str | None:
     """What a display shows instead of a sealed text it cannot or must not open:
     ``encrypted (key k1, 312 bytes)``; ``None`` for plaintext."""
@@ -414,6 +443,4 @@ def replay_texts(sealed: str) -> list[str]:
 def loads(text: str) -> Any:
     """Decoded JSON of a stored text, opened first when it is an envelope: every reader
     of a payload or result that hands it to application code goes through here."""
-    if text.startswith(MARKER):
-        text = open_text(text)
-    return orjson.loads(text)
+    return orjson.loads(open_json(text) if text.startswith(MARKER) else text)

@@ -160,9 +160,7 @@ class Runner:
         ``MissingKey``/``TamperedPayload``, never run: ``outbox queue retry`` runs it
         once the key is back)."""
         text = job.payload
-        if text.startswith(_SEALED):
-            text = sealing.open_text(text)
-        payload = orjson.loads(text)
+        payload = orjson.loads(sealing.open_json(text) if text.startswith(_SEALED) else text)
         binder = self._binders.get(job.job_name)
         if binder is not None:
             payload = binder(payload)

@@ -215,3 +215,43 @@ def test_replay_texts_cover_plaintext_and_every_other_key() -> None:
     sealed = ring.seal("[1]")
     assert sealing.replay_texts(sealed) == ["[1]", ring.seal("[1]", "k1")]
     assert os.environ.get(sealing.ENV_KEYS) is None
+
+
+def test_open_json_gives_the_plaintexts_bytes_for_every_key_of_the_ring() -> None:
+    # Key ids of two lengths: the worker's open cuts the envelope at each head length.
+    ring = sealing.configure({"k2": K2, "k1": K1, "older-key": K2})
+    assert ring is not None
+    for key_id in ring.ids:
+        sealed = ring.seal('{"email":"a@example.com"}', key_id)
+        assert sealing.open_json(sealed) == b'{"email":"a@example.com"}'
+    assert sealing.open_json(KNOWN) == b'{"user_id":42}'  # the first release's envelope
+    assert sealing.open_json('{"a":1}') == b'{"a":1}'  # plaintext reads as plaintext
+    assert sealing.loads(KNOWN) == {"user_id": 42}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        KNOWN.replace("5azh", "5a!h"),  # a character base64 does not have
+        KNOWN.replace("5azh-7G_", ""),  # cut short
+        KNOWN.replace("v1:k1:", "v1:k\\u0031:"),  # the id JSON-escaped
+        KNOWN.replace("v1:", "v2:"),
+        KNOWN[:-2] + "]]",  # the envelope's end changed, its ciphertext intact
+        KNOWN.replace("5azh", "5azi"),  # a changed byte of the nonce
+        KNOWN.replace("v1:k1:", "v1:k2:"),  # moved under another id: the id is authenticated
+    ],
+)
+def test_open_json_refuses_what_open_refuses(text: str) -> None:
+    sealing.configure({"k1": K1, "k2": K1})
+    with capture_logs() as logs, pytest.raises(TamperedPayload):
+        sealing.open_json(text)
+    assert logs == []
+
+
+def test_open_json_names_a_missing_key_with_or_without_a_keyring() -> None:
+    with capture_logs() as logs, pytest.raises(MissingKey, match="'k1'"):
+        sealing.open_json(KNOWN)  # no keyring at all
+    sealing.configure({"k2": K2})
+    with pytest.raises(MissingKey, match="'k1'"):
+        sealing.open_json(KNOWN)
+    assert [entry["key_id"] for entry in logs] == ["k1"]
