@@ -101,7 +101,11 @@ def test_a_redis_restart_with_aof_always_loses_nothing_it_acknowledged(
             redis_aof.restart()  # SIGKILL: only what Redis fsynced comes back
             restarts = n
         producer.join()
-        wait_until(lambda: pending(database) == 0, 60, "the relay to catch up after restarts")
+        try:
+            wait_until(lambda: pending(database) == 0, 60, "the relay to catch up after restarts")
+        except AssertionError as exc:  # what the relay said is what explains it
+            raise AssertionError(f"{exc}; {pending(database)} pending; the relay's log ends:\n"
+                                 f"{log.read_text()[-3000:]}") from None
     finally:
         stop_relay(proc)
     assert restarts == 2 and "Traceback" not in log.read_text()
