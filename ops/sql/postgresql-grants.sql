@@ -172,13 +172,11 @@ BEGIN
         RETURN;
     END IF;
     ALTER TABLE outbox_queue_ring OWNER TO outbox_migrator;
-    FOR t IN SELECT c.oid FROM pg_class c
-             WHERE c.relname ~ '^outbox_jobs_ring_[0-9]+$' AND c.relkind = 'r'
-               AND c.relnamespace = CAST(current_schema() AS regnamespace)
-    LOOP
+    FOR t IN SELECT * FROM outbox_ring_slot_tables() LOOP
         EXECUTE format('ALTER TABLE %s OWNER TO outbox_migrator', t);
     END LOOP;
     ALTER FUNCTION outbox_ring_new_slot(BIGINT, TEXT[]) OWNER TO outbox_migrator;
+    ALTER FUNCTION outbox_ring_slot_tables() OWNER TO outbox_migrator;
     ALTER FUNCTION outbox_ring_rotate(BIGINT, BIGINT, INTEGER, TEXT) OWNER TO outbox_migrator;
     GRANT SELECT ON outbox_queue_ring TO outbox_worker, outbox_operator;
     GRANT EXECUTE ON FUNCTION outbox_ring_rotate(BIGINT, BIGINT, INTEGER, TEXT)

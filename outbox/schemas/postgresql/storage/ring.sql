@@ -114,6 +114,16 @@ BEGIN
     DROP TABLE outbox_jobs_heap;
 END $$;
 
+-- The slot tables there are: the current one and any a rotation left for the next pass
+-- to drop (the grants file gives them to the migrator, the downgrade drops them).
+CREATE FUNCTION outbox_ring_slot_tables() RETURNS SETOF REGCLASS LANGUAGE sql STABLE
+SET search_path FROM CURRENT AS $$
+    SELECT c.oid::regclass FROM pg_class c
+    WHERE c.relname ~ '^outbox_jobs_ring_[0-9]+$' AND c.relkind = 'r'
+      AND c.relnamespace = (SELECT relnamespace FROM pg_class
+                            WHERE oid = CAST('outbox_queue_ring' AS regclass))
+$$;
+
 -- One pass of the rotation, in the caller's transaction (one statement in autocommit).
 -- First it drops the slots earlier rotations left (detached, no live row in them: every
 -- row was copied out; one that someone reads, pg_dump, waits for a later pass). Then,

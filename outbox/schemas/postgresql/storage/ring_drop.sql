@@ -6,13 +6,14 @@ DO $$
 DECLARE
     t REGCLASS;
 BEGIN
-    FOR t IN SELECT c.oid FROM pg_class c
-             WHERE c.relname ~ '^outbox_jobs_ring_[0-9]+$' AND c.relkind = 'r'
-               AND c.relnamespace = CAST(current_schema() AS regnamespace)
-    LOOP
+    IF to_regproc('outbox_ring_slot_tables') IS NULL THEN
+        RETURN;
+    END IF;
+    FOR t IN SELECT * FROM outbox_ring_slot_tables() LOOP
         EXECUTE format('DROP TABLE %s', t);
     END LOOP;
 END $$;
 DROP FUNCTION IF EXISTS outbox_ring_rotate(BIGINT, BIGINT, INTEGER, TEXT);
 DROP FUNCTION IF EXISTS outbox_ring_new_slot(BIGINT, TEXT[]);
+DROP FUNCTION IF EXISTS outbox_ring_slot_tables();
 DROP TABLE IF EXISTS outbox_queue_ring;
