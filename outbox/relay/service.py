@@ -187,25 +187,31 @@ class Relay:
         quiet = _RateLimitedLog()
         log.info("relay.watch", listen=isinstance(waiter, ListenWaiter))
         try:
-            while not stop.is_set():
-                try:
-                    batch = self.run_once()
-                except ReadOnlyDatabase:
-                    raise  # no wait fixes it: one line and exit 1, as a one-shot relay
-                except DatabaseError as exc:
+            def trouble(exc: DatabaseError | BrokerError) -> None:
+                """Wait out a failed batch (or batches in flight): the database's error
+                with its reconnect pause, a transient broker error with its backoff; a
+                read-only database and a broker's lasting refusal end ``watch``."""
+                if isinstance(exc, ReadOnlyDatabase):
+                    raise exc  # no wait fixes it: one line and exit 1, as a one-shot relay
+                if isinstance(exc, DatabaseError):
                     cause = type(exc.__cause__ or exc).__name__
                     pause = database.pause(exc)
                     log.warning("relay.batch_failed", error=cause, code=exc.code,
                                 retry_in_s=pause)
                     if pause:
                         waiter.wait(stop, pause)
-                    continue
-                except BrokerError as exc:
-                    if not exc.transient:
-                        raise
-                    quiet.log(exc)
-                    full = isinstance(exc, TargetRefused)
-                    waiter.wait(stop, refusing.next() if full else failing.next())
+                    return
+                if not exc.transient:
+                    raise exc
+                quiet.log(exc)
+                full = isinstance(exc, TargetRefused)
+                waiter.wait(stop, refusing.next() if full else failing.next())
+
+            while not stop.is_set():
+                try:
+                    batch = self.run_once()
+                except (DatabaseError, BrokerError) as exc:
+                    trouble(exc)
                     continue
                 database.working()
                 failing.reset()
@@ -221,9 +227,12 @@ class Relay:
                 if batch.claimed >= self.config.batch_size:
                     idle.reset()
                     if self.in_flight > 1:  # a backlog: keep several batches in flight
-                        totals = self._in_flight_batches(
-                            totals, progress=progress, until_short=True, stop=stop
-                        )
+                        try:
+                            totals = self._in_flight_batches(
+                                totals, progress=progress, until_short=True, stop=stop
+                            )
+                        except (DatabaseError, BrokerError) as exc:
+                            trouble(exc)
                     continue
                 waiter.wait(stop, idle.reset() if batch.claimed else idle.next())
         finally:

@@ -119,6 +119,28 @@ def test_a_redis_restart_with_aof_always_loses_nothing_it_acknowledged(
     _report(fault, db_url, len(producer.ids), restarts, traffic, began)
 
 
+def test_a_redis_restart_while_batches_are_in_flight_keeps_the_relay_watching(
+    database: Database, db_url: str, redis_aof: RedisServer, redis_queue: str, tmp_path: Path
+) -> None:
+    """A backlog committed first, so the relay hands it off with several batches in
+    flight (``--in-flight 2``), and Redis SIGKILLed and restarted while they are: the
+    broker's transient error is waited out as in a single batch (it ended ``watch``
+    when it came from the batches in flight), and every intent lands once."""
+    log = tmp_path / "relay.log"
+    ids = [i for half in "ab" for i in record_jobs(db_url, redis_queue, 1_000, prefix=half)]
+    proc = start_relay(db_url, redis_aof.url + "?fsync=always", log, "--in-flight", "2")
+    try:
+        wait_until(lambda: pending(database) < len(ids), 30, "a handoff")
+        redis_aof.restart()
+        wait_until(lambda: pending(database) == 0 or proc.poll() is not None, 60,
+                   "the relay to hand the backlog off or end")
+        assert proc.poll() is None, log.read_text()[-3000:]  # still watching
+    finally:
+        stop_relay(proc)
+    assert "Traceback" not in log.read_text()
+    assert message_ids(redis_aof.client(), redis_queue) == {i: 1 for i in ids}
+
+
 def _report(
     fault: str, db_url: str, committed: int, faults: int, traffic: str, began: float
 ) -> None:
