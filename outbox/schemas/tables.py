@@ -395,16 +395,21 @@ ordering_keys = Table(
     Column("key_digest", String(64), primary_key=True),
     **{k: v for k, v in _OPTIONS.items() if k != "sqlite_autoincrement"},
 )
+# A key's waiting jobs in line order (the next to get its turn), and its job in its turn
+# (not waiting: see outbox.job.BLOCKED_OFFSET_MS): the two split a key's rows, so a
+# keyed row's write (a promotion, a claim) enters one of them, not both (migration 15).
+# MariaDB keeps every keyed row in (ordering_key, id) and reads the range of
+# (ordering_key, available_at) for the one in its turn.
+_WAITING = f"ordering_key IS NOT NULL AND available_at >= {BLOCKED_OFFSET_MS}"
+_LIVE = f"ordering_key IS NOT NULL AND available_at < {BLOCKED_OFFSET_MS}"
 Index(
-    "outbox_jobs_ordering",
+    "outbox_jobs_ordering_waiting",
     jobs.c.ordering_key,
     jobs.c.id,
-    postgresql_where=text("ordering_key IS NOT NULL"),
-    sqlite_where=text("ordering_key IS NOT NULL"),
-)
-# A key's job in its turn (not waiting: see outbox.job.BLOCKED_OFFSET_MS), found without
-# reading the key's waiting jobs; MariaDB reads the range of (ordering_key, available_at).
-_LIVE = f"ordering_key IS NOT NULL AND available_at < {BLOCKED_OFFSET_MS}"
+    postgresql_where=text(_WAITING),
+    sqlite_where=text(_WAITING),
+).ddl_if(dialect=("postgresql", "sqlite"))  # type: ignore[arg-type]
+Index("outbox_jobs_ordering", jobs.c.ordering_key, jobs.c.id).ddl_if(dialect="mysql")
 Index(
     "outbox_jobs_ordering_live",
     jobs.c.ordering_key,

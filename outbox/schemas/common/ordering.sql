@@ -1,6 +1,8 @@
 -- Ordering keys (outbox.db.ordering): the jobs of one key run one at a time, in the
 -- order they entered the queue. Every statement here finds a key's jobs through
--- outbox_jobs_ordering (keyed rows only); none runs for a job without a key.
+-- outbox_jobs_ordering_waiting (its waiting jobs) and outbox_jobs_ordering_live (its job
+-- in its turn), partial indexes of keyed rows only (MariaDB: outbox_jobs_ordering and
+-- outbox_jobs_ordering_at); none runs for a job without a key.
 
 -- name: ordering_block
 -- A job just put in the queue behind another of its key: it waits its turn.
@@ -43,10 +45,13 @@ SELECT k.key_digest,
         SELECT 1 FROM outbox_failed_jobs f
         WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1)
     THEN 0 ELSE 1 END,
-    CASE WHEN EXISTS (
-        SELECT 1 FROM outbox_jobs w WHERE w.ordering_key = k.key_digest
-        ORDER BY w.id LIMIT 1)  -- a probe of outbox_jobs_ordering, never a hashed scan
-    THEN 1 ELSE 0 END
+    -- A scalar subquery: a probe of the key's waiting jobs per row. As an EXISTS it may
+    -- be planned as one hashed scan of every waiting job (PostgreSQL drops the LIMIT).
+    CASE WHEN (
+        SELECT w.id FROM outbox_jobs w
+        WHERE w.ordering_key = k.key_digest AND w.available_at >= {blocked_offset_ms}
+        ORDER BY w.id LIMIT 1) IS NULL
+    THEN 0 ELSE 1 END
 FROM outbox_ordering_keys k
 WHERE k.key_digest > :after AND k.key_digest <= :until
 ORDER BY k.key_digest

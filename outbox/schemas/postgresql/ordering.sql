@@ -16,10 +16,14 @@ WHERE outbox_ordering_keys.key_digest IS NULL;
 -- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter
 -- that holds it (dead_letter_holds_key). Read after ordering_lock, in a statement of its
 -- own: its snapshot then sees every transaction that held a key's lock before us
--- (one statement with the lock would read a snapshot taken before the wait).
+-- (one statement with the lock would read a snapshot taken before the wait). A job in
+-- its turn and a waiting one are in two partial indexes: a probe of each.
 SELECT k.key_digest
 FROM unnest(CAST(:keys AS varchar[])) AS k (key_digest)
-WHERE EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.ordering_key = k.key_digest)
+WHERE EXISTS (SELECT 1 FROM outbox_jobs j
+              WHERE j.ordering_key = k.key_digest AND j.available_at < {blocked_offset_ms})
+   OR EXISTS (SELECT 1 FROM outbox_jobs w
+              WHERE w.ordering_key = k.key_digest AND w.available_at >= {blocked_offset_ms})
    OR EXISTS (SELECT 1 FROM outbox_failed_jobs f
               WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1);
 
@@ -145,7 +149,10 @@ picked AS (
 -- them) go (the next job of the key creates its row again).
 DELETE FROM outbox_ordering_keys k
 WHERE k.key_digest = ANY(CAST(:keys AS varchar[]))
-  AND NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.ordering_key = k.key_digest)
+  AND NOT EXISTS (SELECT 1 FROM outbox_jobs j
+                  WHERE j.ordering_key = k.key_digest AND j.available_at < {blocked_offset_ms})
+  AND NOT EXISTS (SELECT 1 FROM outbox_jobs w
+                  WHERE w.ordering_key = k.key_digest AND w.available_at >= {blocked_offset_ms})
   AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
                   WHERE f.ordering_key = k.key_digest AND f.ordering_held = 1);
 

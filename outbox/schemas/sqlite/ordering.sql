@@ -22,7 +22,10 @@ RETURNING key_digest;
 -- Those of :keys with a job in the queue (in its turn or waiting), or a dead letter
 -- that holds it (dead_letter_holds_key). Read after ordering_lock.
 SELECT k.value FROM json_each(:keys_json) AS k
-WHERE EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.ordering_key = k.value)
+WHERE EXISTS (SELECT 1 FROM outbox_jobs j
+              WHERE j.ordering_key = k.value AND j.available_at < {blocked_offset_ms})
+   OR EXISTS (SELECT 1 FROM outbox_jobs w
+              WHERE w.ordering_key = k.value AND w.available_at >= {blocked_offset_ms})
    OR EXISTS (SELECT 1 FROM outbox_failed_jobs f
               WHERE f.ordering_key = k.value AND f.ordering_held = 1);
 
@@ -47,7 +50,12 @@ RETURNING ordering_key;
 -- them) go (the next job of the key creates its row again).
 DELETE FROM outbox_ordering_keys
 WHERE key_digest IN (SELECT value FROM json_each(:keys_json))
-  AND NOT EXISTS (SELECT 1 FROM outbox_jobs j WHERE j.ordering_key = outbox_ordering_keys.key_digest)
+  AND NOT EXISTS (SELECT 1 FROM outbox_jobs j
+                  WHERE j.ordering_key = outbox_ordering_keys.key_digest
+                    AND j.available_at < {blocked_offset_ms})
+  AND NOT EXISTS (SELECT 1 FROM outbox_jobs w
+                  WHERE w.ordering_key = outbox_ordering_keys.key_digest
+                    AND w.available_at >= {blocked_offset_ms})
   AND NOT EXISTS (SELECT 1 FROM outbox_failed_jobs f
                   WHERE f.ordering_key = outbox_ordering_keys.key_digest AND f.ordering_held = 1);
 

@@ -1,0 +1,4 @@
+-- Migration "ordering waiting index": on PostgreSQL and SQLite, outbox_jobs_ordering
+-- becomes a partial index of the waiting rows. MariaDB has no partial indexes: its
+-- outbox_jobs_ordering (ordering_key, id) keeps every keyed row, and nothing changes
+-- here (the number is kept: every dialect has the same migrations).
