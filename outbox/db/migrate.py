@@ -224,9 +224,9 @@ def apply_locked(conn: Connection, to: int | None = None) -> list[int]:
 
 def _with_storage(conn: Connection, applied: list[int]) -> list[int]:
     """After the numbered migrations, the queue storage ``OUTBOX_QUEUE_STORAGE`` asks for:
-    on PostgreSQL, ``ring`` builds the ring, converting a heap ``outbox_jobs`` in place
-    (this transaction, under the migration lock), rows and all; ``heap`` (the default)
-    leaves the table as it is; a ring stays a ring. ``outbox migrate`` and
+    on PostgreSQL, ``ring`` (the default) builds the ring, converting a heap
+    ``outbox_jobs`` in place (this transaction, under the migration lock), rows and all;
+    ``heap`` leaves the table as it is; a ring stays a ring. ``outbox migrate`` and
     Alembic's ``upgrade`` both come here once at the latest version (a revision pinned to
 an earlier one converts nothing), so both make the same schema."""
     storage = _storage_ddl(conn.dialect.name, settings.queue_storage)
@@ -239,8 +239,9 @@ an earlier one converts nothing), so both make the same schema."""
 @cache
 def _storage_ddl(dialect_name: str, storage: str) -> list[str]:
     """The statements of ``schemas/<dialect>/storage/<storage>.sql``; none where the
-    dialect has no such file (the heap, the default, has none anywhere; only PostgreSQL
-    has the ring), so the choice needs no branch on the dialect."""
+    dialect has no such file (the heap has none anywhere; only PostgreSQL has the ring:
+    SQLite and MariaDB keep the heap whatever is asked), so the choice needs no branch
+    on the dialect."""
     entry = resources.files("outbox.schemas") / dialect_name / "storage" / f"{storage}.sql"
     if not entry.is_file():
         return []

@@ -30,6 +30,7 @@ import psycopg
 import pymysql
 import pytest
 
+from outbox.config import settings
 from outbox.queue.config import WorkerConfig
 from tests.fixtures import databases as backends
 from tests.fixtures.claim_probe import ClaimProbe
@@ -440,6 +441,7 @@ def test_soak_held_xmin_horizon(pg_private: PgCluster, tmp_path: Path) -> None:
     )
     row.fault += f" ({row.figures.get('held minutes')} min)"
     row.backend = "postgresql (private cluster)"
+    row.traffic += f"; queue storage: {settings.queue_storage}"  # the default: the ring
     _report(row)
 
 
