@@ -21,7 +21,9 @@ a DB-API connection), and one worker with default settings draining pushed no-op
 than wall time on a loaded machine. Ratios are of medians; the spread is the min..max of
 the per-round ratios.
 Targets (issue 42): record txn on/off <= 1.05, drain on/off >= 0.90; off/base within
-+-3% on both.
++-3% on both. On SQLite each side is a database file in ``--folder`` (default: the temp
+folder); the header names the folder and its file system, since a tmpfs there (no disk
+writes, no fsync) measures a different case from a file on disk.
 """
 
 from __future__ import annotations
@@ -180,6 +182,23 @@ def _verdict(ends: list[bool]) -> str:
     return "met" if all(ends) else "missed" if not any(ends) else "borderline"
 
 
+def file_system(folder: str) -> str:
+    """The file system type ``folder`` is on (``ext4``, ``tmpfs``...), from /proc/mounts:
+    the longest mount point above it; ``unknown`` where there is no /proc/mounts."""
+    path, best, kind = os.path.realpath(folder), "", "unknown"
+    try:
+        with open("/proc/mounts") as mounts:
+            for line in mounts:
+                fields = line.split()
+                point = fields[1]
+                inside = path == point or path.startswith(point.rstrip("/") + "/")
+                if inside and len(point) > len(best):
+                    best, kind = point, fields[2]
+    except OSError:
+        pass
+    return kind
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
@@ -193,7 +212,8 @@ def main() -> None:
     jobs = {"record": args.jobs, "drain": args.drain_jobs, "normalise": 20000}
     samples = run(args.backend, jobs, args.rounds, args.folder)
     end_load = os.getloadavg()
-    where = f" (files in {args.folder})" if args.folder and args.backend == "sqlite" else ""
+    folder = args.folder or tempfile.gettempdir()
+    where = f" (files in {folder}, {file_system(folder)})" if args.backend == "sqlite" else ""
     print(f"\n{args.backend}{where}, {args.jobs} record() / {args.drain_jobs} drained a sample,"
           f" {args.rounds} rounds (medians), default settings; started {began},"
           f" load {load[0]:.1f} -> {end_load[0]:.1f}")  # fmt: skip
