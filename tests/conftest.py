@@ -59,7 +59,8 @@ def db_url(
     """An empty database, not yet migrated; migrated already when the test asks for
     ``database`` too (then perhaps one an earlier test used, emptied: ``recycle``)."""
     if backend == "sqlite":
-        yield backends.sqlite_url(tmp_path)
+        with backends.sqlite_test_url(tmp_path) as url:
+            yield url
         return
     run = _servers[backend]
     if recycle.REUSE and "database" in request.fixturenames:

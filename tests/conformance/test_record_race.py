@@ -28,6 +28,11 @@ from tests.fixtures.records import (
 )
 
 SPAWN = multiprocessing.get_context("spawn")
+# One worker runs the whole module: the producer pair of each backend (two spawned
+# interpreters, 3-5 s to start on a loaded machine) is then started once per backend;
+# spread over the workers, each started its own pairs, and again whenever its next test
+# was of another backend than its last.
+pytestmark = pytest.mark.xdist_group("record_race")
 ANSWER_TIMEOUT_S = 60
 
 
