@@ -541,12 +541,28 @@ class BrokerLane(Generic[D]):
             await asyncio.wait(set(self.tasks))
 
     async def _close(self, beat: asyncio.Task[None]) -> None:
-        """The last writes out; the threads, the ticker and the transport's part ended."""
+        """The last writes out; the threads, the ticker and the transport's part ended.
+        The writes may start more (an ack that meets an operator's cancel mark becomes a
+        dead letter, whose mark goes after it): those end too before the transport
+        closes, within the grace, or a mark was left behind with its dead letter."""
         beat.cancel()
         await self._flush()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.ctx.config.grace):
+                while pending := self._writing():
+                    await asyncio.wait(pending)
+                    await self._flush()
         if self._pool is not None:
             self._pool.close()
         await self._closing()
+
+    def _writing(self) -> set[asyncio.Task[Any]]:
+        """The tasks still writing: the sender of the queued writes (it may be gathering
+        acks) and what they spawned."""
+        pending = set(self.tasks)
+        if self._sender is not None and not self._sender.done():
+            pending.add(self._sender)
+        return pending
 
     def cancel(self) -> None:
         """Cancel async handlers now (sync ones cannot be: their lease returns them)."""
